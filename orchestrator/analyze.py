@@ -1,0 +1,78 @@
+"""Analyze: per-run throughput, phase statistics, speedup and scaling efficiency.
+
+Definitions (DESIGN.md, from the source papers):
+- Throughput is the *job's* samples/s over the measured window: all ranks' measured samples
+  divided by the longest rank's measured wall time (from the start of its first measured
+  iteration to the end of its last), each on its own clock so node clock skew cannot distort it.
+- Its spread (``samples_per_s_std``) is the standard deviation of the per-iteration global rate:
+  the global batch of iteration k over the slowest rank's time for k.
+- Phase means and standard deviations are over every measured (rank, iteration).
+- Speedup S(N) = throughput(N) / throughput(1 node) of the same configuration; efficiency
+  = S(N) / (ranks(N) / ranks(1)). Repeats of the baseline are averaged.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from .gather import PHASES
+
+# What makes two runs "the same configuration" apart from their size.
+GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "tasks_per_node",
+              "launcher", "options")
+
+
+def run_metrics(iters: pd.DataFrame) -> dict:
+    """Throughput and phase statistics of one run from its measured iteration rows."""
+    m = iters[~iters["warmup_iter"]]
+    if m.empty:
+        return {"iterations_measured": 0}
+    ends = m["t_start"] + m["t_iter"]
+    per_rank = m.assign(end=ends).groupby("rank").agg(first=("t_start", "min"), last=("end", "max"))
+    window = float((per_rank["last"] - per_rank["first"]).max())
+    samples = int(m["samples"].sum())
+    per_iter = m.groupby("iter").agg(samples=("samples", "sum"), slowest=("t_iter", "max"))
+    rates = per_iter["samples"] / per_iter["slowest"]
+    out = {
+        "iterations_measured": int(m.groupby("rank")["iter"].count().min()),
+        "samples_per_s": samples / window if window > 0 else None,
+        "samples_per_s_std": float(rates.std(ddof=1)) if len(rates) > 1 else 0.0,
+        "t_iter": float(m["t_iter"].mean()),
+        "t_iter_std": float(m["t_iter"].std(ddof=1)) if len(m) > 1 else 0.0,
+        "hosts": ",".join(sorted(m["host"].dropna().unique())),
+        "distinct_hosts": int(m["host"].nunique()),
+    }
+    for p in PHASES:
+        out[p] = float(m[p].mean())
+        out[f"{p}_std"] = float(m[p].std(ddof=1)) if len(m) > 1 else 0.0
+    total = m["t_comm_total"].dropna()
+    out["t_comm_total"] = float(total.mean()) if not total.empty else None
+    # Phases should account for the iteration; the rest is loop overhead we did not time.
+    out["t_unaccounted"] = out["t_iter"] - sum(out[p] for p in PHASES)
+    return out
+
+
+def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
+    """Speedup and efficiency against the 1-node run of each configuration."""
+    runs = runs.copy()
+    runs["speedup"] = None
+    runs["efficiency"] = None
+    if runs.empty:
+        return runs
+    key = runs[list(GROUP_KEYS)].astype(str).agg("|".join, axis=1)
+    for _, idx in runs.groupby(key).groups.items():
+        group = runs.loc[idx]
+        base = group[(group["nodes"] == 1) & (group["state"] == "COMPLETED")]
+        base = base[base["samples_per_s"].notna()]
+        if base.empty:
+            continue
+        base_rate = float(base["samples_per_s"].mean())
+        base_ranks = float(base["ranks"].iloc[0])
+        for i in idx:
+            rate = runs.at[i, "samples_per_s"]
+            if runs.at[i, "state"] != "COMPLETED" or rate is None or pd.isna(rate):
+                continue
+            speedup = float(rate) / base_rate
+            runs.at[i, "speedup"] = speedup
+            runs.at[i, "efficiency"] = speedup / (runs.at[i, "ranks"] / base_ranks)
+    return runs

@@ -1,0 +1,168 @@
+"""Carry out a sweep: prepare run directories, submit what is not done, wait, finalize.
+
+Re-running a sweep into the same directory skips finished runs (their data is never touched),
+waits again for runs still pending or running, and submits only new ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import rundir
+from .render import Rendered, render_run
+from .rundir import TERMINAL, JobRecord
+from .site import Site
+from .submit import LocalBackend, SlurmBackend, backend_for, finalize
+from .sweep import Run
+
+Event = Callable[[Run, JobRecord], None]
+POLL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Prepared:
+    run: Run
+    rdir: Path
+    record: JobRecord
+    action: str  # "submit" | "wait" | "skip"
+
+
+def render_for(run: Run, site: Site, out: Path, lib: Path) -> Rendered:
+    partition = site.partition(run.partition)
+    env = site.environment(run.framework)
+    return render_run(run, site, partition, env, rundir.run_dir(out, run).resolve(), lib)
+
+
+def dry_run(runs: list[Run], site: Site, out: Path) -> list[tuple[Run, Rendered]]:
+    """Render every run without writing or submitting anything."""
+    lib = rundir.lib_path(out)
+    return [(run, render_for(run, site, out, lib)) for run in runs]
+
+
+def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) -> list[Prepared]:
+    out.mkdir(parents=True, exist_ok=True)
+    lib = rundir.stage_lib(out)
+    prepared = []
+    for run in runs:
+        rdir = rundir.run_dir(out, run)
+        record = rundir.read_record(rdir)
+        attempt = 1
+        if record is not None and record.state in TERMINAL:
+            if record.state == "COMPLETED" or not retry_failed:
+                prepared.append(Prepared(run, rdir, record, "skip"))
+                continue
+            attempt = rundir.archive_attempt(rdir, record)
+            record = None
+        if record is not None and record.state in ("PENDING", "RUNNING"):
+            prepared.append(Prepared(run, rdir, record, "wait"))
+            continue
+        rdir.mkdir(parents=True, exist_ok=True)
+        rendered = render_for(run, site, out, lib)
+        (rdir / "run.json").write_text(run.model_dump_json(indent=2) + "\n")
+        (rdir / "job.sbatch").write_text(rendered.job_script)
+        (rdir / "launch.sh").write_text(rendered.launch_script)
+        record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler)
+        rundir.write_record(rdir, record)
+        prepared.append(Prepared(run, rdir, record, "submit"))
+    return prepared
+
+
+def execute(prepared: list[Prepared], site: Site, wait: bool = True,
+            on_event: Event | None = None) -> list[JobRecord]:
+    """Submit the runs that need it; with ``wait``, follow every run to a terminal state."""
+    on_event = on_event or (lambda run, record: None)
+    backend = backend_for(site.scheduler)
+    for name in sorted({p.run.partition for p in prepared if p.action != "skip"}):
+        backend.check(site.partition(name))
+    live: list[Prepared] = [p for p in prepared if p.action == "wait"]
+    for p in prepared:
+        if p.action != "submit":
+            continue
+        job_id = backend.submit(p.run, p.rdir, site.partition(p.run.partition))
+        record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
+                                             "submitted_at": rundir.now()})
+        rundir.write_record(p.rdir, record)
+        on_event(p.run, record)
+        current = Prepared(p.run, p.rdir, record, "wait")
+        if isinstance(backend, LocalBackend):
+            # One local job at a time: concurrent ranks of two runs would distort both.
+            follow([current], backend, on_event)
+        else:
+            live.append(current)
+    if wait and live:
+        follow(live, backend, on_event)
+    return [rundir.read_record(p.rdir) or p.record for p in prepared]
+
+
+def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event: Event,
+           poll_s: float = POLL_S) -> None:
+    """Poll until every run is terminal, finalizing each as it ends."""
+    pending = {p.run.run_id: p for p in live}
+    last: dict[str, str] = {rid: p.record.state for rid, p in pending.items()}
+    while pending:
+        states = backend.poll([p.record for p in pending.values()],
+                              [p.rdir for p in pending.values()])
+        for rid, (state, reason) in states.items():
+            p = pending[rid]
+            if state in TERMINAL:
+                record = finalize(p.run, p.rdir, p.record, state, reason)
+                rundir.write_record(p.rdir, record)
+                on_event(p.run, record)
+                del pending[rid]
+            elif state != last.get(rid):
+                record = p.record.model_copy(update={"state": state})
+                rundir.write_record(p.rdir, record)
+                pending[rid] = Prepared(p.run, p.rdir, record, "wait")
+                on_event(p.run, record)
+            last[rid] = state
+        if pending:
+            time.sleep(poll_s)
+
+
+def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
+    """Bring every non-terminal ledger entry up to date (``orch status`` from any shell)."""
+    backend = backend_for(scheduler)
+    entries = []
+    for rdir in rundir.run_dirs(out):
+        run, record = rundir.read_run(rdir), rundir.read_record(rdir)
+        if record is not None:
+            entries.append((run, record, rdir))
+    live = [(run, rec, rdir) for run, rec, rdir in entries
+            if rec.state in ("PENDING", "RUNNING") and rec.scheduler == scheduler]
+    if live:
+        states = backend.poll([r for _, r, _ in live], [d for _, _, d in live])
+        for run, record, rdir in live:
+            state, reason = states.get(run.run_id, (record.state, ""))
+            if state in TERMINAL:
+                new = finalize(run, rdir, record, state, reason)
+            else:
+                new = record.model_copy(update={"state": state})
+            if new != record:
+                rundir.write_record(rdir, new)
+    return [(run, rundir.read_record(rdir), rdir) for run, _, rdir in entries]
+
+
+def cancel(out: Path, scheduler: str, run_ids: list[str] | None) -> list[str]:
+    """Cancel the named runs (or every unfinished one); returns the run ids cancelled."""
+    backend = backend_for(scheduler)
+    done = []
+    for run, record, rdir in refresh(out, scheduler):
+        if run_ids and run.run_id not in run_ids:
+            continue
+        if record.state in TERMINAL:
+            continue
+        backend.cancel(record, rdir)
+        if isinstance(backend, LocalBackend):
+            rundir.write_record(rdir, finalize(run, rdir, record, "CANCELLED", "cancelled"))
+        done.append(run.run_id)
+    if isinstance(backend, SlurmBackend) and done:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            entries = refresh(out, scheduler)
+            if all(rec.state in TERMINAL for run, rec, _ in entries if run.run_id in done):
+                break
+            time.sleep(2)
+    return done

@@ -1,0 +1,83 @@
+"""Distributed modes, one module each: a mode = one module here + one template + one workload.
+
+Each module defines ``MODE``; the registry is discovered from this package so nothing else
+needs editing when a mode is added.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from functools import cache
+
+from ..errors import UserError
+
+
+@dataclass(frozen=True)
+class Option:
+    """A mode-specific sweep option (e.g. DDP backend, MPI overlap strategy)."""
+
+    name: str
+    choices: tuple[str, ...]
+    help: str
+    default: str | None = None  # None: decided per partition by Mode.resolve_options
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a framework's distributed mode needs from orch to be rendered and run."""
+
+    name: str
+    framework: str  # key into a site's environments
+    description: str
+    template: str  # per-task launch script, under templates/modes/
+    workload: str  # python module each rank runs (python -m ...)
+    launchers: tuple[str, ...]  # supported launchers; local is the local site's srun stand-in
+    synchronous: bool = True  # all ranks must end with equal parameters
+    options: tuple[Option, ...] = field(default_factory=tuple)
+
+    def option(self, name: str) -> Option:
+        for opt in self.options:
+            if opt.name == name:
+                return opt
+        valid = ", ".join(o.name for o in self.options) or "(none)"
+        raise UserError(f"mode '{self.name}' has no option '{name}'; valid: {valid}")
+
+    def resolve_options(self, given: dict[str, str], gpus_per_node: int) -> dict[str, str]:
+        """Fill defaults and check choices. A default of None is decided by the partition."""
+        out: dict[str, str] = {}
+        for name, value in given.items():
+            opt = self.option(name)
+            if value not in opt.choices:
+                raise UserError(
+                    f"mode '{self.name}': --option {name}={value} is not valid; "
+                    f"choices: {', '.join(opt.choices)}"
+                )
+            out[name] = value
+        for opt in self.options:
+            if opt.name not in out:
+                out[opt.name] = opt.default or self.partition_default(opt, gpus_per_node)
+        return out
+
+    def partition_default(self, opt: Option, gpus_per_node: int) -> str:
+        """GPU partitions take the first choice (e.g. nccl), CPU partitions the last (gloo)."""
+        return opt.choices[0] if gpus_per_node else opt.choices[-1]
+
+
+@cache
+def registry() -> dict[str, Mode]:
+    modes: dict[str, Mode] = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        mode = getattr(module, "MODE", None)
+        if isinstance(mode, Mode):
+            modes[mode.name] = mode
+    return dict(sorted(modes.items()))
+
+
+def get(name: str) -> Mode:
+    modes = registry()
+    if name not in modes:
+        raise UserError(f"unknown mode '{name}'; valid: {', '.join(modes)}")
+    return modes[name]

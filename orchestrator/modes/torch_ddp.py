@@ -1,0 +1,19 @@
+"""PyTorch DistributedDataParallel: one process per rank, all-reduce over NCCL (GPU) or Gloo."""
+
+from . import Mode, Option
+
+MODE = Mode(
+    name="torch-ddp",
+    framework="torch",
+    description="PyTorch DDP, bucketed all-reduce overlapped with backward (NCCL or Gloo)",
+    template="torch-ddp.sh.j2",
+    workload="orchestrator.workloads.torch_ddp",
+    launchers=("srun", "local"),
+    options=(
+        Option(
+            name="backend",
+            choices=("nccl", "gloo"),
+            help="collective backend; default nccl on GPU partitions, gloo on CPU ones",
+        ),
+    ),
+)

@@ -1,0 +1,160 @@
+"""Render a run into plain shell: ``job.sbatch`` (the allocation) and ``launch.sh`` (one rank).
+
+Everything a template needs is computed here by small pure functions (sbatch options, transport
+variables, workload arguments), so the templates stay readable and the logic stays testable.
+Every value that reaches a shell line goes through the ``q`` filter (shlex quoting); Jinja runs
+with StrictUndefined so a missing value is an error, never an empty string in a script.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from . import __version__, modes
+from .resources import data_dir
+from .site import Environment, Partition, Site
+from .sweep import Run
+
+
+@dataclass(frozen=True)
+class Rendered:
+    job_script: str
+    launch_script: str
+
+    @property
+    def digest(self) -> str:
+        """Hash of both scripts: recorded by every rank as provenance."""
+        h = hashlib.sha256(self.job_script.encode() + b"\0" + self.launch_script.encode())
+        return h.hexdigest()[:16]
+
+
+def _quote(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def _quote_all(values: list[object]) -> str:
+    return " ".join(shlex.quote(str(v)) for v in values)
+
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        # Shell uses "{#" (${#array[@]}): Jinja comments get delimiters shell never has.
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.filters["q"] = _quote
+    env.filters["qall"] = _quote_all
+    return env
+
+
+def sbatch_options(run: Run, partition: Partition, run_dir: Path) -> dict[str, str | bool]:
+    """The job's ``#SBATCH`` options, in Slurm's long names. Also what submitit is given."""
+    opts: dict[str, str | bool] = {
+        "job-name": run.run_id,
+        "partition": partition.name,
+        "nodes": str(run.nodes),
+        "ntasks-per-node": str(run.tasks_per_node),
+        "cpus-per-task": str(max(1, partition.cpus_per_node // run.tasks_per_node)),
+        "time": f"{run.time_limit_min // 60:02d}:{run.time_limit_min % 60:02d}:00",
+        "output": str(run_dir / "slurm-%j.out"),
+    }
+    if partition.gpus_per_node:
+        opts["gpus-per-node"] = str(partition.gpus_per_node)
+    sb = partition.sbatch
+    for key in ("account", "qos", "constraint", "reservation"):
+        value = getattr(sb, key)
+        if value:
+            opts[key] = value
+    if sb.exclusive:
+        opts["exclusive"] = True
+    for flag in sb.extra:
+        key, _, value = flag[2:].partition("=")
+        opts[key] = value or True
+    return opts
+
+
+def sbatch_lines(opts: dict[str, str | bool]) -> list[str]:
+    return [f"--{k}" if v is True else f"--{k}={shlex.quote(str(v))}" for k, v in opts.items()]
+
+
+def transport_env(partition: Partition) -> list[tuple[str, str]]:
+    """Variables that pin NCCL, Gloo and Open MPI to the partition's fabric and NIC.
+
+    InfiniBand: NCCL uses the verbs transport (optionally pinned to HCAs) and Open MPI the UCX
+    PML; sockets (bootstrap, Gloo) still go over the IPoIB interface. Ethernet: NCCL's IB
+    transport is off, and Open MPI uses its TCP BTL on the named NIC.
+    """
+    nic = partition.socket_ifname
+    out: list[tuple[str, str]] = [("GLOO_SOCKET_IFNAME", nic), ("NCCL_SOCKET_IFNAME", nic)]
+    if partition.interconnect == "infiniband":
+        out.append(("NCCL_IB_DISABLE", "0"))
+        if partition.ib_hca:
+            out.append(("NCCL_IB_HCA", ",".join(partition.ib_hca)))
+            out.append(("UCX_NET_DEVICES", ",".join(f"{h}:1" for h in partition.ib_hca)))
+        out += [("OMPI_MCA_pml", "ucx"), ("OMPI_MCA_btl", "^openib,tcp")]
+    else:
+        out.append(("NCCL_IB_DISABLE", "1"))
+        out += [("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "self,vader,tcp")]
+    out += [("OMPI_MCA_btl_tcp_if_include", nic), ("OMPI_MCA_oob_tcp_if_include", nic)]
+    return out
+
+
+def workload_args(run: Run, run_dir: Path) -> list[str]:
+    """Arguments every workload's harness understands (orchestrator.workloads.harness)."""
+    args = [
+        "--run-id", run.run_id,
+        "--log-dir", str(run_dir / "ranks"),
+        "--model", run.model,
+        "--dataset", run.dataset,
+        "--batch-size", str(run.batch_size),
+        "--iters", str(run.iters),
+        "--warmup", str(run.warmup),
+    ]  # fmt: skip
+    for key, value in sorted(run.options.items()):
+        args += [f"--{key.replace('_', '-')}", value]
+    if run.inject_failure:
+        args += ["--inject-failure", run.inject_failure]
+    return args
+
+
+def python_for(env: Environment) -> str:
+    """The rank's interpreter: the environment's, or (local PyTorch) the one running orch."""
+    return env.python or sys.executable
+
+
+def render_run(
+    run: Run, site: Site, partition: Partition, env: Environment, run_dir: Path, lib_dir: Path
+) -> Rendered:
+    mode = modes.get(run.mode)
+    jenv = _env()
+    ctx = {
+        "version": __version__,
+        "run": run,
+        "run_id": run.run_id,
+        "site": site,
+        "partition": partition,
+        "mode": mode,
+        "env": env,
+        "python": python_for(env),
+        "run_dir": str(run_dir),
+        "lib_dir": str(lib_dir),
+        "sbatch": sbatch_lines(sbatch_options(run, partition, run_dir)),
+        "transport": transport_env(partition),
+        "env_vars": sorted(env.env.items()),
+        "args": workload_args(run, run_dir),
+    }
+    job = jenv.get_template("job.sbatch.j2").render(**ctx)
+    launch = jenv.get_template(f"modes/{mode.template}").render(**ctx)
+    return Rendered(job_script=job, launch_script=launch)

@@ -1,0 +1,68 @@
+"""The result set of a sweep directory: merged from the run directories, written as Parquet.
+
+    results/iterations.parquet  one row per (run, rank, iteration), warm-up rows flagged
+    results/runs.parquet        one row per run: parameters, state, throughput, phases, scaling
+
+Failed and cancelled runs are rows too, with their state and reason. Merging only reads the
+run directories, so it can be redone at any time (``orch gather``) and never loses data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from . import analyze, gather, rundir
+
+RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
+              "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
+              "repeat")
+
+
+def merge(out: Path) -> pd.DataFrame:
+    """Read every run of ``out``, write both Parquet files, return the runs table."""
+    rows: list[dict] = []
+    runs: list[dict] = []
+    for rdir in rundir.run_dirs(out):
+        run = rundir.read_run(rdir)
+        record = rundir.read_record(rdir)
+        logs = gather.read_run_logs(rdir) if (rdir / "ranks").is_dir() else []
+        run_rows = gather.iteration_rows(run, logs)
+        rows += run_rows
+        entry = {f: getattr(run, f) for f in RUN_FIELDS}
+        entry.update(
+            ranks=run.ranks,
+            options=json.dumps(run.options, sort_keys=True),
+            state=record.state if record else "NEW",
+            reason=record.reason if record else None,
+            job_id=record.job_id if record else None,
+            attempt=record.attempt if record else 0,
+        )
+        if run_rows:
+            entry.update(analyze.run_metrics(pd.DataFrame(run_rows)))
+        entry.update(gather.footer_facts(logs))
+        runs.append(entry)
+    table = gather.iteration_table(rows)
+    gather.write_parquet(table, out / "results" / "iterations.parquet")
+    runs_df = analyze.add_scaling(pd.DataFrame(runs))
+    if not runs_df.empty:
+        runs_df.to_parquet(_tmp(out / "results" / "runs.parquet"), index=False)
+        _tmp(out / "results" / "runs.parquet").replace(out / "results" / "runs.parquet")
+    return runs_df
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def records(runs: pd.DataFrame) -> list[dict]:
+    """Runs as plain JSON-able dicts (NaN → None)."""
+    if runs.empty:
+        return []
+    clean = runs.astype(object).where(runs.notna(), None)
+    out = clean.to_dict(orient="records")
+    for rec in out:
+        rec["options"] = json.loads(rec["options"]) if rec.get("options") else {}
+    return out

@@ -1,0 +1,309 @@
+"""Site configs: what a cluster offers (partitions, interconnects, environments).
+
+A site admin adds one YAML file to ``site-configs/``. It is validated by the pydantic models
+below, which are also the published JSON schema (``orch site schema``), so the schema and the
+checks can never disagree. Errors name the file, the line, the field and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import UserError
+from .resources import data_dir
+
+Interconnect = Literal["infiniband", "ethernet"]
+Scheduler = Literal["slurm", "local"]
+Launcher = Literal["srun", "mpirun", "local"]
+
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SbatchOptions(_Strict):
+    """Site-wide or partition-wide ``#SBATCH`` options that every job on it needs."""
+
+    account: str | None = Field(None, description="--account, charged for the job")
+    qos: str | None = Field(None, description="--qos")
+    constraint: str | None = Field(None, description="--constraint (node features)")
+    reservation: str | None = Field(None, description="--reservation")
+    exclusive: bool = Field(False, description="--exclusive: nodes not shared with other jobs")
+    time: str | None = Field(
+        None, description="default --time limit ([D-]HH:MM:SS or minutes); a sweep may lower it"
+    )
+    extra: list[str] = Field(
+        default_factory=list, description="further sbatch flags, verbatim (e.g. '--gres=gpu:4')"
+    )
+
+    @field_validator("time")
+    @classmethod
+    def _time_format(cls, v: str | None) -> str | None:
+        if v is not None and not _SLURM_TIME.match(v):
+            raise ValueError("expected a Slurm time such as '30', '00:30:00' or '1-00:00:00'")
+        return v
+
+    @field_validator("extra")
+    @classmethod
+    def _flags(cls, v: list[str]) -> list[str]:
+        for flag in v:
+            if not flag.startswith("--"):
+                raise ValueError(f"'{flag}' is not an sbatch long option; write '--name=value'")
+        return v
+
+
+class Partition(_Strict):
+    """One Slurm partition (or the local machine) and the fabric its nodes talk over."""
+
+    name: str = Field(pattern=_NAME, description="Slurm partition name (-p)")
+    interconnect: Interconnect = Field(
+        description="fabric between the nodes; decides the NCCL/Gloo/MPI transport settings"
+    )
+    nodes: int = Field(ge=1, description="nodes a job may use in this partition")
+    cpus_per_node: int = Field(ge=1, description="CPU cores per node")
+    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0: CPU-only)")
+    memory_per_node_gb: float | None = Field(None, gt=0, description="usable memory per node, GiB")
+    socket_ifname: str = Field(
+        description="NIC for socket traffic (TCP bootstrap, Gloo, MPI over TCP), e.g. ib0, eth0, lo"
+    )
+    ib_hca: list[str] = Field(
+        default_factory=list,
+        description="InfiniBand HCAs for NCCL_IB_HCA / UCX, e.g. [mlx5_0]; infiniband only",
+    )
+    launcher: Launcher = Field("srun", description="default launcher of multi-node jobs")
+    sbatch: SbatchOptions = Field(default_factory=SbatchOptions)
+
+    @model_validator(mode="after")
+    def _fabric(self) -> Partition:
+        if self.ib_hca and self.interconnect != "infiniband":
+            raise ValueError("ib_hca is only meaningful when interconnect is 'infiniband'")
+        return self
+
+
+class Container(_Strict):
+    """A container image every rank runs in (issue #8 renders the runtime's command)."""
+
+    image: str = Field(description="image path (.sif, SquashFS, or directory)")
+    runtime: Literal["apptainer", "singularity", "charliecloud"] = "apptainer"
+    binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts")
+
+
+class Environment(_Strict):
+    """How one framework gets onto a node: a Python, modules to load, variables, a container."""
+
+    python: str | None = Field(
+        None,
+        description="python executable on the nodes; omitted: the Python running orch "
+        "(the local site's PyTorch environment)",
+    )
+    modules: list[str] = Field(default_factory=list, description="'module load' lines, in order")
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
+    container: Container | None = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"'{key}' is not a valid environment variable name")
+        return v
+
+
+class Site(_Strict):
+    """A cluster (scheduler ``slurm``) or this machine (scheduler ``local``)."""
+
+    name: str = Field(pattern=_NAME, description="site name used on the command line")
+    description: str = ""
+    scheduler: Scheduler = Field(description="'slurm' submits with sbatch; 'local' runs here")
+    partitions: list[Partition] = Field(min_length=1)
+    default_partition: str | None = Field(None, description="partition used when none is given")
+    environments: dict[str, Environment] = Field(
+        description="framework name (torch, tensorflow, mxnet, ...) -> how to run it"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Site:
+        names = [p.name for p in self.partitions]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"partition names must be unique; repeated: {', '.join(sorted(dup))}")
+        if self.default_partition and self.default_partition not in names:
+            raise ValueError(
+                f"default_partition '{self.default_partition}' is not one of the partitions "
+                f"({', '.join(names)})"
+            )
+        if self.scheduler == "local":
+            for p in self.partitions:
+                if p.launcher != "local" and p.launcher != "mpirun":
+                    raise ValueError(
+                        f"partition '{p.name}': a local site has no srun; use launcher 'local'"
+                    )
+        return self
+
+    def partition(self, name: str | None) -> Partition:
+        """The named partition, or the default one; a clear error lists the valid names."""
+        wanted = name or self.default_partition or self.partitions[0].name
+        for p in self.partitions:
+            if p.name == wanted:
+                return p
+        valid = ", ".join(p.name for p in self.partitions)
+        raise UserError(f"site '{self.name}' has no partition '{wanted}'; valid: {valid}")
+
+    def environment(self, framework: str, source: str = "") -> Environment:
+        try:
+            return self.environments[framework]
+        except KeyError:
+            where = f" ({source}: environments.{framework})" if source else ""
+            raise UserError(
+                f"site '{self.name}' has no environment for framework '{framework}'{where}; "
+                f"add one (python/modules/container) to the site config"
+            ) from None
+
+
+def schema() -> dict[str, Any]:
+    """The published JSON schema of a site config file."""
+    out = Site.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out["title"] = "orch site config"
+    return out
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def site_dir() -> Path:
+    return data_dir("site-configs")
+
+
+def available() -> dict[str, Path]:
+    """Shipped sites by name (file stem)."""
+    return {p.stem: p for p in sorted(site_dir().glob("*.yaml"))}
+
+
+def resolve(name_or_path: str) -> Path:
+    """A site name from ``site-configs/`` or a path to a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise UserError(f"site config file {path} does not exist")
+        return path
+    sites = available()
+    if name_or_path in sites:
+        return sites[name_or_path]
+    raise UserError(
+        f"unknown site '{name_or_path}'; valid: {', '.join(sites) or '(none)'} "
+        f"(or give a path to a site YAML file)"
+    )
+
+
+def load(name_or_path: str) -> tuple[Site, Path]:
+    """Load and validate a site; errors say file:line, field, problem."""
+    path = resolve(name_or_path)
+    text = path.read_text()
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: a site config is a YAML mapping (name, scheduler, partitions…)")
+    try:
+        site = Site.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, root, exc)) from None
+    if site.name != path.stem and path.parent.resolve() == site_dir().resolve():
+        raise UserError(f"{path}: name '{site.name}' must match the file name '{path.stem}'")
+    return site, path
+
+
+def format_validation_error(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
+    """One line per problem: ``file:line: field.path: message (got value)``."""
+    lines = []
+    for err in exc.errors():
+        loc = [part for part in err["loc"] if part not in ("function-after",)]
+        field = _dotted(loc) or "(top level)"
+        line = _line_of(root, loc)
+        where = f"{path}:{line}" if line else str(path)
+        msg = err["msg"]
+        if err["type"] == "missing":
+            msg = "required field is missing"
+        elif err["type"] == "extra_forbidden":
+            valid = _valid_fields(loc[:-1])
+            msg = f"unknown field; valid fields here: {', '.join(valid)}"
+        elif err["type"] == "literal_error":
+            msg = f"{msg}"
+        got = err.get("input")
+        shown = f" (got {got!r})" if err["type"] not in ("missing",) and _scalar(got) else ""
+        lines.append(f"{where}: {field}: {msg}{shown}")
+    return "invalid site config\n" + "\n".join(lines)
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool)) or v is None
+
+
+def _dotted(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
+    """Walk the composed YAML tree along a pydantic error location to the nearest line."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == part), None)
+            key = next((k for k, v in node.value if k.value == part), None)
+            if match is None:
+                return line
+            line = key.start_mark.line + 1
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _valid_fields(loc: list[Any]) -> list[str]:
+    """Field names allowed at a location, to list them when a field is misspelt."""
+    model: type[BaseModel] = Site
+    skip_key = False
+    for part in loc:
+        if isinstance(part, int) or skip_key:
+            skip_key = False
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return sorted(model.model_fields)
+        nested = _model_in(field.annotation)
+        if nested is None:
+            break
+        skip_key = getattr(field.annotation, "__origin__", None) is dict
+        model = nested
+    return sorted(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None

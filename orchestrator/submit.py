@@ -1,0 +1,243 @@
+"""Submit: the only module that talks to a scheduler (through submitit).
+
+Both backends run the *same* rendered ``job.sbatch``: submitit starts one controller task
+(``use_srun=False`` on Slurm; LocalExecutor here) that executes it. The job's real geometry
+(nodes, tasks per node) goes to Slurm through ``additional_parameters`` so that submitit still
+waits for one result, while the script's own ``srun``/``mpirun`` starts the ranks. That is how
+orch supports MPI-style launchers, which submitit alone does clumsily.
+
+States: one map from Slurm's job states to orch's (PENDING, RUNNING, COMPLETED, FAILED,
+CANCELLED, TIMEOUT). A scheduler's COMPLETED is then checked against the rank logs (gather).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import gather, rundir
+from .errors import SubmitError
+from .render import sbatch_options
+from .rundir import JobRecord
+from .site import Partition
+from .sweep import Run
+
+SLURM_STATES = {
+    "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING",
+    "REQUEUE_FED": "PENDING", "REQUEUE_HOLD": "PENDING", "RESV_DEL_HOLD": "PENDING",
+    "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING",
+    "SUSPENDED": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING",
+    "COMPLETED": "COMPLETED",
+    "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED",
+    "CANCELLED": "CANCELLED", "PREEMPTED": "CANCELLED", "REVOKED": "CANCELLED",
+    "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
+}  # fmt: skip
+
+# Grace after the time limit before the local backend kills a job's process group.
+_KILL_GRACE_S = 10
+
+
+class JobTimeout(RuntimeError):
+    pass
+
+
+def job_function(run_dir: str, time_limit_s: float) -> int:
+    """Runs inside the submitit job: execute job.sbatch, its output beside it.
+
+    The script runs in its own session so that a timeout or cancel can stop every rank it
+    started (kill the process group), leaving no orphans.
+    """
+    rdir = Path(run_dir)
+    job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
+    with open(rdir / f"slurm-{job_id}.out", "ab") as out:
+        proc = subprocess.Popen(["bash", str(rdir / "job.sbatch")], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=rdir, start_new_session=True)
+        (rdir / ".pgid").write_text(str(proc.pid))
+
+        def stop(signum, _frame):
+            _killpg(proc.pid)
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            code = proc.wait(timeout=time_limit_s)
+        except subprocess.TimeoutExpired:
+            _killpg(proc.pid)
+            raise JobTimeout(f"job exceeded its time limit of {time_limit_s:.0f} s") from None
+    if code != 0:
+        raise RuntimeError(f"job.sbatch exited with status {code}")
+    return code
+
+
+def _killpg(pgid: int) -> None:
+    for sig, pause in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + pause
+        while time.time() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
+
+
+# --- backends ------------------------------------------------------------------------------
+
+
+class LocalBackend:
+    """The local site: submitit's LocalExecutor, one job at a time."""
+
+    scheduler = "local"
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, object] = {}
+
+    def check(self, partition: Partition) -> None:
+        """Nothing to reach."""
+
+    def submit(self, run: Run, rdir: Path, partition: Partition) -> str:
+        import submitit
+
+        executor = submitit.LocalExecutor(folder=rdir / "submitit")
+        executor.update_parameters(timeout_min=run.time_limit_min + 1, tasks_per_node=1)
+        job = executor.submit(job_function, str(rdir), run.time_limit_min * 60)
+        self._jobs[job.job_id] = job
+        return str(job.job_id)
+
+    def poll(self, records: list[JobRecord], rdirs: list[Path]) -> dict[str, tuple[str, str]]:
+        """run_id → (state, reason) for local jobs this process started."""
+        out = {}
+        for record, rdir in zip(records, rdirs, strict=True):
+            job = self._jobs.get(record.job_id or "")
+            if job is None:
+                out[record.run_id] = _orphaned_local(record, rdir)
+                continue
+            if not job.done():
+                out[record.run_id] = ("RUNNING", "")
+                continue
+            try:
+                job.result()
+                out[record.run_id] = ("COMPLETED", "")
+            except Exception as exc:
+                text = str(exc)
+                state = "TIMEOUT" if "JobTimeout" in text or "time limit" in text else "FAILED"
+                out[record.run_id] = (state, text.strip().splitlines()[-1] if text else "")
+        return out
+
+    def cancel(self, record: JobRecord, rdir: Path) -> None:
+        pgid = rdir / ".pgid"
+        if pgid.exists():
+            _killpg(int(pgid.read_text()))
+        job = self._jobs.get(record.job_id or "")
+        if job is not None:
+            job.cancel(check=False)
+
+
+def _orphaned_local(record: JobRecord, rdir: Path) -> tuple[str, str]:
+    """A local job started by an orch process that is gone: alive, or finished without us."""
+    pgid = rdir / ".pgid"
+    if pgid.exists():
+        try:
+            os.killpg(int(pgid.read_text()), 0)
+            return ("RUNNING", "")
+        except ProcessLookupError:
+            pass
+    return ("FAILED", "the orch process that ran this local job exited before it finished")
+
+
+class SlurmBackend:
+    """A Slurm cluster: submitit's SlurmExecutor; state from sacct, cancel with scancel."""
+
+    scheduler = "slurm"
+
+    def check(self, partition: Partition) -> None:
+        """Fail before anything is submitted if Slurm or the partition cannot be reached."""
+        try:
+            res = subprocess.run(["sinfo", "-h", "-p", partition.name, "-o", "%P %D"],
+                                 capture_output=True, text=True, timeout=30)
+        except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+            raise SubmitError(f"Slurm is not reachable from here (sinfo: {exc})") from None
+        if res.returncode != 0:
+            raise SubmitError(f"Slurm is not reachable: {res.stderr.strip() or res.stdout}")
+        if not res.stdout.strip():
+            raise SubmitError(f"Slurm has no partition '{partition.name}' (sinfo -p shows none)")
+
+    def submit(self, run: Run, rdir: Path, partition: Partition) -> str:
+        import submitit
+
+        opts = sbatch_options(run, partition, rdir)
+        for key in ("job-name", "partition", "output"):
+            opts.pop(key, None)
+        executor = submitit.SlurmExecutor(folder=rdir / "submitit", python=sys.executable)
+        executor.update_parameters(
+            job_name=run.run_id, partition=partition.name, use_srun=False,
+            stderr_to_stdout=True, additional_parameters=opts,
+        )
+        try:
+            job = executor.submit(job_function, str(rdir), run.time_limit_min * 60 + 60)
+        except Exception as exc:
+            raise SubmitError(f"sbatch refused run {run.run_id}: {exc}") from None
+        return str(job.job_id)
+
+    def poll(self, records: list[JobRecord], rdirs: list[Path]) -> dict[str, tuple[str, str]]:
+        ids = [r.job_id for r in records if r.job_id]
+        if not ids:
+            return {}
+        res = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobIDRaw,JobName,State"],
+            capture_output=True, text=True, timeout=60,
+        )
+        seen: dict[str, tuple[str, str]] = {}
+        for line in res.stdout.splitlines():
+            parts = line.split("|")
+            if len(parts) == 3:
+                seen[parts[0]] = (parts[1], parts[2].split()[0] if parts[2] else "")
+        out = {}
+        for record in records:
+            name, raw = seen.get(record.job_id or "", (None, None))
+            if raw is None:  # not in accounting yet (just submitted)
+                out[record.run_id] = ("PENDING", "")
+            elif name != record.run_id:
+                # Job ids restart after a cluster reset: this id now belongs to another job.
+                out[record.run_id] = ("FAILED", f"job {record.job_id} is no longer this run's "
+                                      f"(Slurm knows it as '{name}')")
+            else:
+                state = SLURM_STATES.get(raw, "FAILED")
+                out[record.run_id] = (state, "" if state != "FAILED" else f"Slurm state {raw}")
+        return out
+
+    def cancel(self, record: JobRecord, rdir: Path) -> None:
+        if record.job_id:
+            subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)
+
+
+def backend_for(scheduler: str) -> LocalBackend | SlurmBackend:
+    return LocalBackend() if scheduler == "local" else SlurmBackend()
+
+
+# --- finishing a run -----------------------------------------------------------------------
+
+
+def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -> JobRecord:
+    """Turn the scheduler's terminal state into orch's, checked against the rank logs."""
+    logs = gather.read_run_logs(rdir) if (rdir / "ranks").is_dir() else []
+    if state == "COMPLETED":
+        ok, why = gather.verdict(run, rdir, logs)
+        if not ok:
+            state, reason = "FAILED", why or "rank logs incomplete"
+    elif state == "FAILED":
+        reason = gather.failure_reason(rdir, run, logs) or reason
+    elif state == "TIMEOUT":
+        reason = reason or f"time limit of {run.time_limit_min} min reached"
+    elif state == "CANCELLED":
+        reason = reason or "cancelled"
+    return record.model_copy(update={"state": state, "reason": reason or None,
+                                     "ended_at": rundir.now()})

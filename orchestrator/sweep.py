@@ -1,0 +1,249 @@
+"""Sweep → runs: expand a matrix of parameters into frozen Run records with stable ids.
+
+A run's id is a hash of everything that changes what it measures, so the same sweep run twice
+finds the same ids (and skips what is finished) while any changed parameter makes a new run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import modes, zoo
+from .errors import UserError
+from .site import Site
+
+SCHEMA_VERSION = 1
+
+
+class Run(BaseModel):
+    """One point of a sweep: everything needed to render, submit and interpret it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    site: str
+    scheduler: str
+    partition: str
+    interconnect: str
+    mode: str
+    framework: str
+    launcher: str
+    model: str
+    dataset: str
+    nodes: int
+    tasks_per_node: int
+    batch_size: int  # per rank (weak scaling: the global batch grows with the ranks)
+    iters: int  # measured iterations
+    warmup: int  # iterations run first and excluded from the statistics
+    repeat: int
+    time_limit_min: int
+    options: dict[str, str] = Field(default_factory=dict)
+    inject_failure: str | None = None  # "RANK@ITER": a test aid that makes one rank fail
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    @property
+    def run_id(self) -> str:
+        return run_id(self)
+
+
+def run_id(run: Run) -> str:
+    """``<mode>-<model>-<partition>-n<nodes>-r<repeat>-<hash>``: readable and unique."""
+    params = run.model_dump(mode="json")
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
+
+
+class SweepSpec(BaseModel):
+    """What the user asked for on the command line; lists are matrix dimensions."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    nodes: tuple[int, ...] = (1, 2, 4)
+    modes: tuple[str, ...] = ("torch-ddp",)
+    models: tuple[str, ...] = ("lenet5",)
+    dataset: str = "cifar"
+    partitions: tuple[str | None, ...] = (None,)
+    batch_sizes: tuple[int, ...] = (32,)
+    tasks_per_node: int = 1
+    iters: int = 20
+    warmup: int = 5
+    repeats: int = 1
+    launcher: str | None = None
+    time_limit_min: int | None = None
+    options: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    inject_failure: str | None = None
+
+
+def parse_int_list(text: str, what: str, minimum: int = 1) -> tuple[int, ...]:
+    """``"1,2,4"`` → (1, 2, 4); a clear error names the option and the bad item."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise UserError(f"{what}: expected a comma-separated list of integers, got '{text}'")
+    out = []
+    for item in items:
+        if not re.fullmatch(r"\d+", item):
+            raise UserError(f"{what}: '{item}' is not a whole number (in '{text}')")
+        value = int(item)
+        if value < minimum:
+            raise UserError(f"{what}: {value} is below the minimum of {minimum}")
+        out.append(value)
+    return tuple(dict.fromkeys(out))
+
+
+def parse_name_list(text: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+
+
+def parse_options(items: list[str]) -> dict[str, tuple[str, ...]]:
+    """``["backend=gloo", "overlap=none,wfbp"]`` → {"backend": ("gloo",), ...}."""
+    out: dict[str, tuple[str, ...]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UserError(f"--option '{item}': expected NAME=VALUE[,VALUE...]")
+        out[key.strip()] = parse_name_list(value)
+    return out
+
+
+def _time_limit(spec: SweepSpec, site_time: str | None) -> int:
+    if spec.time_limit_min is not None:
+        if spec.time_limit_min < 1:
+            raise UserError("--time-limit: at least 1 minute")
+        return spec.time_limit_min
+    return slurm_minutes(site_time) if site_time else 10
+
+
+def slurm_minutes(text: str) -> int:
+    """Slurm's time formats (M, M:S, H:M:S, D-H[:M[:S]]) in whole minutes, rounded up."""
+    days = 0
+    if "-" in text:
+        d, text = text.split("-", 1)
+        days = int(d)
+        parts = [int(p) for p in text.split(":")] + [0, 0]
+        h, m, s = parts[0], parts[1], parts[2]
+    else:
+        parts = [int(p) for p in text.split(":")]
+        if len(parts) == 1:
+            h, m, s = 0, parts[0], 0
+        elif len(parts) == 2:
+            h, m, s = 0, parts[0], parts[1]
+        else:
+            h, m, s = parts
+    return days * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def _check_failure(text: str | None) -> None:
+    if text is not None and not re.fullmatch(r"\d+@\d+", text):
+        raise UserError(f"--inject-failure '{text}': expected RANK@ITER, e.g. 1@3")
+
+
+def expand(spec: SweepSpec, site: Site) -> list[Run]:
+    """The sweep's runs in a stable order. Every input error is raised before anything runs."""
+    positive = {"--iters": spec.iters, "--batch-size": min(spec.batch_sizes, default=0),
+                "--tasks-per-node": spec.tasks_per_node, "--repeats": spec.repeats}
+    for what, value in positive.items():
+        if value < 1:
+            raise UserError(f"{what}: must be at least 1")
+    if spec.warmup < 0:
+        raise UserError("--warmup: must be 0 or more")
+    if spec.dataset not in zoo.DATASETS:
+        raise UserError(f"unknown dataset '{spec.dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    _check_failure(spec.inject_failure)
+    mode_list = [modes.get(m) for m in spec.modes]
+    for model in spec.models:
+        try:
+            entry = zoo.get(model)
+        except (KeyError, ValueError) as exc:
+            raise UserError(str(exc).strip("'\"")) from None
+        if spec.dataset not in entry.datasets:
+            raise UserError(f"model '{model}' has no '{spec.dataset}' variant")
+    for opt_name in spec.options:
+        if not any(opt_name in {o.name for o in m.options} for m in mode_list):
+            raise UserError(
+                f"--option {opt_name}: none of the modes {', '.join(spec.modes)} has it"
+            )
+    partitions = [site.partition(p) for p in spec.partitions]
+
+    runs: list[Run] = []
+    for part, mode, model, nodes, batch, repeat in itertools.product(
+        partitions, mode_list, spec.models, spec.nodes, spec.batch_sizes, range(spec.repeats)
+    ):
+        if nodes > part.nodes:
+            raise UserError(
+                f"--nodes {nodes}: partition '{part.name}' of site '{site.name}' has only "
+                f"{part.nodes} node(s)"
+            )
+        launcher = _launcher(spec.launcher, site, part.launcher, mode)
+        given = {k: v for k, v in spec.options.items() if k in {o.name for o in mode.options}}
+        option_sets = [dict(zip(given, combo, strict=True)) for combo in itertools.product(*given.values())]
+        for opts in option_sets or [{}]:
+            runs.append(
+                Run(
+                    site=site.name,
+                    scheduler=site.scheduler,
+                    partition=part.name,
+                    interconnect=part.interconnect,
+                    mode=mode.name,
+                    framework=mode.framework,
+                    launcher=launcher,
+                    model=model,
+                    dataset=spec.dataset,
+                    nodes=nodes,
+                    tasks_per_node=spec.tasks_per_node,
+                    batch_size=batch,
+                    iters=spec.iters,
+                    warmup=spec.warmup,
+                    repeat=repeat,
+                    time_limit_min=_time_limit(spec, part.sbatch.time),
+                    options=mode.resolve_options(opts, part.gpus_per_node),
+                    inject_failure=spec.inject_failure,
+                )
+            )
+    return runs
+
+
+def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode) -> str:
+    """The launcher for a run: the user's choice, else the partition's, else the mode's own."""
+    allowed_here = {"local": ("local", "mpirun"), "slurm": ("srun", "mpirun")}[site.scheduler]
+    if requested is not None:
+        if requested not in ("srun", "mpirun", "local"):
+            raise UserError(f"--launcher {requested}: valid: srun, mpirun, local")
+        if requested not in allowed_here:
+            raise UserError(
+                f"--launcher {requested}: not available on a {site.scheduler} site "
+                f"(valid here: {', '.join(allowed_here)})"
+            )
+        if requested not in mode.launchers:
+            raise UserError(
+                f"--launcher {requested}: mode '{mode.name}' runs with {', '.join(mode.launchers)}"
+            )
+        return requested
+    if partition_default in mode.launchers and partition_default in allowed_here:
+        return partition_default
+    for candidate in mode.launchers:
+        if candidate in allowed_here:
+            return candidate
+    raise UserError(f"mode '{mode.name}' cannot be launched on a {site.scheduler} site")
+
+
+def summary(run: Run) -> dict[str, Any]:
+    """The run parameters a results table shows."""
+    return {
+        "run_id": run.run_id,
+        "mode": run.mode,
+        "model": run.model,
+        "partition": run.partition,
+        "nodes": run.nodes,
+        "ranks": run.ranks,
+        "batch_size": run.batch_size,
+        "launcher": run.launcher,
+    }

@@ -1,0 +1,202 @@
+"""The rank-side harness shared by every workload: arguments, timers, the JSONL rank log.
+
+Stdlib only, and no framework import: any environment's Python (a TensorFlow venv, an MXNet
+one with its old numpy) imports it from the staged copy beside the runs.
+
+A rank log is one JSON object per line: a ``header`` (who, where, versions, environment), one
+``iter`` record per iteration (warm-up included and flagged), and a ``footer`` (status, peak
+memory, parameter checksum). Lines are flushed as they are written, so a rank that dies still
+leaves everything it measured.
+
+Phase names follow the source papers (see DESIGN.md): ``t_io`` data not hidden by prefetch,
+``t_h2d`` host-to-device copy, ``t_f`` forward (+ loss), ``t_b`` backward compute, ``t_comm``
+gradient communication NOT hidden behind backward, ``t_u`` update; ``t_iter`` is the wall time of
+the whole iteration. ``t_comm_total`` is all communication time where the workload can see it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+
+PHASES = ("t_io", "t_h2d", "t_f", "t_b", "t_comm", "t_u")
+LOG_SCHEMA = 1
+
+# Environment variables worth keeping beside every measurement: they change what is measured.
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
+                 "HOROVOD_", "CUDA_VISIBLE_DEVICES", "MASTER_", "SLURM_JOB_", "SLURM_NNODES",
+                 "SLURM_NTASKS", "SLURM_PARTITION", "ORCH_")
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every workload takes (rendered by orchestrator.render.workload_args)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--log-dir", required=True, help="directory of the rank-<k>.jsonl files")
+    p.add_argument("--model", required=True)
+    p.add_argument("--dataset", default="cifar")
+    p.add_argument("--batch-size", type=int, required=True, help="samples per rank")
+    p.add_argument("--iters", type=int, required=True, help="measured iterations")
+    p.add_argument("--warmup", type=int, default=5, help="iterations excluded from statistics")
+    p.add_argument("--inject-failure", default=None, help="RANK@ITER: that rank fails there")
+    return p
+
+
+class RankInfo:
+    """Where this process sits in the job, from the launcher's variables.
+
+    srun and orch's local launcher set SLURM_*; mpirun sets OMPI_COMM_WORLD_*; torchrun and
+    our launch scripts set RANK/WORLD_SIZE/LOCAL_RANK. The first that is present wins.
+    """
+
+    def __init__(self, env: dict | None = None) -> None:
+        env = dict(os.environ if env is None else env)
+
+        def first(*names: str, default: str = "0") -> int:
+            for name in names:
+                if env.get(name, "") != "":
+                    return int(env[name])
+            return int(default)
+
+        self.rank = first("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+        self.world_size = first("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                default="1")
+        self.local_rank = first("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+        self.node_rank = first("NODE_RANK", "OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID")
+        self.host = socket.gethostname()
+        self.node = env.get("SLURMD_NODENAME") or self.host
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def parse_failure(spec: str | None) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    rank, _, it = spec.partition("@")
+    return int(rank), int(it)
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose (--inject-failure) to test that orch records a failed rank."""
+
+
+class RankLog:
+    """Writes one rank's JSONL log; use :func:`rank_log` to get the header/footer right."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - line-buffered, survives a crash
+
+    def write(self, record: dict) -> None:
+        self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class Session:
+    """What a workload uses while it runs: timers, per-iteration records, the footer fields."""
+
+    def __init__(self, args: argparse.Namespace, info: RankInfo, log: RankLog) -> None:
+        self.args = args
+        self.info = info
+        self.log = log
+        self.footer: dict = {}
+        self.failure = parse_failure(args.inject_failure)
+        self._phases: dict = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        """Time one phase of the current iteration (accumulates if entered twice)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - t0
+
+    def add(self, name: str, seconds: float) -> None:
+        self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    def iterations(self):
+        """Yield iteration numbers; time each one and log it when the body is done."""
+        total = self.args.warmup + self.args.iters
+        for it in range(total):
+            if self.failure and self.failure == (self.info.rank, it):
+                raise InjectedFailure(f"injected failure on rank {self.info.rank} at iter {it}")
+            self._phases = {}
+            wall = time.time()
+            t0 = time.perf_counter()
+            yield it
+            t_iter = time.perf_counter() - t0
+            record = {"type": "iter", "iter": it, "warmup": it < self.args.warmup,
+                      "t_start": wall, "t_iter": t_iter, "samples": self.args.batch_size}
+            for name in PHASES:
+                record[name] = self._phases.get(name, 0.0)
+            for name, value in self._phases.items():
+                record.setdefault(name, value)
+            self.log.write(record)
+
+
+def versions(**extra: str) -> dict:
+    out = {"python": platform.python_version()}
+    try:
+        from orchestrator import __version__
+
+        out["orch"] = __version__
+    except ImportError:  # pragma: no cover - the staged copy always has it
+        pass
+    out.update(extra)
+    return out
+
+
+def interesting_env() -> dict:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+
+
+@contextmanager
+def rank_log(args: argparse.Namespace, framework: str, mode: str, roles: str = "worker"):
+    """Open this rank's log, write the header, yield a Session, always write a footer.
+
+    An exception in the workload becomes ``status: error`` with the traceback's last lines and
+    exit code 1, so orch records the failure instead of guessing from a missing file.
+    """
+    info = RankInfo()
+    os.makedirs(args.log_dir, exist_ok=True)
+    log = RankLog(os.path.join(args.log_dir, f"rank-{info.rank}.jsonl"))
+    header = {
+        "type": "header", "schema": LOG_SCHEMA, "run_id": args.run_id, "framework": framework,
+        "mode": mode, "role": roles, "rank": info.rank, "world_size": info.world_size,
+        "local_rank": info.local_rank, "node_rank": info.node_rank, "host": info.host,
+        "node": info.node, "pid": os.getpid(), "model": args.model, "dataset": args.dataset,
+        "batch_size": args.batch_size, "warmup": args.warmup, "iters": args.iters,
+        "started_at": time.time(), "argv": sys.argv, "env": interesting_env(),
+        "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
+    }
+    log.write(header)
+    session = Session(args, info, log)
+    status, error, code = "ok", None, 0
+    try:
+        yield session
+    except BaseException as exc:
+        status, code = "error", 1
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        error = ("".join(lines[-6:]))[-2000:]
+        print(error, file=sys.stderr)
+    footer = {"type": "footer", "status": status, "error": error,
+              "peak_rss_bytes": peak_rss_bytes(), "ended_at": time.time()}
+    footer.update(session.footer)
+    log.write(footer)
+    log.close()
+    if code:
+        sys.exit(code)
