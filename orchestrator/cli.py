@@ -27,8 +27,9 @@ site_app = typer.Typer(help="List, show, validate site configs; print their JSON
                        no_args_is_help=True)
 app.add_typer(site_app, name="site")
 
-out_console = Console()
-err_console = Console(stderr=True)
+# Not a terminal (a pipe, CI's log): do not wrap long paths and run ids at 80 columns.
+out_console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, soft_wrap=True)
 
 STATE_STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "red",
                "RUNNING": "cyan", "PENDING": "blue", "NEW": "dim"}
@@ -60,7 +61,8 @@ def sweep(
     partition: Annotated[str | None, typer.Option(help="Partition(s), comma-separated; "
                                                   "default: the site's default.")] = None,
     batch_size: Annotated[str, typer.Option(help="Samples per rank, comma-separated.")] = "32",
-    tasks_per_node: Annotated[int, typer.Option(help="Ranks per node.")] = 1,
+    tasks_per_node: Annotated[int | None, typer.Option(help="Ranks per node; default: one per "
+                                                       "GPU, or 1 on CPU partitions.")] = None,
     iters: Annotated[int, typer.Option(help="Measured iterations.")] = 20,
     warmup: Annotated[int, typer.Option(help="Warm-up iterations (run, not measured).")] = 5,
     repeats: Annotated[int, typer.Option(help="Repetitions of every run.")] = 1,

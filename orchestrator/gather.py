@@ -68,19 +68,30 @@ def tail(path: Path, lines: int = 12) -> str:
 
 
 def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None]:
-    """(ok, reason): does the run's data prove it completed?"""
+    """(ok, reason): does the run's data prove it completed?
+
+    When several ranks failed, the reason is the root cause: the rank whose own error came
+    first (the others typically died of a closed connection, or were stopped by the launcher).
+    """
     by_rank = {log.rank: log for log in logs}
+    problems: list[tuple[int, float, str]] = []  # (kind, when, message): lowest sorts first
     for rank in range(run.ranks):
         log = by_rank.get(rank)
         if log is None:
-            return False, f"rank {rank}: no log{_excerpt(rdir, rank)}"
-        if log.footer is None:
-            return False, f"rank {rank}: log ends without a footer (killed?){_excerpt(rdir, rank)}"
-        if log.footer.get("status") != "ok":
-            return False, f"rank {rank}: {(log.footer.get('error') or 'failed').strip()}"
-        measured = [r for r in log.iters if not r.get("warmup")]
-        if len(measured) != run.iters:
-            return False, f"rank {rank}: {len(measured)} of {run.iters} measured iterations logged"
+            problems.append((2, 0.0, f"rank {rank}: no log{_excerpt(rdir, rank)}"))
+        elif log.footer is None:
+            problems.append((1, 0.0, f"rank {rank}: log ends without a footer (killed?)"
+                                     f"{_excerpt(rdir, rank)}"))
+        elif log.footer.get("status") != "ok":
+            error = (log.footer.get("error") or "failed").strip()
+            problems.append((0, log.footer.get("ended_at") or 0.0, f"rank {rank}: {error}"))
+        else:
+            measured = [r for r in log.iters if not r.get("warmup")]
+            if len(measured) != run.iters:
+                problems.append((3, 0.0, f"rank {rank}: {len(measured)} of {run.iters} "
+                                         "measured iterations logged"))
+    if problems:
+        return False, min(problems)[2]
     if modes.get(run.mode).synchronous and run.ranks > 1:
         sums = [by_rank[r].footer.get("param_checksum") for r in range(run.ranks)]
         if all(isinstance(s, (int, float)) for s in sums):

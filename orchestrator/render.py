@@ -108,7 +108,9 @@ def transport_env(partition: Partition) -> list[tuple[str, str]]:
         out.append(("NCCL_IB_DISABLE", "1"))
         out += [("OMPI_MCA_pml", "ob1"), ("OMPI_MCA_btl", "self,vader,tcp")]
     out += [("OMPI_MCA_btl_tcp_if_include", nic), ("OMPI_MCA_oob_tcp_if_include", nic)]
-    return out
+    overrides = dict(partition.env)
+    merged = [(k, overrides.pop(k, v)) for k, v in out]
+    return merged + sorted(overrides.items())
 
 
 def workload_args(run: Run, run_dir: Path) -> list[str]:

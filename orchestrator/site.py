@@ -25,6 +25,13 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            raise ValueError(f"'{key}' is not a valid environment variable name")
+    return env
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -80,6 +87,16 @@ class Partition(_Strict):
     )
     launcher: Launcher = Field("srun", description="default launcher of multi-node jobs")
     sbatch: SbatchOptions = Field(default_factory=SbatchOptions)
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="variables set after the interconnect's defaults, overriding them "
+        "(e.g. OMPI_MCA_pml where UCX is missing)",
+    )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_env_names(v)
 
     @model_validator(mode="after")
     def _fabric(self) -> Partition:
@@ -111,10 +128,7 @@ class Environment(_Strict):
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        for key in v:
-            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise ValueError(f"'{key}' is not a valid environment variable name")
-        return v
+        return _check_env_names(v)
 
 
 class Site(_Strict):

@@ -188,22 +188,23 @@ class SlurmBackend:
         return str(job.job_id)
 
     def poll(self, records: list[JobRecord], rdirs: list[Path]) -> dict[str, tuple[str, str]]:
+        """State of each run's job: slurmctld (squeue) first, accounting (sacct) after.
+
+        slurmctld is authoritative for live jobs and for finished ones it still remembers
+        (MinJobAge); slurmdbd lags, and shows a running job as a placeholder named
+        'allocation' in state PENDING. Only jobs slurmctld has forgotten come from sacct.
+        """
         ids = [r.job_id for r in records if r.job_id]
         if not ids:
             return {}
-        res = subprocess.run(
-            ["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o", "JobIDRaw,JobName,State"],
-            capture_output=True, text=True, timeout=60,
-        )
-        seen: dict[str, tuple[str, str]] = {}
-        for line in res.stdout.splitlines():
-            parts = line.split("|")
-            if len(parts) == 3:
-                seen[parts[0]] = (parts[1], parts[2].split()[0] if parts[2] else "")
+        seen = _squeue(ids)
+        missing = [i for i in ids if i not in seen]
+        if missing:
+            seen.update(_sacct(missing))
         out = {}
         for record in records:
             name, raw = seen.get(record.job_id or "", (None, None))
-            if raw is None:  # not in accounting yet (just submitted)
+            if raw is None:  # neither knows it yet (just submitted)
                 out[record.run_id] = ("PENDING", "")
             elif name != record.run_id:
                 # Job ids restart after a cluster reset: this id now belongs to another job.
@@ -217,6 +218,26 @@ class SlurmBackend:
     def cancel(self, record: JobRecord, rdir: Path) -> None:
         if record.job_id:
             subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)
+
+
+def _query(cmd: list[str]) -> dict[str, tuple[str, str]]:
+    """job id -> (job name, state word) from a '|'-separated squeue/sacct listing."""
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    seen: dict[str, tuple[str, str]] = {}
+    for line in res.stdout.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[2]:
+            seen[parts[0]] = (parts[1], parts[2].split()[0])
+    return seen
+
+
+def _squeue(ids: list[str]) -> dict[str, tuple[str, str]]:
+    return _query(["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%j|%T"])
+
+
+def _sacct(ids: list[str]) -> dict[str, tuple[str, str]]:
+    return _query(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o",
+                   "JobIDRaw,JobName,State"])
 
 
 def backend_for(scheduler: str) -> LocalBackend | SlurmBackend:
@@ -233,7 +254,7 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
         ok, why = gather.verdict(run, rdir, logs)
         if not ok:
             state, reason = "FAILED", why or "rank logs incomplete"
-    elif state == "FAILED":
+    elif state == "FAILED" and (not reason or reason.startswith("Slurm state")):
         reason = gather.failure_reason(rdir, run, logs) or reason
     elif state == "TIMEOUT":
         reason = reason or f"time limit of {run.time_limit_min} min reached"

@@ -73,7 +73,7 @@ class SweepSpec(BaseModel):
     dataset: str = "cifar"
     partitions: tuple[str | None, ...] = (None,)
     batch_sizes: tuple[int, ...] = (32,)
-    tasks_per_node: int = 1
+    tasks_per_node: int | None = None  # default: one rank per GPU, else one per node
     iters: int = 20
     warmup: int = 5
     repeats: int = 1
@@ -149,7 +149,7 @@ def _check_failure(text: str | None) -> None:
 def expand(spec: SweepSpec, site: Site) -> list[Run]:
     """The sweep's runs in a stable order. Every input error is raised before anything runs."""
     positive = {"--iters": spec.iters, "--batch-size": min(spec.batch_sizes, default=0),
-                "--tasks-per-node": spec.tasks_per_node, "--repeats": spec.repeats}
+                "--tasks-per-node": spec.tasks_per_node or 1, "--repeats": spec.repeats}
     for what, value in positive.items():
         if value < 1:
             raise UserError(f"{what}: must be at least 1")
@@ -183,7 +183,8 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
                 f"{part.nodes} node(s)"
             )
         launcher = _launcher(spec.launcher, site, part.launcher, mode)
-        given = {k: v for k, v in spec.options.items() if k in {o.name for o in mode.options}}
+        names = {o.name for o in mode.options}
+        given = {k: v for k, v in spec.options.items() if k in names}
         option_sets = [dict(zip(given, combo, strict=True)) for combo in itertools.product(*given.values())]
         for opts in option_sets or [{}]:
             runs.append(
@@ -198,7 +199,7 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
                     model=model,
                     dataset=spec.dataset,
                     nodes=nodes,
-                    tasks_per_node=spec.tasks_per_node,
+                    tasks_per_node=spec.tasks_per_node or part.gpus_per_node or 1,
                     batch_size=batch,
                     iters=spec.iters,
                     warmup=spec.warmup,

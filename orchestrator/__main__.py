@@ -1,0 +1,5 @@
+"""``python -m orchestrator`` is the ``orch`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,116 @@
+"""Site configs: the shipped ones are valid, bad ones get located, actionable errors."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+import yaml
+
+from orchestrator import site as sitemod
+from orchestrator.errors import UserError
+
+from .conftest import run_orch
+
+GOOD = """\
+name: mini
+scheduler: slurm
+partitions:
+  - name: ib
+    interconnect: infiniband
+    nodes: 2
+    cpus_per_node: 8
+    socket_ifname: ib0
+environments:
+  torch: {}
+"""
+
+
+def write(tmp_path, text, name="mini.yaml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("name", ["local", "testcluster", "example-gpu-cluster"])
+def test_shipped_sites_are_valid_and_match_the_published_schema(name):
+    site, path = sitemod.load(name)
+    assert site.name == name
+    jsonschema.validate(yaml.safe_load(path.read_text()), sitemod.schema())
+
+
+def test_minimal_site_fills_defaults(tmp_path):
+    site, _ = sitemod.load(str(write(tmp_path, GOOD)))
+    part = site.partition(None)
+    assert (part.name, part.gpus_per_node, part.launcher) == ("ib", 0, "srun")
+
+
+def test_missing_field_names_file_line_and_field(tmp_path):
+    text = GOOD.replace("    socket_ifname: ib0\n", "")
+    with pytest.raises(UserError) as err:
+        sitemod.load(str(write(tmp_path, text)))
+    msg = str(err.value)
+    assert "mini.yaml:4: partitions[0].socket_ifname: required field is missing" in msg
+
+
+def test_mistyped_value_and_misspelt_field(tmp_path):
+    text = GOOD.replace("nodes: 2", "nodes: two").replace("cpus_per_node", "cpu_per_node")
+    with pytest.raises(UserError) as err:
+        sitemod.load(str(write(tmp_path, text)))
+    msg = str(err.value)
+    assert "mini.yaml:6: partitions[0].nodes: Input should be a valid integer" in msg
+    assert "(got 'two')" in msg
+    assert "partitions[0].cpu_per_node: unknown field; valid fields here:" in msg
+    assert "cpus_per_node" in msg.split("cpu_per_node: unknown field")[1]
+
+
+def test_misspelt_environment_field_lists_environment_fields(tmp_path):
+    text = GOOD.replace("torch: {}", "torch:\n    pyhton: /usr/bin/python3")
+    with pytest.raises(UserError, match=r"environments\.torch\.pyhton: unknown field; valid "
+                       r"fields here: container, env, modules, python"):
+        sitemod.load(str(write(tmp_path, text)))
+
+
+def test_bad_interconnect_lists_choices(tmp_path):
+    with pytest.raises(UserError, match=r"interconnect: Input should be 'infiniband' or "
+                       r"'ethernet' \(got 'omnipath'\)"):
+        sitemod.load(str(write(tmp_path, GOOD.replace("infiniband", "omnipath"))))
+
+
+def test_cross_field_rules(tmp_path):
+    with pytest.raises(UserError, match="default_partition 'gpu' is not one of"):
+        sitemod.load(str(write(tmp_path, GOOD + "default_partition: gpu\n")))
+    eth = GOOD.replace("infiniband", "ethernet").replace("socket_ifname: ib0",
+                                                          "socket_ifname: eth0\n    ib_hca: [mlx5_0]")
+    with pytest.raises(UserError, match="ib_hca is only meaningful"):
+        sitemod.load(str(write(tmp_path, eth)))
+
+
+def test_not_yaml_and_unknown_site(tmp_path):
+    with pytest.raises(UserError, match=r"mini.yaml:\d+: not valid YAML"):
+        sitemod.load(str(write(tmp_path, "name: [unclosed\n")))
+    with pytest.raises(UserError, match="unknown site 'nowhere'; valid: .*local"):
+        sitemod.load("nowhere")
+
+
+def test_unknown_partition_lists_valid_ones():
+    site, _ = sitemod.load("testcluster")
+    with pytest.raises(UserError, match="no partition 'gpu'; valid: ib, eth"):
+        site.partition("gpu")
+
+
+def test_cli_validate_exit_codes(tmp_path):
+    ok = run_orch("site", "validate", write(tmp_path, GOOD))
+    assert ok.returncode == 0 and "valid site 'mini'" in ok.stdout
+    bad = run_orch("site", "validate", write(tmp_path, GOOD.replace("nodes: 2", "nodes: -1")))
+    assert bad.returncode == 2
+    assert "partitions[0].nodes: Input should be greater than or equal to 1" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+def test_cli_schema_is_json_schema():
+    proc = run_orch("site", "schema", check=True)
+    schema = json.loads(proc.stdout)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert "partitions" in schema["required"]

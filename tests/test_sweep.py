@@ -1,0 +1,90 @@
+"""Sweep expansion: the matrix, stable ids, and every bad input rejected before anything runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import site as sitemod
+from orchestrator.errors import UserError
+from orchestrator.sweep import SweepSpec, expand, parse_int_list, parse_options, slurm_minutes
+
+
+@pytest.fixture(scope="module")
+def local():
+    return sitemod.load("local")[0]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    return sitemod.load("testcluster")[0]
+
+
+def test_default_sweep_is_one_run_per_node_count(local):
+    runs = expand(SweepSpec(), local)
+    assert [(r.nodes, r.ranks, r.launcher) for r in runs] == [(1, 1, "local"), (2, 2, "local"),
+                                                              (4, 4, "local")]
+    assert {r.options["backend"] for r in runs} == {"gloo"}  # CPU partition
+
+
+def test_ids_are_stable_and_change_with_any_parameter(local):
+    a = expand(SweepSpec(nodes=(2,)), local)[0]
+    again = expand(SweepSpec(nodes=(2,)), local)[0]
+    other = expand(SweepSpec(nodes=(2,), batch_sizes=(64,)), local)[0]
+    assert a.run_id == again.run_id
+    assert a.run_id != other.run_id
+    assert a.run_id.startswith("torch-ddp-lenet5-local-n2-r0-")
+
+
+def test_matrix_over_partitions_models_repeats_and_options(cluster):
+    spec = SweepSpec(nodes=(1, 4), partitions=("ib", "eth"), models=("lenet5", "resnet18"),
+                     repeats=2, options={"backend": ("gloo",)})
+    runs = expand(spec, cluster)
+    assert len(runs) == 2 * 2 * 2 * 2
+    assert len({r.run_id for r in runs}) == len(runs)
+    assert {(r.partition, r.interconnect) for r in runs} == {("ib", "infiniband"),
+                                                             ("eth", "ethernet")}
+    assert {r.launcher for r in runs} == {"srun"}
+    assert {r.time_limit_min for r in runs} == {10}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("1,x", "'x' is not a whole number"), ("0", "0 is below the minimum of 1"),
+     ("", "expected a comma-separated list"), ("1,-2", "'-2' is not a whole number")],
+)
+def test_bad_node_lists(text, message):
+    with pytest.raises(UserError, match=message):
+        parse_int_list(text, "--nodes")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (SweepSpec(nodes=(8,)), "partition 'local' of site 'local' has only 4 node"),
+        (SweepSpec(modes=("caffe",)), "unknown mode 'caffe'; valid: torch-ddp"),
+        (SweepSpec(models=("vgg16",)), "unknown model 'vgg16'; valid: alexnet, googlenet"),
+        (SweepSpec(models=("lenet5",), dataset="imagenet"), "no 'imagenet' variant"),
+        (SweepSpec(partitions=("gpu",)), "no partition 'gpu'; valid: local"),
+        (SweepSpec(launcher="srun"), "not available on a local site"),
+        (SweepSpec(options={"backend": ("mpi",)}), "backend=mpi is not valid; choices: nccl"),
+        (SweepSpec(options={"overlap": ("wfbp",)}), "--option overlap: none of the modes"),
+        (SweepSpec(iters=0), "--iters: must be at least 1"),
+        (SweepSpec(inject_failure="one"), "expected RANK@ITER"),
+        (SweepSpec(time_limit_min=0), "--time-limit: at least 1 minute"),
+    ],
+)
+def test_bad_sweeps_are_rejected(local, spec, message):
+    with pytest.raises(UserError, match=message):
+        expand(spec, local)
+
+
+def test_option_parsing():
+    assert parse_options(["backend=gloo,nccl"]) == {"backend": ("gloo", "nccl")}
+    with pytest.raises(UserError, match="expected NAME=VALUE"):
+        parse_options(["backend"])
+
+
+@pytest.mark.parametrize(("text", "minutes"), [("30", 30), ("00:30:00", 30), ("1:00:01", 61),
+                                               ("1-00:00:00", 1440), ("2-1", 2940)])
+def test_slurm_time_formats(text, minutes):
+    assert slurm_minutes(text) == minutes
