@@ -22,11 +22,17 @@ GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "ta
               "launcher", "options")
 
 
+# Every column run_metrics can fill: a run with no measured iteration has them all as None.
+METRICS = ("iterations_measured", "samples_per_s", "samples_per_s_std", "t_iter", "t_iter_std",
+           "hosts", "distinct_hosts", *PHASES, *(f"{p}_std" for p in PHASES), "t_comm_total",
+           "t_unaccounted")
+
+
 def run_metrics(iters: pd.DataFrame) -> dict:
     """Throughput and phase statistics of one run from its measured iteration rows."""
-    m = iters[~iters["warmup_iter"]]
+    m = iters[~iters["warmup_iter"]] if not iters.empty else iters
     if m.empty:
-        return {"iterations_measured": 0}
+        return {**dict.fromkeys(METRICS), "iterations_measured": 0}
     ends = m["t_start"] + m["t_iter"]
     per_rank = m.assign(end=ends).groupby("rank").agg(first=("t_start", "min"), last=("end", "max"))
     window = float((per_rank["last"] - per_rank["first"]).max())

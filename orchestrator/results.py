@@ -40,8 +40,7 @@ def merge(out: Path) -> pd.DataFrame:
             job_id=record.job_id if record else None,
             attempt=record.attempt if record else 0,
         )
-        if run_rows:
-            entry.update(analyze.run_metrics(pd.DataFrame(run_rows)))
+        entry.update(analyze.run_metrics(pd.DataFrame(run_rows, columns=gather.ITER_SCHEMA.names)))
         entry.update(gather.footer_facts(logs))
         runs.append(entry)
     table = gather.iteration_table(rows)

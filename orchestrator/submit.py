@@ -127,9 +127,10 @@ class LocalBackend:
                 job.result()
                 out[record.run_id] = ("COMPLETED", "")
             except Exception as exc:
+                # Its text is a traceback and log paths: the rank logs explain better (finalize).
                 text = str(exc)
-                state = "TIMEOUT" if "JobTimeout" in text or "time limit" in text else "FAILED"
-                out[record.run_id] = (state, text.strip().splitlines()[-1] if text else "")
+                timeout = "JobTimeout" in text or "time limit" in text
+                out[record.run_id] = ("TIMEOUT", "") if timeout else ("FAILED", "")
         return out
 
     def cancel(self, record: JobRecord, rdir: Path) -> None:
@@ -254,8 +255,10 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
         ok, why = gather.verdict(run, rdir, logs)
         if not ok:
             state, reason = "FAILED", why or "rank logs incomplete"
-    elif state == "FAILED" and (not reason or reason.startswith("Slurm state")):
-        reason = gather.failure_reason(rdir, run, logs) or reason
+    elif state == "FAILED":
+        # The scheduler's word (e.g. NODE_FAIL, a reused job id) and the root cause in the logs.
+        found = gather.failure_reason(rdir, run, logs)
+        reason = "; ".join(r for r in (reason, found) if r)
     elif state == "TIMEOUT":
         reason = reason or f"time limit of {run.time_limit_min} min reached"
     elif state == "CANCELLED":

@@ -185,7 +185,8 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
         launcher = _launcher(spec.launcher, site, part.launcher, mode)
         names = {o.name for o in mode.options}
         given = {k: v for k, v in spec.options.items() if k in names}
-        option_sets = [dict(zip(given, combo, strict=True)) for combo in itertools.product(*given.values())]
+        option_sets = [dict(zip(given, combo, strict=True))
+                       for combo in itertools.product(*given.values())]
         for opts in option_sets or [{}]:
             runs.append(
                 Run(

@@ -18,10 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def run_orch(*args: str, timeout: float = 600, check: bool = False, cwd: Path | None = None):
+def run_orch(*args: str, timeout: float = 600, check: bool = False, cwd: Path | None = None,
+             env: dict[str, str] | None = None):
     """Run ``orch`` as a user would (a separate process) and return the CompletedProcess."""
     proc = subprocess.run([sys.executable, "-m", "orchestrator", *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd or ROOT,
+                          env={**os.environ, **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"orch {' '.join(map(str, args))} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")

@@ -49,7 +49,7 @@ def check_golden(name: str, text: str) -> None:
 @pytest.mark.parametrize("mode", sorted(modes.registry()))
 @pytest.mark.parametrize(("site_name", "partition"), TARGETS)
 def test_golden(site_name, partition, mode):
-    run, r = rendered(site_name, partition, mode)
+    _, r = rendered(site_name, partition, mode)
     stem = f"{mode}.{site_name}.{partition}"
     check_golden(f"{stem}.job.sbatch", r.job_script)
     check_golden(f"{stem}.launch.sh", r.launch_script)

@@ -81,8 +81,8 @@ def test_bad_interconnect_lists_choices(tmp_path):
 def test_cross_field_rules(tmp_path):
     with pytest.raises(UserError, match="default_partition 'gpu' is not one of"):
         sitemod.load(str(write(tmp_path, GOOD + "default_partition: gpu\n")))
-    eth = GOOD.replace("infiniband", "ethernet").replace("socket_ifname: ib0",
-                                                          "socket_ifname: eth0\n    ib_hca: [mlx5_0]")
+    eth = GOOD.replace("infiniband", "ethernet").replace(
+        "socket_ifname: ib0", "socket_ifname: eth0\n    ib_hca: [mlx5_0]")
     with pytest.raises(UserError, match="ib_hca is only meaningful"):
         sitemod.load(str(write(tmp_path, eth)))
 
@@ -90,7 +90,7 @@ def test_cross_field_rules(tmp_path):
 def test_not_yaml_and_unknown_site(tmp_path):
     with pytest.raises(UserError, match=r"mini.yaml:\d+: not valid YAML"):
         sitemod.load(str(write(tmp_path, "name: [unclosed\n")))
-    with pytest.raises(UserError, match="unknown site 'nowhere'; valid: .*local"):
+    with pytest.raises(UserError, match=r"unknown site 'nowhere'; valid: .*local"):
         sitemod.load("nowhere")
 
 

@@ -170,6 +170,10 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str, roles: str = "
 
     An exception in the workload becomes ``status: error`` with the traceback's last lines and
     exit code 1, so orch records the failure instead of guessing from a missing file.
+
+    The rank process ends here, with ``os._exit``, once the footer is on disk: interpreter
+    teardown with live communication threads can abort (Gloo: "terminate called without an
+    active exception", seen on the test cluster), turning a finished rank into a failed job.
     """
     info = RankInfo()
     os.makedirs(args.log_dir, exist_ok=True)
@@ -198,5 +202,6 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str, roles: str = "
     footer.update(session.footer)
     log.write(footer)
     log.close()
-    if code:
-        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

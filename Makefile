@@ -1,0 +1,39 @@
+# The two commands of the README's quick start, and the pieces they are made of.
+#   make sweep   set up orch + PyTorch (CPU) in .venv and run `orch sweep --nodes 1,2,4` here
+#   make test    set up the test tools and the 4-node test Slurm cluster (as root), run all tests
+# CI (.ci/run) calls `make test`.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: sweep test lint cluster-up cluster-down clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch==2.13.0 is the CPU wheel (an unpinned torch would pull a multi-GB CUDA build).
+	$(BIN)/python -m pip install --quiet -e '.[torch,test]'
+	touch $@
+
+sweep: $(STAMP)
+	$(BIN)/orch sweep --nodes 1,2,4
+
+# The Slurm-backed tests need root to install and start the test cluster; without root they
+# skip, except under CI=true where they fail.
+cluster-up:
+	@if [ "$$(id -u)" = 0 ]; then scripts/testcluster up; \
+	else echo "not root: the test Slurm cluster is not started (its tests will skip)"; fi
+
+cluster-down:
+	scripts/testcluster down
+
+lint: $(STAMP)
+	$(BIN)/ruff check orchestrator tests benchmarks
+
+test: $(STAMP) cluster-up lint
+	$(BIN)/python -m pytest -ra
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,170 @@
+"""Against the real 4-node test Slurm cluster (scripts/testcluster up): sweeps, failures,
+cancel, status/gather from another process, and every rendered script through sbatch.
+
+Under CI=true these run (a missing cluster fails them); elsewhere they skip without one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import modes
+from orchestrator import site as sitemod
+from orchestrator.render import render_run
+from orchestrator.sweep import SweepSpec, expand
+
+from .conftest import processes_matching, run_orch
+
+pytestmark = [pytest.mark.slurm, pytest.mark.ranks]
+ITERS, WARMUP = 6, 2
+
+
+def results(out):
+    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+
+
+@pytest.fixture(scope="module")
+def cluster_sweep(slurm_cluster, tmp_path_factory):
+    out = tmp_path_factory.mktemp("slurm-sweep")
+    proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2,4", "--partition",
+                    "ib,eth", "--iters", ITERS, "--warmup", WARMUP, "--out", out, check=True)
+    return out, proc
+
+
+def test_sweep_runs_each_job_on_its_nodes(cluster_sweep):
+    out, _ = cluster_sweep
+    recs = results(out)
+    assert len(recs) == 6
+    assert {(r["partition"], r["interconnect"]) for r in recs} == {("ib", "infiniband"),
+                                                                   ("eth", "ethernet")}
+    for r in recs:
+        assert r["state"] == "COMPLETED", r["reason"]
+        assert r["site"] == "testcluster" and r["launcher"] == "srun"
+        assert r["job_id"] and r["samples_per_s"] > 0 and r["iterations_measured"] == ITERS
+        hosts = r["hosts"].split(",")
+        assert len(hosts) == r["nodes"] == r["distinct_hosts"]
+        assert all(h.startswith("node") for h in hosts)
+        assert r["checksums_agree"] is True
+        assert r["speedup"] is not None and r["efficiency"] is not None
+
+
+def test_interconnect_reaches_the_ranks(cluster_sweep):
+    out, _ = cluster_sweep
+    for rdir in (p for p in out.iterdir() if (p / "run.json").exists()):
+        run = json.loads((rdir / "run.json").read_text())
+        header = json.loads((rdir / "ranks" / "rank-0.jsonl").read_text().splitlines()[0])
+        env = header["env"]
+        expected = "0" if run["interconnect"] == "infiniband" else "1"
+        assert env["NCCL_IB_DISABLE"] == expected
+        assert env["GLOO_SOCKET_IFNAME"] == "lo"
+        assert env["SLURM_JOB_ID"] == json.loads((rdir / "job.json").read_text())["job_id"]
+        assert (rdir / f"slurm-{env['SLURM_JOB_ID']}.out").is_file()
+
+
+def test_rerun_submits_nothing(cluster_sweep, slurm_cluster):
+    out, _ = cluster_sweep
+    proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2,4", "--partition",
+                    "ib,eth", "--iters", ITERS, "--warmup", WARMUP, "--out", out, check=True)
+    assert "6 already finished, 0 to submit" in proc.stderr
+
+
+def test_failed_rank_fails_its_run_only(slurm_cluster, tmp_path):
+    out = tmp_path / "fail"
+    proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2", "--iters", 4,
+                    "--warmup", 1, "--inject-failure", "1@2", "--out", out)
+    assert proc.returncode == 1
+    recs = {r["nodes"]: r for r in results(out)}
+    assert recs[1]["state"] == "COMPLETED"  # there is no rank 1 to fail in a 1-rank run
+    assert recs[2]["state"] == "FAILED"
+    assert "rank 1: " in recs[2]["reason"]
+    assert "injected failure on rank 1 at iter 2" in recs[2]["reason"]
+
+
+def test_no_wait_then_status_gather_and_cancel(slurm_cluster, tmp_path):
+    out = tmp_path / "cancel"
+    run_orch("sweep", "--site", slurm_cluster, "--nodes", "2", "--iters", 100000, "--warmup",
+             1, "--out", out, "--no-wait", check=True)
+    rdir = next(p for p in out.iterdir() if (p / "run.json").exists())
+    # Another process, later: status follows the job until it is running.
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        status = run_orch("status", out, check=True).stdout
+        if "RUNNING" in status and (rdir / "ranks" / "rank-1.jsonl").exists():
+            break
+        time.sleep(1)
+    assert "RUNNING" in status
+    cancelled = run_orch("cancel", out, check=True)
+    assert "cancelled 1 run(s)" in cancelled.stderr
+    rec = results(out)[0]
+    assert rec["state"] == "CANCELLED"
+    # Slurm signals, waits KillWait (5 s here), then kills: nothing of the job may outlive that.
+    deadline = time.time() + 30
+    while processes_matching(rdir.name) and time.time() < deadline:
+        time.sleep(1)
+    assert processes_matching(rdir.name) == []
+    merged = run_orch("gather", out, check=True)
+    assert "merged 1 run(s)" in merged.stderr
+    assert (out / "results" / "runs.parquet").is_file()
+
+
+@pytest.mark.parametrize("mode", sorted(modes.registry()))
+@pytest.mark.parametrize("partition", ["ib", "eth"])
+def test_rendered_scripts_pass_sbatch_test_only(slurm_cluster, tmp_path, mode, partition):
+    site = sitemod.load(slurm_cluster)[0]
+    for run in expand(SweepSpec(nodes=(1, 4), modes=(mode,), partitions=(partition,)), site):
+        rendered = render_run(run, site, site.partition(partition),
+                              site.environment(run.framework), tmp_path / run.run_id,
+                              tmp_path / "lib")
+        (tmp_path / run.run_id).mkdir()
+        script = tmp_path / run.run_id / "job.sbatch"
+        script.write_text(rendered.job_script)
+        proc = subprocess.run(["sbatch", "--test-only", str(script)], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "to start at" in proc.stderr
+
+
+def test_unreachable_scheduler_submits_nothing(slurm_cluster, tmp_path):
+    out = tmp_path / "unreachable"
+    proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1", "--out", out,
+                    env={"SLURM_CONF": str(tmp_path / "no-such-slurm.conf")})
+    assert proc.returncode == 2
+    assert "Slurm is not reachable" in proc.stderr
+    assert not list(out.glob("*/job.json")) or all(
+        json.loads(p.read_text())["job_id"] is None for p in out.glob("*/job.json"))
+
+
+def test_partition_unknown_to_slurm(slurm_cluster, tmp_path):
+    text = sitemod.resolve(slurm_cluster).read_text().replace("name: eth", "name: gpu")
+    site_file = tmp_path / "renamed.yaml"
+    site_file.write_text(text)
+    proc = run_orch("sweep", "--site", site_file, "--partition", "gpu", "--nodes", "1",
+                    "--out", tmp_path / "x")
+    assert proc.returncode == 2
+    assert "Slurm has no partition 'gpu'" in proc.stderr
+
+
+def test_reused_job_id_is_not_mistaken_for_the_run(cluster_sweep, tmp_path):
+    """After a cluster reset job ids restart: a ledger entry must not adopt another job."""
+    out, _ = cluster_sweep
+    src = next(p for p in Path(out).iterdir() if (p / "run.json").exists())
+    other = subprocess.run(["sbatch", "--parsable", "-J", "someone-else", "--wrap", "sleep 30"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        copy = tmp_path / "stale" / src.name
+        copy.mkdir(parents=True)
+        (copy / "run.json").write_text((src / "run.json").read_text())
+        record = json.loads((src / "job.json").read_text())
+        record.update(state="RUNNING", job_id=other.split(";")[0], reason=None, ended_at=None)
+        (copy / "job.json").write_text(json.dumps(record))
+        status = run_orch("status", copy.parent, check=True).stdout
+        assert "FAILED" in status
+        rec = json.loads((copy / "job.json").read_text())
+        assert rec["state"] == "FAILED" and "someone-else" in rec["reason"]
+    finally:
+        subprocess.run(["scancel", other], check=False)
