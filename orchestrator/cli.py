@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, execute, results, rundir, zoo
+from . import __version__, envs, execute, results, rundir, zoo
 from . import site as sitemod
 from . import sweep as sweepmod
 from .errors import UserError
@@ -26,6 +26,9 @@ app = typer.Typer(
 site_app = typer.Typer(help="List, show, validate site configs; print their JSON schema.",
                        no_args_is_help=True)
 app.add_typer(site_app, name="site")
+env_app = typer.Typer(help="Framework environments of a site: list them, build them.",
+                      no_args_is_help=True)
+app.add_typer(env_app, name="env")
 
 # Not a terminal (a pipe, CI's log): do not wrap long paths and run ids at 80 columns.
 out_console = Console(width=None if sys.stdout.isatty() else 200)
@@ -103,6 +106,8 @@ def sweep(
     )
     runs = sweepmod.expand(spec, site_obj)
     out_dir = (out or Path("runs") / site_obj.name).resolve()
+    if not dry_run:
+        envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
         for run, rendered in execute.dry_run(runs, site_obj, out_dir):
             rdir = out_dir / run.run_id
@@ -272,6 +277,36 @@ def site_validate(path: Annotated[str, typer.Argument(help="Site YAML file.")]) 
 def site_schema() -> None:
     """The JSON schema of site config files."""
     sys.stdout.write(json.dumps(sitemod.schema(), indent=2) + "\n")
+
+# --- env -----------------------------------------------------------------------------------
+
+
+@env_app.command("list")
+def env_list(site: Annotated[str, typer.Option(help="Site name or YAML path.")] = "local") -> None:
+    """The site's environments, their Python and whether orch has built them."""
+    s, _ = sitemod.load(site)
+    table = Table("environment", "python", "managed by orch", "built", box=None)
+    for name, env in s.environments.items():
+        managed = env.build is not None
+        table.add_row(name, envs.python_of(env), "yes" if managed else "no",
+                      ("yes" if envs.is_built(env) else "[red]no[/]") if managed else "-")
+    out_console.print(table)
+
+
+@env_app.command("build")
+def env_build(
+    names: Annotated[list[str] | None, typer.Argument(help="Environments (default: all the "
+                                                      "site's buildable ones).")] = None,
+    site: Annotated[str, typer.Option(help="Site name or YAML path.")] = "local",
+    force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
+) -> None:
+    """Create the environments' venvs (once; a changed description rebuilds)."""
+    s, path = sitemod.load(site)
+    wanted = names or [n for n, e in s.environments.items() if e.build is not None]
+    for name in wanted:
+        env = s.environment(name, source=str(path))
+        envs.build(name, env, force=force, log=lambda m: err_console.print(m, highlight=False))
+
 
 # --- models --------------------------------------------------------------------------------
 

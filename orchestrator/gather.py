@@ -74,32 +74,36 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
     first (the others typically died of a closed connection, or were stopped by the launcher).
     """
     by_rank = {log.rank: log for log in logs}
+    mode = modes.get(run.mode)
+    tasks = run.tasks()
+    trains = [k for k, t in enumerate(tasks) if t.role in mode.training_roles]
     problems: list[tuple[int, float, str]] = []  # (kind, when, message): lowest sorts first
-    for rank in range(run.ranks):
+    for rank, task in enumerate(tasks):
+        label = f"rank {rank}" if task.role == "worker" else f"rank {rank} ({task.role})"
         log = by_rank.get(rank)
         if log is None:
-            problems.append((2, 0.0, f"rank {rank}: no log{_excerpt(rdir, rank)}"))
+            problems.append((2, 0.0, f"{label}: no log{_excerpt(rdir, rank)}"))
         elif log.footer is None:
-            problems.append((1, 0.0, f"rank {rank}: log ends without a footer (killed?)"
+            problems.append((1, 0.0, f"{label}: log ends without a footer (killed?)"
                                      f"{_excerpt(rdir, rank)}"))
         elif log.footer.get("status") != "ok":
             error = (log.footer.get("error") or "failed").strip()
-            problems.append((0, log.footer.get("ended_at") or 0.0, f"rank {rank}: {error}"))
-        else:
+            problems.append((0, log.footer.get("ended_at") or 0.0, f"{label}: {error}"))
+        elif rank in trains:
             measured = [r for r in log.iters if not r.get("warmup")]
             if len(measured) != run.iters:
-                problems.append((3, 0.0, f"rank {rank}: {len(measured)} of {run.iters} "
+                problems.append((3, 0.0, f"{label}: {len(measured)} of {run.iters} "
                                          "measured iterations logged"))
     if problems:
         return False, min(problems)[2]
-    if modes.get(run.mode).synchronous and run.ranks > 1:
-        sums = [by_rank[r].footer.get("param_checksum") for r in range(run.ranks)]
-        if all(isinstance(s, (int, float)) for s in sums):
-            ref = sums[0]
-            for r, s in enumerate(sums):
+    if mode.synchronous and len(trains) > 1:
+        sums = {r: by_rank[r].footer.get("param_checksum") for r in trains}
+        if all(isinstance(s, (int, float)) for s in sums.values()):
+            first, ref = trains[0], sums[trains[0]]
+            for r, s in sums.items():
                 if not math.isclose(s, ref, rel_tol=CHECKSUM_RTOL, abs_tol=1e-9):
                     return False, (f"ranks out of sync: parameter checksum of rank {r} is {s!r}, "
-                                   f"rank 0 has {ref!r}")
+                                   f"rank {first} has {ref!r}")
     return True, None
 
 

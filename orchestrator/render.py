@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
-from . import __version__, modes
+from . import __version__, envs, modes
 from .resources import data_dir
 from .site import Environment, Partition, Site
 from .sweep import Run
@@ -59,17 +59,40 @@ def _env() -> jinja2.Environment:
     return env
 
 
+def is_uniform(tasks: list[modes.Task], nodes: int) -> bool:
+    """Same number of tasks on every node, in node-major order: plain srun places them."""
+    per_node = Counter(t.node for t in tasks)
+    in_order = [t.node for t in tasks] == sorted(t.node for t in tasks)
+    return in_order and len(set(per_node.values())) == 1 and len(per_node) == nodes
+
+
+def max_tasks_per_node(run: Run) -> int:
+    return max(Counter(t.node for t in run.tasks()).values())
+
+
 def sbatch_options(run: Run, partition: Partition, run_dir: Path) -> dict[str, str | bool]:
-    """The job's ``#SBATCH`` options, in Slurm's long names. Also what submitit is given."""
+    """The job's ``#SBATCH`` options, in Slurm's long names. Also what submitit is given.
+
+    The allocation has room for the busiest node's tasks. Role modes whose tasks outnumber a
+    node's cores (a ps beside a worker on a small node) ask for ``--ntasks`` with
+    ``--overcommit`` instead: Slurm refuses ``--ntasks-per-node`` above the core count even
+    then (seen on the test cluster), and srun places the tasks from a hostfile anyway.
+    """
+    per_node = max_tasks_per_node(run)
     opts: dict[str, str | bool] = {
         "job-name": run.run_id,
         "partition": partition.name,
         "nodes": str(run.nodes),
-        "ntasks-per-node": str(run.tasks_per_node),
-        "cpus-per-task": str(max(1, partition.cpus_per_node // run.tasks_per_node)),
+    }
+    if per_node > partition.cpus_per_node:
+        opts.update({"ntasks": str(len(run.tasks())), "overcommit": True})
+    else:
+        opts.update({"ntasks-per-node": str(per_node),
+                     "cpus-per-task": str(max(1, partition.cpus_per_node // per_node))})
+    opts.update({
         "time": f"{run.time_limit_min // 60:02d}:{run.time_limit_min % 60:02d}:00",
         "output": str(run_dir / "slurm-%j.out"),
-    }
+    })
     if partition.gpus_per_node:
         opts["gpus-per-node"] = str(partition.gpus_per_node)
     sb = partition.sbatch
@@ -131,16 +154,14 @@ def workload_args(run: Run, run_dir: Path) -> list[str]:
     return args
 
 
-def python_for(env: Environment) -> str:
-    """The rank's interpreter: the environment's, or (local PyTorch) the one running orch."""
-    return env.python or sys.executable
-
 
 def render_run(
     run: Run, site: Site, partition: Partition, env: Environment, run_dir: Path, lib_dir: Path
 ) -> Rendered:
     mode = modes.get(run.mode)
     jenv = _env()
+    tasks = run.tasks()
+    uniform = is_uniform(tasks, run.nodes)
     ctx = {
         "version": __version__,
         "run": run,
@@ -149,7 +170,11 @@ def render_run(
         "partition": partition,
         "mode": mode,
         "env": env,
-        "python": python_for(env),
+        "python": envs.python_of(env),
+        "tasks": tasks,
+        "uniform": uniform,
+        "task_nodes": " ".join(str(t.node) for t in tasks),
+        "task_roles": " ".join(f"{t.role}:{t.index}" for t in tasks),
         "run_dir": str(run_dir),
         "lib_dir": str(lib_dir),
         "sbatch": sbatch_lines(sbatch_options(run, partition, run_dir)),

@@ -113,14 +113,31 @@ class Container(_Strict):
     binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts")
 
 
+class EnvBuild(_Strict):
+    """How ``orch env build`` creates an environment's venv (sites whose nodes share a disk)."""
+
+    python: str = Field(pattern=r"^3\.\d+$", description="Python version, e.g. '3.11' "
+                        "(found as pythonX.Y on PATH or under pyenv)")
+    packages: list[str] = Field(default_factory=list, description="pinned pip requirements, "
+                                "installed in one pip call")
+    pip_args: list[str] = Field(default_factory=list, description="extra pip install flags")
+    steps: list[str] = Field(
+        default_factory=list,
+        description="shell steps run after pip, with $VENV, $PYTHON, $PIP and "
+        "$ORCH_ENV_SCRIPTS (orch's build scripts) set",
+    )
+
+
 class Environment(_Strict):
     """How one framework gets onto a node: a Python, modules to load, variables, a container."""
 
     python: str | None = Field(
         None,
-        description="python executable on the nodes; omitted: the Python running orch "
-        "(the local site's PyTorch environment)",
+        description="python executable on the nodes; omitted: <venv>/bin/python, else the "
+        "Python running orch (the local site's PyTorch environment)",
     )
+    venv: str | None = Field(None, description="virtual environment directory ('~' expands)")
+    build: EnvBuild | None = Field(None, description="how orch builds the venv (orch env build)")
     modules: list[str] = Field(default_factory=list, description="'module load' lines, in order")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     container: Container | None = None
@@ -129,6 +146,12 @@ class Environment(_Strict):
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env_names(v)
+
+    @model_validator(mode="after")
+    def _buildable(self) -> Environment:
+        if self.build is not None and self.venv is None:
+            raise ValueError("'build' needs 'venv': the directory to build the environment in")
+        return self
 
 
 class Site(_Strict):

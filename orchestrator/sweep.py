@@ -46,9 +46,15 @@ class Run(BaseModel):
     options: dict[str, str] = Field(default_factory=dict)
     inject_failure: str | None = None  # "RANK@ITER": a test aid that makes one rank fail
 
+    def tasks(self) -> list[modes.Task]:
+        """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
+        return modes.get(self.mode).tasks(self.nodes, self.tasks_per_node, self.options)
+
     @property
     def ranks(self) -> int:
-        return self.nodes * self.tasks_per_node
+        """Processes that train (workers): what speedup and efficiency are relative to."""
+        roles = modes.get(self.mode).training_roles
+        return sum(t.role in roles for t in self.tasks())
 
     @property
     def run_id(self) -> str:

@@ -68,7 +68,7 @@ def test_mistyped_value_and_misspelt_field(tmp_path):
 def test_misspelt_environment_field_lists_environment_fields(tmp_path):
     text = GOOD.replace("torch: {}", "torch:\n    pyhton: /usr/bin/python3")
     with pytest.raises(UserError, match=r"environments\.torch\.pyhton: unknown field; valid "
-                       r"fields here: container, env, modules, python"):
+                       r"fields here: build, container, env, modules, python, venv"):
         sitemod.load(str(write(tmp_path, text)))
 
 

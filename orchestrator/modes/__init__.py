@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -25,6 +26,22 @@ class Option:
 
 
 @dataclass(frozen=True)
+class Task:
+    """One process of a job: its role (worker, ps, chief, scheduler, server), its index within
+    the role, and the node (0-based) it must run on. Task k is SLURM_PROCID k."""
+
+    role: str
+    index: int
+    node: int
+
+
+def workers_only(nodes: int, tasks_per_node: int, options: dict[str, str]) -> list[Task]:
+    """The all-reduce layout: ``tasks_per_node`` workers on every node, node-major."""
+    return [Task("worker", n * tasks_per_node + t, n)
+            for n in range(nodes) for t in range(tasks_per_node)]
+
+
+@dataclass(frozen=True)
 class Mode:
     """What a framework's distributed mode needs from orch to be rendered and run."""
 
@@ -36,6 +53,12 @@ class Mode:
     launchers: tuple[str, ...]  # supported launchers; local is the local site's srun stand-in
     synchronous: bool = True  # all ranks must end with equal parameters
     options: tuple[Option, ...] = field(default_factory=tuple)
+    # Task table from (nodes, tasks_per_node, options); roles in training_roles log iterations.
+    placement: Callable[[int, int, dict[str, str]], list[Task]] = workers_only
+    training_roles: tuple[str, ...] = ("worker",)
+
+    def tasks(self, nodes: int, tasks_per_node: int, options: dict[str, str]) -> list[Task]:
+        return self.placement(nodes, tasks_per_node, options)
 
     def option(self, name: str) -> Option:
         for opt in self.options:

@@ -67,6 +67,11 @@ class RankInfo:
             return int(default)
 
         self.rank = first("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+        # The job's task id (the log's name) and role, set by launch.sh from orch's task table;
+        # they differ from the framework's rank in role modes (a ps has no training rank).
+        self.task = first("ORCH_TASK_ID", default=str(self.rank))
+        self.role = env.get("ORCH_ROLE") or "worker"
+        self.role_index = first("ORCH_ROLE_INDEX", default=str(self.rank))
         self.world_size = first("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
                                 default="1")
         self.local_rank = first("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
@@ -132,8 +137,8 @@ class Session:
         """Yield iteration numbers; time each one and log it when the body is done."""
         total = self.args.warmup + self.args.iters
         for it in range(total):
-            if self.failure and self.failure == (self.info.rank, it):
-                raise InjectedFailure(f"injected failure on rank {self.info.rank} at iter {it}")
+            if self.failure and self.failure == (self.info.task, it):
+                raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
             self._phases = {}
             wall = time.time()
             t0 = time.perf_counter()
@@ -165,7 +170,7 @@ def interesting_env() -> dict:
 
 
 @contextmanager
-def rank_log(args: argparse.Namespace, framework: str, mode: str, roles: str = "worker"):
+def rank_log(args: argparse.Namespace, framework: str, mode: str):
     """Open this rank's log, write the header, yield a Session, always write a footer.
 
     An exception in the workload becomes ``status: error`` with the traceback's last lines and
@@ -177,10 +182,11 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str, roles: str = "
     """
     info = RankInfo()
     os.makedirs(args.log_dir, exist_ok=True)
-    log = RankLog(os.path.join(args.log_dir, f"rank-{info.rank}.jsonl"))
+    log = RankLog(os.path.join(args.log_dir, f"rank-{info.task}.jsonl"))
     header = {
         "type": "header", "schema": LOG_SCHEMA, "run_id": args.run_id, "framework": framework,
-        "mode": mode, "role": roles, "rank": info.rank, "world_size": info.world_size,
+        "mode": mode, "task": info.task, "role": info.role, "role_index": info.role_index,
+        "rank": info.rank, "world_size": info.world_size,
         "local_rank": info.local_rank, "node_rank": info.node_rank, "host": info.host,
         "node": info.node, "pid": os.getpid(), "model": args.model, "dataset": args.dataset,
         "batch_size": args.batch_size, "warmup": args.warmup, "iters": args.iters,

@@ -1,0 +1,129 @@
+"""Framework environments: where each framework's Python is, and building it when orch owns it.
+
+Frameworks pin conflicting versions (MXNet needs numpy 1.23, TensorFlow a newer one, CNTK
+Python 3.6), so each gets its own venv. A site config describes it (``venv`` + ``build``);
+``orch env build NAME`` creates it once and stamps it with a hash of its description, so a
+changed description rebuilds and an unchanged one is skipped. Before anything is submitted,
+:func:`check` makes sure every environment a sweep needs is there, naming it if not.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .errors import UserError
+from .resources import data_dir
+from .site import Environment, Site
+
+STAMP = ".orch-env.json"
+
+
+def expand(path: str) -> Path:
+    return Path(os.path.expandvars(os.path.expanduser(path)))
+
+
+def python_of(env: Environment) -> str:
+    """The interpreter ranks of this environment run."""
+    if env.python:
+        return str(expand(env.python)) if env.python.startswith(("~", "$", "/")) else env.python
+    if env.venv:
+        return str(expand(env.venv) / "bin" / "python")
+    return sys.executable
+
+
+def spec_hash(env: Environment) -> str:
+    data = env.build.model_dump(mode="json") if env.build else {}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def is_built(env: Environment) -> bool:
+    if env.build is None or env.venv is None:
+        return True
+    stamp = expand(env.venv) / STAMP
+    if not stamp.is_file():
+        return False
+    try:
+        return json.loads(stamp.read_text()).get("spec") == spec_hash(env)
+    except (OSError, ValueError):
+        return False
+
+
+def find_python(version: str) -> str:
+    """``pythonX.Y`` from PATH, else the newest pyenv install of that version."""
+    found = shutil.which(f"python{version}")
+    if found:
+        return found
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates = sorted(glob.glob(str(root / "versions" / f"{version}.*" / "bin" /
+                                      f"python{version}")),
+                        key=lambda p: [int(x) for x in Path(p).parts[-3].split(".")
+                                       if x.isdigit()])
+    if candidates:
+        return candidates[-1]
+    raise UserError(f"Python {version} is not installed (no python{version} on PATH, none "
+                    f"under {root / 'versions'}); install it, e.g. 'pyenv install {version}'")
+
+
+def build(name: str, env: Environment, force: bool = False, log=print) -> Path:
+    """Create the environment's venv and install it; a no-op if its stamp is current."""
+    if env.build is None or env.venv is None:
+        raise UserError(f"environment '{name}' has no 'build' section: orch does not manage it")
+    venv = expand(env.venv)
+    if is_built(env) and not force:
+        log(f"{name}: up to date ({venv})")
+        return venv
+    spec = env.build
+    base = find_python(spec.python)
+    started = time.time()
+    if venv.exists():
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    log(f"{name}: creating {venv} with {base}")
+    _run([base, "-m", "venv", str(venv)], name)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    _run([*pip, "--upgrade", "pip"], name)
+    if spec.packages:
+        log(f"{name}: pip install {' '.join(spec.packages)}")
+        _run([*pip, *spec.pip_args, *spec.packages], name)
+    step_env = {**os.environ, "VENV": str(venv), "PYTHON": python,
+                "PIP": " ".join(pip), "ORCH_ENV_SCRIPTS": str(data_dir("templates") / "envs")}
+    for step in spec.steps:
+        log(f"{name}: {step}")
+        _run(["bash", "-euo", "pipefail", "-c", step], name, env=step_env)
+    stamp = {"spec": spec_hash(env), "built_at": time.time(), "base_python": base,
+             "seconds": round(time.time() - started, 1), "build": spec.model_dump(mode="json")}
+    (venv / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")
+    log(f"{name}: built in {stamp['seconds']} s")
+    return venv
+
+
+def _run(cmd: list[str], name: str, env: dict | None = None) -> None:
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        out = (proc.stdout + proc.stderr).strip().splitlines()
+        excerpt = "\n".join(out[-15:])
+        raise UserError(f"building environment '{name}' failed at: {' '.join(cmd)}\n{excerpt}")
+
+
+def check(site: Site, frameworks: set[str]) -> None:
+    """Every environment the sweep needs exists: raise (before submitting) naming it if not."""
+    for fw in sorted(frameworks):
+        env = site.environment(fw)
+        if env.build is not None and not is_built(env):
+            raise UserError(f"environment '{fw}' of site '{site.name}' is not built (or its "
+                            f"description changed): run 'orch env build {fw} --site "
+                            f"{site.name}'")
+        if site.scheduler == "local" or env.build is not None:
+            python = python_of(env)
+            if shutil.which(python) is None and not os.access(python, os.X_OK):
+                raise UserError(f"environment '{fw}' of site '{site.name}': python '{python}' "
+                                f"does not exist")
