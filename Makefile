@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test lint cluster-up cluster-down clean
+.PHONY: sweep test lint envs cluster-up cluster-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,10 +29,15 @@ cluster-up:
 cluster-down:
 	scripts/testcluster down
 
+# Every framework environment the local site describes (the test cluster shares them), built
+# once and reused while their descriptions do not change.
+envs: $(STAMP)
+	$(BIN)/orch env build --site local
+
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks
 
-test: $(STAMP) cluster-up lint
+test: $(STAMP) cluster-up lint envs
 	$(BIN)/python -m pytest -ra
 
 clean:

@@ -73,6 +73,13 @@ def sweep(
                                                  "partition's.")] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="Mode option "
                       "NAME=VALUE[,VALUE] (a matrix dimension), e.g. backend=gloo.")] = None,
+    overlap: Annotated[str | None, typer.Option(help="Same as --option overlap=...: gradient "
+                                                "communication after backward (none) or "
+                                                "layer by layer behind it (wfbp).")] = None,
+    bucket_size: Annotated[str | None, typer.Option(help="Same as --option bucket_size=...: "
+                                                    "bytes merged per gradient send.")] = None,
+    kvstore: Annotated[str | None, typer.Option(help="Same as --option kvstore=... "
+                                                "(dist_sync, dist_async).")] = None,
     time_limit: Annotated[int | None, typer.Option(help="Hard time limit per run, minutes.")]
     = None,
     out: Annotated[Path | None, typer.Option(help="Sweep directory; default runs/<site>.")]
@@ -101,7 +108,10 @@ def sweep(
         repeats=repeats,
         launcher=launcher,
         time_limit_min=time_limit,
-        options=sweepmod.parse_options(option or []),
+        options=sweepmod.parse_options([*(option or []), *(
+            f"{name}={value}" for name, value in (("overlap", overlap),
+                                                  ("bucket_size", bucket_size),
+                                                  ("kvstore", kvstore)) if value)]),
         inject_failure=inject_failure,
     )
     runs = sweepmod.expand(spec, site_obj)

@@ -76,7 +76,7 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
     by_rank = {log.rank: log for log in logs}
     mode = modes.get(run.mode)
     tasks = run.tasks()
-    trains = [k for k, t in enumerate(tasks) if t.role in mode.training_roles]
+    trains = [k for k, t in enumerate(tasks) if t.role in mode.logging_roles]
     problems: list[tuple[int, float, str]] = []  # (kind, when, message): lowest sorts first
     for rank, task in enumerate(tasks):
         label = f"rank {rank}" if task.role == "worker" else f"rank {rank} ({task.role})"

@@ -67,6 +67,7 @@ def test_bad_node_lists(text, message):
         (SweepSpec(partitions=("gpu",)), "no partition 'gpu'; valid: local"),
         (SweepSpec(launcher="srun"), "not available on a local site"),
         (SweepSpec(options={"backend": ("mpi",)}), "backend=mpi is not valid; choices: nccl"),
+        (SweepSpec(options={"bucket_size": ("0",)}), "--option bucket_size: none of the modes"),
         (SweepSpec(options={"overlap": ("wfbp",)}), "--option overlap: none of the modes"),
         (SweepSpec(iters=0), "--iters: must be at least 1"),
         (SweepSpec(inject_failure="one"), "expected RANK@ITER"),

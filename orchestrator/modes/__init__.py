@@ -17,12 +17,27 @@ from ..errors import UserError
 
 @dataclass(frozen=True)
 class Option:
-    """A mode-specific sweep option (e.g. DDP backend, MPI overlap strategy)."""
+    """A mode-specific sweep option (e.g. DDP backend, MPI overlap strategy).
+
+    With ``choices`` the value must be one of them; without, it is a whole number of at least
+    ``minimum`` (e.g. a bucket size).
+    """
 
     name: str
     choices: tuple[str, ...]
     help: str
     default: str | None = None  # None: decided per partition by Mode.resolve_options
+    minimum: int = 1
+
+    def check(self, mode: str, value: str) -> str:
+        if self.choices:
+            if value not in self.choices:
+                raise UserError(f"mode '{mode}': {self.name}={value} is not valid; "
+                                f"choices: {', '.join(self.choices)}")
+        elif not value.isdigit() or int(value) < self.minimum:
+            raise UserError(f"mode '{mode}': {self.name}={value} must be a whole number "
+                            f">= {self.minimum}")
+        return value
 
 
 @dataclass(frozen=True)
@@ -53,9 +68,16 @@ class Mode:
     launchers: tuple[str, ...]  # supported launchers; local is the local site's srun stand-in
     synchronous: bool = True  # all ranks must end with equal parameters
     options: tuple[Option, ...] = field(default_factory=tuple)
-    # Task table from (nodes, tasks_per_node, options); roles in training_roles log iterations.
+    # Task table from (nodes, tasks_per_node, options). ``training_roles``: the workers that
+    # speedup and efficiency count; ``iteration_roles``: the tasks that log iterations (the
+    # workers, or a coordinator such as TF's chief that times the steps it schedules).
     placement: Callable[[int, int, dict[str, str]], list[Task]] = workers_only
     training_roles: tuple[str, ...] = ("worker",)
+    iteration_roles: tuple[str, ...] | None = None
+
+    @property
+    def logging_roles(self) -> tuple[str, ...]:
+        return self.iteration_roles or self.training_roles
 
     def tasks(self, nodes: int, tasks_per_node: int, options: dict[str, str]) -> list[Task]:
         return self.placement(nodes, tasks_per_node, options)
@@ -71,13 +93,7 @@ class Mode:
         """Fill defaults and check choices. A default of None is decided by the partition."""
         out: dict[str, str] = {}
         for name, value in given.items():
-            opt = self.option(name)
-            if value not in opt.choices:
-                raise UserError(
-                    f"mode '{self.name}': --option {name}={value} is not valid; "
-                    f"choices: {', '.join(opt.choices)}"
-                )
-            out[name] = value
+            out[name] = self.option(name).check(self.name, value)
         for opt in self.options:
             if opt.name not in out:
                 out[opt.name] = opt.default or self.partition_default(opt, gpus_per_node)
