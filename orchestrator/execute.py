@@ -19,7 +19,10 @@ from .submit import LocalBackend, SlurmBackend, backend_for, finalize
 from .sweep import Run
 
 Event = Callable[[Run, JobRecord], None]
-POLL_S = 1.0
+# Ask the scheduler fast while jobs are new, back off while nothing changes: a sweep of
+# hour-long jobs should not run squeue every second on a real cluster. Between those queries
+# a cheap file check (every TICK_S) notices a job script's end (job-times.json) at once.
+POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
 
 
 @dataclass(frozen=True)
@@ -97,12 +100,17 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
     return [rundir.read_record(p.rdir) or p.record for p in prepared]
 
 
-def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event: Event,
-           poll_s: float = POLL_S) -> None:
+def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event: Event) -> None:
     """Poll until every run is terminal, finalizing each as it ends."""
     pending = {p.run.run_id: p for p in live}
     last: dict[str, str] = {rid: p.record.state for rid, p in pending.items()}
+    poll_s, next_poll = POLL_MIN_S, 0.0
     while pending:
+        ended = any((p.rdir / "job-times.json").exists() for p in pending.values())
+        if time.time() < next_poll and not ended:
+            time.sleep(TICK_S)
+            continue
+        changed = False
         states = backend.poll([p.record for p in pending.values()],
                               [p.rdir for p in pending.values()])
         for rid, (state, reason) in states.items():
@@ -112,14 +120,18 @@ def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event:
                 rundir.write_record(p.rdir, record)
                 on_event(p.run, record)
                 del pending[rid]
+                changed = True
             elif state != last.get(rid):
+                changed = True
                 record = p.record.model_copy(update={"state": state})
                 rundir.write_record(p.rdir, record)
                 pending[rid] = Prepared(p.run, p.rdir, record, "wait")
                 on_event(p.run, record)
             last[rid] = state
         if pending:
-            time.sleep(poll_s)
+            poll_s = POLL_MIN_S if changed else min(POLL_MAX_S, poll_s * POLL_BACKOFF)
+            next_poll = time.time() + poll_s
+            time.sleep(TICK_S)
 
 
 def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:

@@ -13,14 +13,13 @@ CANCELLED, TIMEOUT). A scheduler's COMPLETED is then checked against the rank lo
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from . import gather, rundir
 from .errors import SubmitError
+from .jobscript import job_function, killpg
 from .render import sbatch_options
 from .rundir import JobRecord
 from .site import Partition
@@ -37,56 +36,6 @@ SLURM_STATES = {
     "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
 }  # fmt: skip
 
-# Grace after the time limit before the local backend kills a job's process group.
-_KILL_GRACE_S = 10
-
-
-class JobTimeout(RuntimeError):
-    pass
-
-
-def job_function(run_dir: str, time_limit_s: float) -> int:
-    """Runs inside the submitit job: execute job.sbatch, its output beside it.
-
-    The script runs in its own session so that a timeout or cancel can stop every rank it
-    started (kill the process group), leaving no orphans.
-    """
-    rdir = Path(run_dir)
-    job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
-    with open(rdir / f"slurm-{job_id}.out", "ab") as out:
-        proc = subprocess.Popen(["bash", str(rdir / "job.sbatch")], stdout=out,
-                                stderr=subprocess.STDOUT, cwd=rdir, start_new_session=True)
-        (rdir / ".pgid").write_text(str(proc.pid))
-
-        def stop(signum, _frame):
-            _killpg(proc.pid)
-            raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        try:
-            code = proc.wait(timeout=time_limit_s)
-        except subprocess.TimeoutExpired:
-            _killpg(proc.pid)
-            raise JobTimeout(f"job exceeded its time limit of {time_limit_s:.0f} s") from None
-    if code != 0:
-        raise RuntimeError(f"job.sbatch exited with status {code}")
-    return code
-
-
-def _killpg(pgid: int) -> None:
-    for sig, pause in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, 0)):
-        try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.time() + pause
-        while time.time() < deadline:
-            try:
-                os.killpg(pgid, 0)
-            except ProcessLookupError:
-                return
-            time.sleep(0.2)
 
 
 # --- backends ------------------------------------------------------------------------------
@@ -136,7 +85,7 @@ class LocalBackend:
     def cancel(self, record: JobRecord, rdir: Path) -> None:
         pgid = rdir / ".pgid"
         if pgid.exists():
-            _killpg(int(pgid.read_text()))
+            killpg(int(pgid.read_text()))
         job = self._jobs.get(record.job_id or "")
         if job is not None:
             job.cancel(check=False)

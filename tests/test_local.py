@@ -18,8 +18,10 @@ from .conftest import processes_matching, run_orch
 
 pytestmark = pytest.mark.ranks
 ITERS, WARMUP = 6, 2
-# Phases are timed back to back; what is left is loop bookkeeping between the timers.
-PHASE_TOLERANCE_S = 0.002
+# Phases are timed back to back; what is left is loop bookkeeping between the timers, plus any
+# preemption that lands between two timers on a loaded machine (seen: one 7.6 ms gap in 24
+# iterations with 2 cores oversubscribed). So the bound is on each run's mean gap.
+PHASE_TOLERANCE_S = 0.001
 PHASE_TOLERANCE_REL = 0.05
 
 
@@ -75,11 +77,12 @@ def test_result_set_has_every_rank_and_iteration(sweep_dir):
 def test_phases_add_up_to_the_iteration_time(sweep_dir):
     out, _ = sweep_dir
     df = pd.read_parquet(out / "results" / "iterations.parquet")
-    measured = df[~df["warmup_iter"]]
-    gap = measured["t_iter"] - measured[list(PHASES)].sum(axis=1)
-    allowed = PHASE_TOLERANCE_S + PHASE_TOLERANCE_REL * measured["t_iter"]
-    assert (gap >= 0).all(), "phases cannot exceed the iteration they are part of"
-    assert (gap <= allowed).all(), gap[gap > allowed].describe()
+    measured = df[~df["warmup_iter"]].copy()
+    measured["gap"] = measured["t_iter"] - measured[list(PHASES)].sum(axis=1)
+    assert (measured["gap"] >= 0).all(), "phases cannot exceed the iteration they are part of"
+    for run_id, run in measured.groupby("run_id"):
+        allowed = PHASE_TOLERANCE_S + PHASE_TOLERANCE_REL * run["t_iter"].mean()
+        assert run["gap"].mean() <= allowed, (run_id, run["gap"].describe())
     multi = measured[measured["ranks"] == 2]
     assert (multi["t_comm_total"] > 0).all()  # the hook saw every bucket's all-reduce
 
@@ -144,7 +147,7 @@ def test_failed_rank_is_recorded_and_the_sweep_exits_nonzero(tmp_path):
         (["--nodes", "1,x"], "--nodes: 'x' is not a whole number"),
         (["--nodes", "0"], "--nodes: 0 is below the minimum of 1"),
         (["--nodes", "8"], "partition 'local' of site 'local' has only 4 node(s)"),
-        (["--mode", "foo"], "unknown mode 'foo'; valid: torch-ddp"),
+        (["--mode", "foo"], "unknown mode 'foo'; valid: "),
         (["--model", "vgg"], "unknown model 'vgg'; valid:"),
         (["--site", "nowhere"], "unknown site 'nowhere'"),
         (["--site", "missing.yaml"], "site config file missing.yaml does not exist"),

@@ -1,0 +1,88 @@
+"""What runs inside a submitted job: execute the rendered job.sbatch and time it.
+
+Kept apart from orchestrator.submit, with stdlib imports only: submitit unpickles this
+function on the node, and every module it drags in is start-up latency of every job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+# Grace after SIGTERM before a job's process group is killed.
+KILL_GRACE_S = 10
+
+
+class JobTimeout(RuntimeError):
+    pass
+
+
+def job_function(run_dir: str, time_limit_s: float) -> int:
+    """Runs inside the submitit job: execute job.sbatch, its output beside it.
+
+    The script runs in its own session so that a timeout or cancel can stop every rank it
+    started (kill the process group), leaving no orphans. job-times.json records when the
+    batch process and the script ran, which separates the job's time from orch's overhead.
+    """
+    rdir = Path(run_dir)
+    job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
+    started = time.time()
+    with open(rdir / f"slurm-{job_id}.out", "ab") as out:
+        proc = subprocess.Popen(["bash", str(rdir / "job.sbatch")], stdout=out,
+                                stderr=subprocess.STDOUT, cwd=rdir, start_new_session=True)
+        (rdir / ".pgid").write_text(str(proc.pid))
+
+        def stop(signum, _frame):
+            killpg(proc.pid)
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            code = proc.wait(timeout=time_limit_s)
+        except subprocess.TimeoutExpired:
+            killpg(proc.pid)
+            raise JobTimeout(f"job exceeded its time limit of {time_limit_s:.0f} s") from None
+        finally:
+            times = {"job_id": job_id, "process_started_at": process_start(),
+                     "script_started_at": started, "script_ended_at": time.time()}
+            tmp = rdir / f".job-times.{os.getpid()}.tmp"
+            tmp.write_text(json.dumps(times, indent=2) + "\n")
+            os.replace(tmp, rdir / "job-times.json")
+    if code != 0:
+        raise RuntimeError(f"job.sbatch exited with status {code}")
+    return code
+
+
+def process_start() -> float | None:
+    """When this process started (epoch seconds, 10 ms resolution): the job's launch time.
+
+    /proc/stat's btime has 1 s resolution; the uptime clock and the process's start tick
+    have 10 ms.
+    """
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - uptime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def killpg(pgid: int) -> None:
+    """SIGTERM a process group, then SIGKILL whatever is left after the grace period."""
+    for sig, pause in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.time() + pause
+        while time.time() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.2)
