@@ -67,17 +67,29 @@ class Mode:
     workload: str  # python module each rank runs (python -m ...)
     launchers: tuple[str, ...]  # supported launchers; local is the local site's srun stand-in
     synchronous: bool = True  # all ranks must end with equal parameters
+    # The ranks are MPI processes (mpi4py, Horovod): srun must wire them up through PMIx
+    # (--mpi=pmix; Debian's Open MPI fails under pmi2). mpirun needs nothing more.
+    mpi: bool = False
     options: tuple[Option, ...] = field(default_factory=tuple)
+    # The on-disk format the workload reads with --data (orchestrator/data.py); None: none.
+    data_format: str | None = None
     # Task table from (nodes, tasks_per_node, options). ``training_roles``: the workers that
     # speedup and efficiency count; ``iteration_roles``: the tasks that log iterations (the
     # workers, or a coordinator such as TF's chief that times the steps it schedules).
     placement: Callable[[int, int, dict[str, str]], list[Task]] = workers_only
     training_roles: tuple[str, ...] = ("worker",)
     iteration_roles: tuple[str, ...] | None = None
+    # When synchrony depends on a run's options (MXNet: dist_sync vs dist_async): options ->
+    # whether the training ranks must end with equal parameters. None: ``synchronous``.
+    synchronous_if: Callable[[dict[str, str]], bool] | None = None
 
     @property
     def logging_roles(self) -> tuple[str, ...]:
         return self.iteration_roles or self.training_roles
+
+    def is_synchronous(self, options: dict[str, str]) -> bool:
+        """Must the training ranks of a run with these options end with equal parameters?"""
+        return self.synchronous if self.synchronous_if is None else self.synchronous_if(options)
 
     def tasks(self, nodes: int, tasks_per_node: int, options: dict[str, str]) -> list[Task]:
         return self.placement(nodes, tasks_per_node, options)

@@ -1,0 +1,14 @@
+"""Horovod with PyTorch: hvd.DistributedOptimizer, all-reduce in Horovod's background thread
+(MPI controller), ranks started by mpirun or srun (PMIx)."""
+
+from . import Mode
+
+MODE = Mode(
+    name="horovod",
+    framework="torch-mpi",
+    description="PyTorch + Horovod DistributedOptimizer, tensor fusion and all-reduce over MPI",
+    template="horovod.sh.j2",
+    workload="orchestrator.workloads.horovod_torch",
+    launchers=("srun", "mpirun"),
+    mpi=True,
+)
