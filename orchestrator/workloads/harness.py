@@ -1,7 +1,9 @@
 """The rank-side harness shared by every workload: arguments, timers, the JSONL rank log.
 
 Stdlib only, and no framework import: any environment's Python (a TensorFlow venv, an MXNet
-one with its old numpy) imports it from the staged copy beside the runs.
+one with its old numpy, CNTK's Python 3.6) imports it from the staged copy beside the runs. So
+it must stay valid Python 3.6: no ``from __future__ import annotations`` (3.7+), no dataclasses,
+and annotations that 3.6 would evaluate are strings (``"dict | None"``).
 
 A rank log is one JSON object per line: a ``header`` (who, where, versions, environment), one
 ``iter`` record per iteration (warm-up included and flagged), and a ``footer`` (status, peak
@@ -13,8 +15,6 @@ Phase names follow the source papers (see DESIGN.md): ``t_io`` data not hidden b
 gradient communication NOT hidden behind backward, ``t_u`` update; ``t_iter`` is the wall time of
 the whole iteration. ``t_comm_total`` is all communication time where the workload can see it.
 """
-
-from __future__ import annotations
 
 import argparse
 import json
@@ -47,6 +47,10 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--iters", type=int, required=True, help="measured iterations")
     p.add_argument("--warmup", type=int, default=5, help="iterations excluded from statistics")
     p.add_argument("--inject-failure", default=None, help="RANK@ITER: that rank fails there")
+    p.add_argument("--data", default=None, help="on-disk data set in this mode's format; "
+                   "default: synthetic batches in memory")
+    p.add_argument("--prefetch", choices=("yes", "no"), default="yes",
+                   help="with --data: read ahead in a loader process (yes) or not (no)")
     return p
 
 
@@ -57,7 +61,7 @@ class RankInfo:
     our launch scripts set RANK/WORLD_SIZE/LOCAL_RANK. The first that is present wins.
     """
 
-    def __init__(self, env: dict | None = None) -> None:
+    def __init__(self, env: "dict | None" = None) -> None:
         env = dict(os.environ if env is None else env)
 
         def first(*names: str, default: str = "0") -> int:
@@ -85,7 +89,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def parse_failure(spec: str | None) -> tuple[int, int] | None:
+def parse_failure(spec: "str | None") -> "tuple[int, int] | None":
     if not spec:
         return None
     rank, _, it = spec.partition("@")
@@ -119,6 +123,9 @@ class Session:
         self.log = log
         self.footer: dict = {}
         self.failure = parse_failure(args.inject_failure)
+        # Samples one logged iteration stands for: this rank's batch, or the global batch when
+        # one task times steps that others compute (a TensorFlow PS chief).
+        self.samples = args.batch_size
         self._phases: dict = {}
 
     @contextmanager
@@ -145,7 +152,7 @@ class Session:
             yield it
             t_iter = time.perf_counter() - t0
             record = {"type": "iter", "iter": it, "warmup": it < self.args.warmup,
-                      "t_start": wall, "t_iter": t_iter, "samples": self.args.batch_size}
+                      "t_start": wall, "t_iter": t_iter, "samples": self.samples}
             for name in PHASES:
                 record[name] = self._phases.get(name, 0.0)
             for name, value in self._phases.items():
@@ -163,6 +170,34 @@ def versions(**extra: str) -> dict:
         pass
     out.update(extra)
     return out
+
+
+# Written into every image orch builds (containers/): readable only inside that image.
+IMAGE_MARKER = "/etc/orch-image.json"
+
+
+def container_facts() -> "dict | None":
+    """Where this rank runs, seen from inside: None on the host. The image's own marker file
+    (name, spec hash) proves which image; the runtime's variables and what orch's wrapper
+    passed in (ORCH_CONTAINER_*) say how it was started."""
+    facts: dict = {}
+    try:
+        with open(IMAGE_MARKER) as fh:
+            marker = json.load(fh)
+        facts["image"] = {k: marker.get(k) for k in ("name", "framework", "spec_sha256")}
+    except (OSError, ValueError, AttributeError):
+        pass
+    for var, runtime in (("CH_RUNNING", "charliecloud"), ("APPTAINER_CONTAINER", "apptainer"),
+                         ("SINGULARITY_CONTAINER", "singularity")):
+        if var in os.environ:
+            facts["runtime"] = runtime
+            break
+    if not facts:
+        return None
+    facts.setdefault("runtime", os.environ.get("ORCH_CONTAINER_RUNTIME"))
+    facts["digest"] = os.environ.get("ORCH_CONTAINER_DIGEST")
+    facts["python"] = sys.executable
+    return facts
 
 
 def interesting_env() -> dict:
@@ -192,6 +227,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         "batch_size": args.batch_size, "warmup": args.warmup, "iters": args.iters,
         "started_at": time.time(), "argv": sys.argv, "env": interesting_env(),
         "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
+        "container": container_facts(),
     }
     log.write(header)
     session = Session(args, info, log)

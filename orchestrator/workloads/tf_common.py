@@ -1,0 +1,65 @@
+"""Rank-side helpers shared by the TensorFlow workloads (``tf_allreduce``, ``tf_ps``).
+
+TensorFlow is passed in (``tf``) rather than imported here: the workloads import it inside
+their rank log, so that a broken import is recorded as the rank's error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+# SGD with momentum, the same update as torch.optim.SGD(lr=0.01, momentum=0.9) in torch-ddp.
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+POOL = 4  # distinct synthetic batches cycled through (the data lives in memory: t_io ~ 0)
+
+
+def tf_config() -> dict:
+    """The TF_CONFIG launch.sh exported (cluster addresses and this task's type and index)."""
+    try:
+        return json.loads(os.environ["TF_CONFIG"])
+    except KeyError:
+        raise RuntimeError("TF_CONFIG is not set: launch.sh sets it from the task table") from None
+
+
+def use_one_gpu(tf, index: int) -> bool:
+    """A task sees only its own GPU (one replica per task); False on a CPU-only node."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        tf.config.set_visible_devices(gpus[index % len(gpus)], "GPU")
+    return bool(gpus)
+
+
+def sync_devices(tf, on_gpu: bool) -> None:
+    """Wait for queued GPU kernels, so that host timers measure them (CPU ops are synchronous)."""
+    if on_gpu:
+        tf.test.experimental.sync_devices()
+
+
+def synthetic_pool(tf, batch: int, shape: tuple[int, int, int], classes: int, seed: int):
+    """A few distinct (images, labels) batches in host memory, NHWC float32 / int32 labels."""
+    pool = []
+    for k in range(POOL):
+        x = tf.random.stateless_normal((batch, *shape), seed=(seed, k))
+        y = tf.random.stateless_uniform((batch,), seed=(seed, 100 + k), minval=0,
+                                        maxval=classes, dtype=tf.int32)
+        pool.append((x, y))
+    return pool
+
+
+def loss_fn(tf, logits, labels):
+    """Mean softmax cross-entropy of the local batch (like torch's CrossEntropyLoss)."""
+    return tf.reduce_mean(
+        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def checksum(tf, variables) -> float:
+    """Float64 sum of all parameters: equal on every worker iff they stayed in sync."""
+    return float(sum(float(tf.reduce_sum(tf.cast(tf.convert_to_tensor(v), tf.float64)))
+                     for v in variables))
+
+
+def thread_settings() -> dict:
+    return {"intra_op": os.environ.get("TF_NUM_INTRAOP_THREADS", "default"),
+            "inter_op": os.environ.get("TF_NUM_INTEROP_THREADS", "default")}

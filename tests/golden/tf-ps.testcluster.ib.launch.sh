@@ -1,0 +1,32 @@
+#!/bin/bash
+# One task of run tf-ps-lenet5-ib-n2-r0-9f7344ab (tf-ps: 1 chief, 2 worker(s), 2 ps).
+# srun (or job.sbatch's local launcher) starts every task of the table below; this builds the
+# task's TF_CONFIG and runs the workload in its role. The ps and worker tasks serve until the
+# chief writes ranks/chief.done (or its log ends), then exit through their own rank log.
+set -euo pipefail
+# Which task this is and its role in the job, from orch's task table (task id -> role:index),
+# indexed by the id that mpirun (OMPI_COMM_WORLD_RANK), srun or job.sbatch (SLURM_PROCID) gives.
+task_roles=(chief:0 worker:0 ps:0 worker:1 ps:1)
+export ORCH_TASK_ID="${OMPI_COMM_WORLD_RANK:-${SLURM_PROCID:?launch.sh is started by srun, mpirun or job.sbatch}}"
+IFS=: read -r ORCH_ROLE ORCH_ROLE_INDEX <<<"${task_roles[$ORCH_TASK_ID]}"
+export ORCH_ROLE ORCH_ROLE_INDEX
+# --- Cluster addresses for TF_CONFIG: task k listens on <host of its node>:<port_base + k>.
+task_nodes=(0 0 0 1 1)
+mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+# A block of 128 ports chosen by the job id, in 10000-19999 (below Linux's ephemeral
+# ports and the MASTER_PORT range): two jobs sharing nodes use different blocks.
+port_base="${ORCH_TF_PORT_BASE:-$((10000 + SLURM_JOB_ID % 78 * 128))}"
+addrs() {  # the JSON strings "host:port" of role $1's tasks, in role-index order
+  local k role index out=()
+  for k in "${!task_roles[@]}"; do
+    IFS=: read -r role index <<<"${task_roles[k]}"
+    if [[ $role == "$1" ]]; then
+      out[index]="\"${hosts[${task_nodes[k]}]}:$((port_base + k))\""
+    fi
+  done
+  local IFS=,
+  echo "${out[*]}"
+}
+export ORCH_TASK_ROLES='chief:0 worker:0 ps:0 worker:1 ps:1'
+export TF_CONFIG="{\"cluster\":{\"chief\":[$(addrs chief)],\"worker\":[$(addrs worker)],\"ps\":[$(addrs ps)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
+exec "$ORCH_PYTHON" -m orchestrator.workloads.tf_ps --run-id tf-ps-lenet5-ib-n2-r0-9f7344ab --log-dir /scratch/runs/tf-ps-lenet5-ib-n2-r0-9f7344ab/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --ps-per-node 1
