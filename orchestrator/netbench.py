@@ -1,0 +1,275 @@
+"""Network micro-benchmark results: the α–β model of a partition, fitted from a real job.
+
+``orch netbench --site S --partition P`` runs the ``allreduce-bench`` mode (one all-reduce per
+message size and iteration, see orchestrator/workloads/allreduce_bench.py) as an ordinary run
+(render, submit, gather), then fits latency α and bandwidth B of the ring all-reduce cost
+``2(N−1)·α + 2(N−1)/N · m/B`` (perfmodel.fit_alpha_beta) to the measured seconds and stores
+the result, keyed by site and partition, where ``orch report`` and ``orch predict`` find it:
+
+    $ORCH_NETBENCH_DIR/<site>-<partition>.json     when the variable is set, else
+    $XDG_CACHE_HOME/orch/netbench/<site>-<partition>.json   (default ~/.cache/orch/netbench)
+
+The measured seconds of a size are the median over measured iterations of the slowest rank's
+mean all-reduce time (an all-reduce is done when its last rank is). The fit minimises relative
+errors, because the sizes span many decades (4 B .. 16 MiB by default).
+
+This module also parses the units the CLI accepts for what-if questions: bandwidths
+(``10Gb/s``, ``100Gbit``, ``12.5GB/s``, bytes/s) and latencies (``2us``, ``1.5e-6``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import statistics
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from . import __version__, gather, rundir
+from .errors import UserError
+from .perfmodel import AlphaBeta, ModelInputError, allreduce_time, fit_alpha_beta
+
+MODE = "allreduce-bench"
+FIELD_PREFIX = "allreduce_"
+
+
+class NetbenchResult(BaseModel):
+    """α–β of one partition, with the measurements it was fitted to (seconds, bytes)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    site: str
+    partition: str
+    interconnect: str
+    backend: str
+    workers: int
+    nodes: int
+    tasks_per_node: int
+    alpha: float  # seconds per message step
+    bandwidth: float  # bytes per second
+    fit: str = "least squares of relative errors, ring all-reduce α–β model"
+    sizes: list[int]
+    seconds: list[float]  # per size: median over iterations of the slowest rank
+    iterations: int
+    run_id: str
+    run_dir: str
+    measured_at: float | None = None
+    orch_version: str = __version__
+
+    @property
+    def alpha_beta(self) -> AlphaBeta:
+        return AlphaBeta(alpha=self.alpha, bandwidth=self.bandwidth)
+
+    def model_seconds(self) -> list[float]:
+        """The fitted model at every measured size."""
+        return [allreduce_time(m, self.workers, self.alpha, self.bandwidth) for m in self.sizes]
+
+    def describe(self) -> str:
+        return (f"α = {format_seconds(self.alpha)}, B = {format_bandwidth(self.bandwidth)} "
+                f"({self.backend}, {self.workers} ranks on {self.nodes} node(s) of "
+                f"{self.site}/{self.partition}, run {self.run_id})")
+
+
+# --- measuring -----------------------------------------------------------------------------
+
+
+def fit_run(rdir: Path) -> NetbenchResult:
+    """Fit α and B to a finished ``allreduce-bench`` run directory."""
+    run = rundir.read_run(rdir)
+    if run.mode != MODE:
+        raise UserError(f"{rdir}: run of mode '{run.mode}', not an {MODE} run")
+    record = rundir.read_record(rdir)
+    if record is None or record.state != "COMPLETED":
+        state = record.state if record else "NEW"
+        reason = f": {record.reason.splitlines()[0]}" if record and record.reason else ""
+        raise UserError(f"{rdir}: the {MODE} run is {state}{reason}; nothing to fit")
+    logs = gather.read_run_logs(rdir)
+    by_iter: dict[tuple[int, int], float] = {}  # (iter, size) -> slowest rank's seconds
+    for log in logs:
+        for rec in log.iters:
+            if rec.get("warmup"):
+                continue
+            for key, value in rec.items():
+                if key.startswith(FIELD_PREFIX) and isinstance(value, (int, float)):
+                    size = int(key[len(FIELD_PREFIX):])
+                    k = (int(rec["iter"]), size)
+                    by_iter[k] = max(by_iter.get(k, 0.0), float(value))
+    per_size: dict[int, list[float]] = {}
+    for (_, size), seconds in by_iter.items():
+        per_size.setdefault(size, []).append(seconds)
+    if not per_size:
+        raise UserError(f"{rdir}: no all-reduce timings in the rank logs (fields "
+                        f"'{FIELD_PREFIX}<bytes>' of the measured iterations)")
+    sizes = sorted(per_size)
+    seconds = [statistics.median(per_size[s]) for s in sizes]
+    workers = run.ranks
+    if workers < 2:
+        raise UserError(f"{rdir}: {workers} rank: an all-reduce over one rank sends nothing; "
+                        "measure with at least 2 ranks (--nodes 2)")
+    footer = next((log.footer for log in logs if log.footer), {}) or {}
+    ab = _fit(sizes, seconds, workers, rdir)
+    return NetbenchResult(
+        site=run.site, partition=run.partition, interconnect=run.interconnect,
+        backend=str(footer.get("backend") or run.options.get("backend", "?")),
+        workers=workers, nodes=run.nodes, tasks_per_node=run.tasks_per_node,
+        alpha=ab.alpha, bandwidth=ab.bandwidth, sizes=sizes, seconds=seconds,
+        iterations=run.iters, run_id=run.run_id, run_dir=str(rdir.resolve()),
+        measured_at=record.ended_at,
+    )
+
+
+def _fit(sizes: list[int], seconds: list[float], workers: int, where: Path) -> AlphaBeta:
+    try:
+        return fit_alpha_beta(sizes, seconds, workers, relative=True)
+    except ModelInputError as first:
+        try:  # absolute errors: may work where relative ones give a negative α
+            return fit_alpha_beta(sizes, seconds, workers)
+        except ModelInputError:
+            raise UserError(f"{where}: cannot fit α–β to the measured all-reduce times: "
+                            f"{first}") from None
+
+
+# --- storing and finding -------------------------------------------------------------------
+
+
+def store_dir() -> Path:
+    """Where netbench results are kept (see the module docstring)."""
+    if os.environ.get("ORCH_NETBENCH_DIR"):
+        return Path(os.environ["ORCH_NETBENCH_DIR"]).expanduser()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache).expanduser() / "orch" / "netbench"
+
+
+def store_path(site: str, partition: str, directory: Path | None = None) -> Path:
+    return (directory or store_dir()) / f"{site}-{partition}.json"
+
+
+def save(result: NetbenchResult, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rundir.write_json_atomic(path, result.model_dump(mode="json"))
+    return path
+
+
+def load(path: Path) -> NetbenchResult:
+    """Read a netbench result file; errors name the file and the field."""
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read netbench result ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); re-run orch netbench") from None
+    try:
+        return NetbenchResult.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise UserError(f"{path}: field '{field}': {err['msg']}; re-run orch netbench to "
+                        "write it again") from None
+
+
+def in_sweep(out: Path, site: str, partition: str) -> NetbenchResult | None:
+    """The latest completed multi-rank allreduce-bench run of site/partition in a sweep dir."""
+    found: list[NetbenchResult] = []
+    for rdir in rundir.run_dirs(out):
+        try:
+            run = rundir.read_run(rdir)
+        except (OSError, ValidationError):
+            continue
+        record = rundir.read_record(rdir)
+        if (run.mode != MODE or run.site != site or run.partition != partition
+                or run.ranks < 2 or record is None or record.state != "COMPLETED"):
+            continue
+        try:
+            found.append(fit_run(rdir))
+        except UserError:
+            continue
+    if not found:
+        return None
+    return max(found, key=lambda r: (r.workers, r.measured_at or 0.0))
+
+
+def lookup(site: str, partition: str, sweep: Path | None = None,
+           explicit: Path | None = None) -> tuple[NetbenchResult | None, str]:
+    """α–β for site/partition: an explicit file, else the sweep's own run, else the store.
+
+    Returns the result (or None) and where it came from, for the report to say.
+    """
+    if explicit is not None:
+        path = explicit / f"{site}-{partition}.json" if explicit.is_dir() else explicit
+        if explicit.is_dir() and not path.exists():
+            return None, f"no {path.name} in {explicit}"
+        result = load(path)
+        return result, f"netbench file {path}"
+    if sweep is not None:
+        result = in_sweep(sweep, site, partition)
+        if result is not None:
+            return result, f"netbench run {result.run_id} in this sweep"
+    path = store_path(site, partition)
+    if path.exists():
+        return load(path), f"netbench file {path}"
+    return None, f"no netbench result for {site}/{partition} (looked for {path})"
+
+
+# --- units ---------------------------------------------------------------------------------
+
+_SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2.0 ** 10, "mi": 2.0 ** 20,
+       "gi": 2.0 ** 30, "ti": 2.0 ** 40}
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?"
+
+
+def parse_bandwidth(text: str, what: str = "--bandwidth") -> float:
+    """A bandwidth in bytes/s: ``12.5e9`` (bytes/s), ``10Gb/s``/``10Gbit``/``10Gbps`` (bits),
+    ``12.5GB/s`` (bytes), ``1GiB/s``. ``b``/``bit`` is bits, ``B``/``byte`` bytes; k, M, G, T
+    are powers of 1000, Ki, Mi, Gi, Ti of 1024."""
+    bad = UserError(f"{what} '{text}': expected a bandwidth such as 10Gb/s, 100Gbit, 12.5GB/s "
+                    "or a number of bytes/s")
+    match = re.fullmatch(rf"\s*{_NUMBER}\s*([A-Za-z/]*)\s*", text)
+    if match is None:
+        raise bad
+    value = float(match.group(1)) * 10.0 ** int(match.group(2) or 0)
+    unit = match.group(3)
+    for per_second in ("/sec", "/s", "ps"):
+        if unit.endswith(per_second):
+            unit = unit[: -len(per_second)]
+            break
+    unit_match = re.fullmatch(r"([kKmMgGtT]i?)?(b|bits?|B|[Bb]ytes?)", unit) if unit else None
+    if unit and unit_match is None:
+        raise bad
+    if unit_match:
+        value *= _SI[(unit_match.group(1) or "").lower()]
+        if unit_match.group(2) in ("b", "bit", "bits"):
+            value /= 8
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"{what} '{text}': must be a positive bandwidth")
+    return value
+
+
+_PER_SECOND = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "μs": 1e6, "ns": 1e9}
+
+
+def parse_latency(text: str, what: str = "--latency") -> float:
+    """A latency in seconds: ``1.5e-6`` (seconds), ``2us``/``2µs``, ``500ns``, ``0.01ms``."""
+    match = re.fullmatch(rf"\s*{_NUMBER}\s*(s|ms|us|µs|μs|ns)?\s*", text)
+    if match is None:
+        raise UserError(f"{what} '{text}': expected a latency such as 2us, 500ns, 0.01ms or a "
+                        "number of seconds")
+    value = float(match.group(1)) * 10.0 ** int(match.group(2) or 0)
+    value /= _PER_SECOND[match.group(3) or ""]
+    if not math.isfinite(value) or value < 0:
+        raise UserError(f"{what} '{text}': must be a non-negative latency")
+    return value
+
+
+def format_seconds(value: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(value) >= scale or unit == "ns":
+            return f"{value / scale:.3g} {unit}"
+    return f"{value} s"
+
+
+def format_bandwidth(value: float) -> str:
+    """Bytes/s as GB/s (and Gb/s, the unit NICs are sold in)."""
+    return f"{value / 1e9:.3g} GB/s ({value * 8 / 1e9:.3g} Gb/s)"
