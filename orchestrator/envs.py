@@ -57,9 +57,13 @@ def is_built(env: Environment) -> bool:
 
 
 def find_python(version: str) -> str:
-    """``pythonX.Y`` from PATH, else the newest pyenv install of that version."""
+    """``pythonX.Y`` from PATH, else the newest pyenv install of that version.
+
+    A pyenv shim on PATH for a version that is installed but not active fails when run
+    ("pyenv: python3.6: command not found"): such a shim is skipped for the install itself.
+    """
     found = shutil.which(f"python{version}")
-    if found:
+    if found and subprocess.run([found, "-c", ""], capture_output=True).returncode == 0:
         return found
     root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
     candidates = sorted(glob.glob(str(root / "versions" / f"{version}.*" / "bin" /
@@ -81,7 +85,10 @@ def build(name: str, env: Environment, force: bool = False, log=print) -> Path:
         log(f"{name}: up to date ({venv})")
         return venv
     spec = env.build
-    base = find_python(spec.python)
+    try:
+        base = find_python(spec.python)
+    except UserError as exc:
+        raise UserError(f"building environment '{name}': {exc}") from None
     started = time.time()
     if venv.exists():
         shutil.rmtree(venv)
@@ -90,7 +97,10 @@ def build(name: str, env: Environment, force: bool = False, log=print) -> Path:
     _run([base, "-m", "venv", str(venv)], name)
     python = str(venv / "bin" / "python")
     pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, "--upgrade", "pip"], name)
+    # Python 3.6's bundled pip (18.1) ignores Requires-Python on a local index and would pick
+    # a pip that needs 3.10: cap it at 21.3.1, the last pip for 3.6.
+    old_python = tuple(int(x) for x in spec.python.split(".")) < (3, 7)
+    _run([*pip, "--upgrade", "pip<22" if old_python else "pip"], name)
     if spec.packages:
         log(f"{name}: pip install {' '.join(spec.packages)}")
         _run([*pip, *spec.pip_args, *spec.packages], name)
@@ -114,6 +124,16 @@ def _run(cmd: list[str], name: str, env: dict | None = None) -> None:
         raise UserError(f"building environment '{name}' failed at: {' '.join(cmd)}\n{excerpt}")
 
 
+def broken_shims(venv: Path) -> list[tuple[Path, str]]:
+    """Soname shims a build step made in the venv (``lib/mpi-shim``, CNTK's Open MPI 1.10
+    names) whose targets are gone, e.g. Open MPI was removed after the build."""
+    shim = venv / "lib" / "mpi-shim"
+    if not shim.is_dir():
+        return []
+    return [(link, os.readlink(link)) for link in sorted(shim.iterdir())
+            if link.is_symlink() and not link.exists()]
+
+
 def check(site: Site, frameworks: set[str]) -> None:
     """Every environment the sweep needs exists: raise (before submitting) naming it if not."""
     for fw in sorted(frameworks):
@@ -122,6 +142,12 @@ def check(site: Site, frameworks: set[str]) -> None:
             raise UserError(f"environment '{fw}' of site '{site.name}' is not built (or its "
                             f"description changed): run 'orch env build {fw} --site "
                             f"{site.name}'")
+        if env.venv is not None and env.build is not None:
+            for link, target in broken_shims(expand(env.venv)):
+                raise UserError(f"environment '{fw}' of site '{site.name}': {link} points to "
+                                f"{target}, which does not exist (install openmpi-bin/"
+                                f"libopenmpi-dev or run scripts/testcluster up, then "
+                                f"'orch env build {fw} --site {site.name} --force')")
         if site.scheduler == "local" or env.build is not None:
             python = python_of(env)
             if shutil.which(python) is None and not os.access(python, os.X_OK):
