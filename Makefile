@@ -8,7 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test lint envs cluster-up cluster-down clean
+.PHONY: sweep test lint envs cluster-up cluster-down container-tools images clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,21 @@ cluster-up:
 cluster-down:
 	scripts/testcluster down
 
+# Charliecloud's runtime and the tools that build its images without a registry (as root).
+# charliecloud-runtime only, --no-install-recommends: the `charliecloud` package pulls docker.io.
+CONTAINER_TOOLS := charliecloud-runtime debootstrap squashfs-tools
+container-tools:
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "not root: container tools not installed (the Charliecloud tests will skip)"; \
+	elif ! dpkg -s $(CONTAINER_TOOLS) >/dev/null 2>&1; then \
+	  apt-get -o DPkg::Lock::Timeout=600 update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $(CONTAINER_TOOLS); fi
+
+# The torch image (debootstrap + chroot, ~/.cache/orch/images, reused while its spec is
+# unchanged). The tests build it too when it is missing.
+images: $(STAMP) container-tools
+	$(BIN)/orch container build torch --runtime charliecloud
+
 # Every framework environment the local site describes (the test cluster shares them), built
 # once and reused while their descriptions do not change.
 envs: $(STAMP)
@@ -37,7 +52,7 @@ envs: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks
 
-test: $(STAMP) cluster-up lint envs
+test: $(STAMP) cluster-up container-tools lint envs
 	$(BIN)/python -m pytest -ra
 
 clean:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import rundir
+from . import containers, provenance, rundir
 from .render import Rendered, render_run
 from .rundir import TERMINAL, JobRecord
 from .site import Site
@@ -33,19 +33,25 @@ class Prepared:
     action: str  # "submit" | "wait" | "skip"
 
 
-def render_for(run: Run, site: Site, out: Path, lib: Path) -> Rendered:
+def render_for(run: Run, site: Site, out: Path, lib: Path,
+               images: dict[str, containers.ImageFacts] | None = None) -> Rendered:
     partition = site.partition(run.partition)
     env = site.environment(run.framework)
-    return render_run(run, site, partition, env, rundir.run_dir(out, run).resolve(), lib)
+    image = (images or {}).get(run.framework)
+    return render_run(run, site, partition, env, rundir.run_dir(out, run).resolve(), lib,
+                      image_digest=image.digest if image else None)
 
 
 def dry_run(runs: list[Run], site: Site, out: Path) -> list[tuple[Run, Rendered]]:
-    """Render every run without writing or submitting anything."""
+    """Render every run without writing or submitting anything (all before any output, so a
+    rendering error comes first)."""
     lib = rundir.lib_path(out)
     return [(run, render_for(run, site, out, lib)) for run in runs]
 
 
 def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) -> list[Prepared]:
+    # Container images (exist, runtime installed, binds possible): before anything is written.
+    images = containers.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
     lib = rundir.stage_lib(out)
     prepared = []
@@ -63,10 +69,16 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) 
             prepared.append(Prepared(run, rdir, record, "wait"))
             continue
         rdir.mkdir(parents=True, exist_ok=True)
-        rendered = render_for(run, site, out, lib)
+        rendered = render_for(run, site, out, lib, images)
         (rdir / "run.json").write_text(run.model_dump_json(indent=2) + "\n")
         (rdir / "job.sbatch").write_text(rendered.job_script)
         (rdir / "launch.sh").write_text(rendered.launch_script)
+        for name, text in rendered.files:
+            (rdir / name).write_text(text)
+            (rdir / name).chmod(0o755)
+        provenance.write(rdir, provenance.build(run, site, rdir, lib,
+                                                provenance.rendered_files(rendered),
+                                                images.get(run.framework)))
         record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler)
         rundir.write_record(rdir, record)
         prepared.append(Prepared(run, rdir, record, "submit"))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import jinja2
 
-from . import __version__, envs, modes
+from . import __version__, containers, envs, modes
 from .resources import data_dir
 from .site import Environment, Partition, Site
 from .sweep import Run
@@ -26,11 +26,15 @@ from .sweep import Run
 class Rendered:
     job_script: str
     launch_script: str
+    # Further executables of the run directory, (name, text): the container wrapper.
+    files: tuple[tuple[str, str], ...] = ()
 
     @property
     def digest(self) -> str:
-        """Hash of both scripts: recorded by every rank as provenance."""
+        """Hash of the scripts: recorded by every rank as provenance."""
         h = hashlib.sha256(self.job_script.encode() + b"\0" + self.launch_script.encode())
+        for name, text in self.files:
+            h.update(b"\0" + name.encode() + b"\0" + text.encode())
         return h.hexdigest()[:16]
 
 
@@ -151,13 +155,19 @@ def workload_args(run: Run, run_dir: Path) -> list[str]:
         args += [f"--{key.replace('_', '-')}", value]
     if run.inject_failure:
         args += ["--inject-failure", run.inject_failure]
+    if run.data:
+        fmt = modes.get(run.mode).data_format
+        args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
     return args
 
 
 
 def render_run(
-    run: Run, site: Site, partition: Partition, env: Environment, run_dir: Path, lib_dir: Path
+    run: Run, site: Site, partition: Partition, env: Environment, run_dir: Path, lib_dir: Path,
+    image_digest: str | None = None,
 ) -> Rendered:
+    """Both scripts of a run; with a container environment also ``container-python``, the
+    wrapper job.sbatch makes every rank's ORCH_PYTHON (``image_digest`` is recorded in it)."""
     mode = modes.get(run.mode)
     jenv = _env()
     tasks = run.tasks()
@@ -181,7 +191,16 @@ def render_run(
         "transport": transport_env(partition),
         "env_vars": sorted(env.env.items()),
         "args": workload_args(run, run_dir),
+        "container": None,
     }
+    if env.container is not None:
+        data = [run.data] if getattr(run, "data", None) else []
+        ctx["container"] = containers.wrapper_context(env, partition, run_dir, lib_dir, data,
+                                                      ctx["transport"], image_digest)
     job = jenv.get_template("job.sbatch.j2").render(**ctx)
     launch = jenv.get_template(f"modes/{mode.template}").render(**ctx)
-    return Rendered(job_script=job, launch_script=launch)
+    files: tuple[tuple[str, str], ...] = ()
+    if env.container is not None:
+        wrapper = jenv.get_template(f"containers/{env.container.runtime}.sh.j2").render(**ctx)
+        files = (("container-python", wrapper),)
+    return Rendered(job_script=job, launch_script=launch, files=files)

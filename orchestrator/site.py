@@ -106,11 +106,14 @@ class Partition(_Strict):
 
 
 class Container(_Strict):
-    """A container image every rank runs in (issue #8 renders the runtime's command)."""
+    """A container image every rank runs in: job.sbatch points ORCH_PYTHON at a rendered
+    wrapper (container-python) that starts ``python`` inside the image through the runtime."""
 
-    image: str = Field(description="image path (.sif, SquashFS, or directory)")
+    image: str = Field(description="image path (.sif, SquashFS, or directory; '~' expands)")
     runtime: Literal["apptainer", "singularity", "charliecloud"] = "apptainer"
-    binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts")
+    binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts "
+                             "(data directories)")
+    python: str = Field("python3", description="the python executable inside the image")
 
 
 class EnvBuild(_Strict):

@@ -1,0 +1,144 @@
+"""``orch container generate|build|list``, ``orch show`` and ``orch rerun``: reproducible runs.
+
+Registered on the main app by ``orchestrator.cli`` (one line, ``register(app)``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from . import containers, execute, provenance, results, rundir
+from .errors import UserError
+
+out_console = Console(width=None if sys.stdout.isatty() else 200)
+err_console = Console(stderr=True, soft_wrap=True)
+
+container_app = typer.Typer(
+    help="Framework environment images: generate their Apptainer/Charliecloud build files "
+    "from containers/specs/, build them, list them.", no_args_is_help=True)
+
+
+def _log(message: str) -> None:
+    err_console.print(message, highlight=False, markup=False)
+
+
+@container_app.command("generate")
+def generate(
+    check: Annotated[bool, typer.Option("--check", help="Change nothing; exit 1 if a generated "
+                                        "file differs from its spec.")] = False,
+) -> None:
+    """Write containers/<name>.def and containers/<name>.charliecloud.sh from every spec."""
+    changed = containers.generate_all(check=check)
+    for path in changed:
+        _log(f"{'differs' if check else 'wrote'}: {path}")
+    if check and changed:
+        _log("generated container files are out of date: run 'orch container generate'")
+        raise typer.Exit(1)
+    if not changed:
+        _log(f"up to date: {len(containers.spec_names())} spec(s) in "
+             f"{containers.containers_dir() / 'specs'}")
+
+
+@container_app.command("build")
+def build(
+    name: Annotated[str, typer.Argument(help="Image spec (containers/specs/NAME.yaml).")],
+    runtime: Annotated[str, typer.Option(help="charliecloud, apptainer or singularity.")]
+    = "charliecloud",
+    out: Annotated[Path | None, typer.Option(help="Directory for the image; default "
+                                             "~/.cache/orch/images.")] = None,
+    squash: Annotated[bool, typer.Option(help="Charliecloud: also write a SquashFS file "
+                                         "(IMAGE.sqfs) next to the directory.")] = False,
+    force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
+) -> None:
+    """Build an image where its runtime exists; print its path and digest."""
+    if runtime not in containers.RUNTIMES:
+        raise UserError(f"--runtime {runtime}: valid: {', '.join(containers.RUNTIMES)}")
+    spec = containers.load_spec(name)
+    if runtime == "charliecloud":
+        image = containers.build_charliecloud(spec, out, squash=squash, force=force, log=_log)
+    else:
+        image = containers.build_apptainer(spec, runtime, out, log=_log)
+    _log(f"digest {containers.image_digest(image)}")
+    sys.stdout.write(f"{image}\n")
+
+
+@container_app.command("list")
+def list_images(
+    out: Annotated[Path | None, typer.Option(help="Image directory; default "
+                                             "~/.cache/orch/images.")] = None,
+) -> None:
+    """The image specs, their hashes, and whether the current Charliecloud build exists."""
+    table = Table("image", "framework", "spec sha256", "charliecloud image", box=None)
+    for name in containers.spec_names():
+        spec = containers.load_spec(name)
+        path = containers.charliecloud_image_path(spec, out)
+        built = path.is_dir() and (path / containers.MARKER.lstrip("/")).is_file()
+        table.add_row(name, spec.framework, containers.spec_hash(spec)[:16],
+                      str(path) if built else "[dim]not built[/]")
+    out_console.print(table)
+
+
+def _find(run_id: str, directory: Path | None) -> Path:
+    return rundir.find_run(run_id, directory)
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    directory: Annotated[Path | None, typer.Option("--dir", help="Sweep directory; default: "
+                                                   "search runs/*/.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Everything, as JSON.")] = False,
+) -> None:
+    """A run's provenance: image and digest, orch commit, site config hash, scripts, ranks."""
+    info = provenance.show(_find(run_id, directory))
+    if as_json:
+        sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
+    else:
+        sys.stdout.write(provenance.format_show(info))
+
+
+def rerun(
+    run_id: Annotated[str, typer.Argument(help="Run id.")],
+    directory: Annotated[Path | None, typer.Option("--dir", help="Sweep directory of the run; "
+                                                   "default: search runs/*/.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Sweep directory for the rerun; default "
+                                             "<sweep>/reruns/<n>.")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the run (Slurm).")]
+    = True,
+) -> None:
+    """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it)."""
+    src = _find(run_id, directory)
+    prepared, site = provenance.prepare_rerun(src, out)
+    sweep_dir = prepared.rdir.parent
+    _log(f"rerun of {src} -> {prepared.rdir}")
+    execute.execute([prepared], site, wait=wait, on_event=_event)
+    if not wait and site.scheduler == "slurm":
+        _log(f"submitted; follow with: orch status {sweep_dir}")
+        return
+    recs = results.records(results.merge(sweep_dir))
+    for rec in recs:
+        rate = rec.get("samples_per_s")
+        _log(f"{rec['run_id']}: {rec['state']}"
+             + (f", {rate:,.0f} samples/s" if rate else "")
+             + (f" ({rec['reason'].splitlines()[0]})" if rec.get("reason") else ""))
+    sys.stdout.write(f"{prepared.rdir}\n")
+    if any(rec["state"] != "COMPLETED" for rec in recs):
+        raise typer.Exit(1)
+
+
+def _event(run, record) -> None:
+    job = f" job {record.job_id}" if record.job_id else ""
+    _log(f"  {run.run_id}{job} {record.state}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``container``, ``show`` and ``rerun`` to the orch command line."""
+    app.add_typer(container_app, name="container")
+    app.command("show")(show)
+    app.command("rerun")(rerun)
