@@ -80,6 +80,10 @@ def sweep(
                                                     "bytes merged per gradient send.")] = None,
     kvstore: Annotated[str | None, typer.Option(help="Same as --option kvstore=... "
                                                 "(dist_sync, dist_async).")] = None,
+    data: Annotated[str | None, typer.Option(help="On-disk data set (orch data make); "
+                                             "default: synthetic batches in memory.")] = None,
+    prefetch: Annotated[str, typer.Option(help="With --data: yes, no or yes,no (read ahead in "
+                                          "a loader process or not).")] = "yes",
     time_limit: Annotated[int | None, typer.Option(help="Hard time limit per run, minutes.")]
     = None,
     out: Annotated[Path | None, typer.Option(help="Sweep directory; default runs/<site>.")]
@@ -113,6 +117,8 @@ def sweep(
                                                   ("bucket_size", bucket_size),
                                                   ("kvstore", kvstore)) if value)]),
         inject_failure=inject_failure,
+        data=data,
+        prefetch=_yes_no_list(prefetch, "--prefetch"),
     )
     runs = sweepmod.expand(spec, site_obj)
     out_dir = (out or Path("runs") / site_obj.name).resolve()
@@ -123,6 +129,8 @@ def sweep(
             rdir = out_dir / run.run_id
             sys.stdout.write(f"# ===== {rdir}/job.sbatch\n{rendered.job_script}\n")
             sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
+            for name, text in rendered.files:  # e.g. the container wrapper
+                sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed)
@@ -139,6 +147,14 @@ def sweep(
     _print_runs(results.records(shown))
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
+
+def _yes_no_list(text: str, what: str) -> tuple[bool, ...]:
+    values = sweepmod.parse_name_list(text)
+    bad = [v for v in values if v not in ("yes", "no")]
+    if bad or not values:
+        raise UserError(f"{what} {text}: expected yes, no or yes,no")
+    return tuple(v == "yes" for v in values)
+
 
 def _print_event(run, record) -> None:
     style = STATE_STYLE.get(record.state, "")
@@ -158,12 +174,26 @@ def _sweep_dir(path: Path) -> Path:
 @app.command("results")
 def results_cmd(
     directory: Annotated[Path, typer.Argument(help="Sweep directory.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="table, csv or json.")] = "table",
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")]
+    = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file "
+                                                "(required for parquet).")] = None,
 ) -> None:
     """One record per run: parameters, state, samples/s, speedup, efficiency, phases."""
-    if format not in ("table", "csv", "json"):
-        raise UserError(f"--format {format}: valid: table, csv, json")
+    if format not in ("table", "csv", "json", "parquet"):
+        raise UserError(f"--format {format}: valid: table, csv, json, parquet")
+    if format == "parquet" and output is None:
+        raise UserError("--format parquet needs --output FILE")
     runs_df = results.merge(_sweep_dir(directory))
+    if output is not None:
+        if format == "parquet":
+            runs_df.to_parquet(output, index=False)
+        elif format == "csv":
+            runs_df.to_csv(output, index=False)
+        else:
+            output.write_text(json.dumps(results.records(runs_df), indent=2, default=str) + "\n")
+        err_console.print(f"wrote {len(runs_df)} run(s) to {output}")
+        return
     recs = results.records(runs_df)
     if format == "json":
         sys.stdout.write(json.dumps(recs, indent=2, default=str) + "\n")
@@ -229,10 +259,9 @@ def _print_runs(recs: list[dict]) -> None:
     if not recs:
         out_console.print("no runs")
         return
-    multi = {k for k in ("mode", "model", "partition", "batch_size", "options")
-             if len({json.dumps(r.get(k), sort_keys=True) for r in recs}) > 1}
+    cols = ["mode", "model", "partition", "batch_size", "options", "prefetch"]
+    multi = {k for k in cols if len({json.dumps(r.get(k), sort_keys=True) for r in recs}) > 1}
     table = Table(box=None, header_style="bold")
-    cols = ["mode", "model", "partition", "batch_size", "options"]
     for c in cols:
         if c in multi:
             table.add_column(c)
@@ -318,6 +347,61 @@ def env_build(
         envs.build(name, env, force=force, log=lambda m: err_console.print(m, highlight=False))
 
 
+# --- trace ---------------------------------------------------------------------------------
+
+
+@app.command()
+def trace(
+    run_id: Annotated[str, typer.Argument(help="Run id (from orch results).")],
+    dir: Annotated[Path | None, typer.Option("--dir", help="Its sweep directory (default: "
+                                             "search runs/*).")] = None,
+    output: Annotated[Path | None, typer.Option(help="Copy the trace CSV here.")] = None,
+) -> None:
+    """A run's layer-wise trace (id, name, forward_us, backward_us, comm_us, size_bytes).
+
+    Written by PyTorch runs swept with --option trace=yes; 'orch predict --trace' reads it.
+    """
+    rdir = rundir.find_run(run_id, dir)
+    path = rdir / "ranks" / "trace.csv"
+    if not path.is_file():
+        raise UserError(f"run '{run_id}' has no layer-wise trace; sweep it again with "
+                        f"--option trace=yes (PyTorch modes)")
+    text = path.read_text()
+    if output:
+        output.write_text(text)
+        err_console.print(f"wrote {output}")
+    else:
+        sys.stdout.write(text)
+
+
+# --- data ----------------------------------------------------------------------------------
+
+data_app = typer.Typer(help="On-disk data sets in each framework's native format.",
+                       no_args_is_help=True)
+app.add_typer(data_app, name="data")
+
+
+@data_app.command("make")
+def data_make(
+    out: Annotated[Path, typer.Option(help="Directory to write (manifest + one dir per format).")],
+    dataset: Annotated[str, typer.Option(help="cifar (32x32) or imagenet (224x224).")] = "cifar",
+    samples: Annotated[int, typer.Option(help="Number of images.")] = 10000,
+    format: Annotated[str, typer.Option("--format", help="Formats, comma-separated: raw "
+                                        "(PyTorch), tfrecord, recordio.")] = "raw",
+    site: Annotated[str, typer.Option(help="Site whose environments write the formats.")]
+    = "local",
+    seed: Annotated[int, typer.Option(help="Random seed of the images and labels.")] = 0,
+) -> None:
+    """Write random images to disk so that sweeps with --data measure real input I/O."""
+    from . import data as datamod
+
+    s, _ = sitemod.load(site)
+    manifest = datamod.make(out, dataset, samples, list(sweepmod.parse_name_list(format)), s,
+                            seed=seed, log=lambda m: err_console.print(m, highlight=False))
+    err_console.print(f"{out}: {manifest.samples} {manifest.dataset} samples in "
+                      f"{', '.join(manifest.formats)}")
+
+
 # --- models --------------------------------------------------------------------------------
 
 @app.command()
@@ -337,6 +421,9 @@ def models(
         table.add_row(r["model"], r["title"], _fmt(r["params"].get("cifar"), ","),
                       _fmt(r["params"].get("imagenet"), ","))
     out_console.print(table)
+
+from .cli_analysis import register as _analysis; _analysis(app)  # noqa: E402, E702, I001
+from .cli_container import register as _container; _container(app)  # noqa: E402, E702, I001
 
 def main() -> None:
     try:

@@ -81,6 +81,22 @@ def run_dirs(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if (p / "run.json").is_file())
 
 
+def find_run(run_id: str, sweep_dir: Path | None = None, root: Path = Path("runs")) -> Path:
+    """A run's directory: in ``sweep_dir`` if given, else in any sweep directory under
+    ``root`` (orch's default --out is runs/<site>). Errors name what was searched."""
+    from .errors import UserError
+
+    dirs = [sweep_dir] if sweep_dir else sorted(p for p in root.glob("*") if p.is_dir())
+    found = [d / run_id for d in dirs if (d / run_id / "run.json").is_file()]
+    if not found:
+        where = str(sweep_dir) if sweep_dir else f"{root}/*"
+        raise UserError(f"no run '{run_id}' in {where}; give its sweep directory with --dir")
+    if len(found) > 1:
+        raise UserError(f"run '{run_id}' is in several sweep directories "
+                        f"({', '.join(str(f.parent) for f in found)}); choose one with --dir")
+    return found[0].resolve()
+
+
 def archive_attempt(rdir: Path, record: JobRecord) -> int:
     """Move an earlier attempt's files to attempts/<n>/ and return the next attempt number."""
     dest = rdir / "attempts" / str(record.attempt)

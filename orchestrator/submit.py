@@ -126,6 +126,11 @@ class SlurmBackend:
         opts = sbatch_options(run, partition, rdir)
         for key in ("job-name", "partition", "output"):
             opts.pop(key, None)
+        # submitit always asks for --signal=USR2@90 (its checkpoint/requeue warning), sent to
+        # every task: ranks die of it 90 s before the limit, a FAILED run instead of TIMEOUT.
+        # orch does not requeue, so the warning goes to the batch shell only, as SIGURG,
+        # whose default action is to ignore it (job.sbatch by hand has no --signal at all).
+        opts["signal"] = "B:URG@90"
         executor = submitit.SlurmExecutor(folder=rdir / "submitit", python=sys.executable)
         executor.update_parameters(
             job_name=run.run_id, partition=partition.name, use_srun=False,

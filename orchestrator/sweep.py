@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import modes, zoo
+from . import data, modes, zoo
 from .errors import UserError
 from .site import Site
 
@@ -45,6 +45,8 @@ class Run(BaseModel):
     time_limit_min: int
     options: dict[str, str] = Field(default_factory=dict)
     inject_failure: str | None = None  # "RANK@ITER": a test aid that makes one rank fail
+    data: str | None = None  # on-disk data set (orch data make); None: synthetic in memory
+    prefetch: bool = True  # with data: read ahead in a loader process, or not (t_io exposed)
 
     def tasks(self) -> list[modes.Task]:
         """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
@@ -64,6 +66,8 @@ class Run(BaseModel):
 def run_id(run: Run) -> str:
     """``<mode>-<model>-<partition>-n<nodes>-r<repeat>-<hash>``: readable and unique."""
     params = run.model_dump(mode="json")
+    if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
+        del params["data"], params["prefetch"]
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
     return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
 
@@ -87,6 +91,8 @@ class SweepSpec(BaseModel):
     time_limit_min: int | None = None
     options: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     inject_failure: str | None = None
+    data: str | None = None
+    prefetch: tuple[bool, ...] = (True,)
 
 
 def parse_int_list(text: str, what: str, minimum: int = 1) -> tuple[int, ...]:
@@ -178,10 +184,26 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
                 f"--option {opt_name}: none of the modes {', '.join(spec.modes)} has it"
             )
     partitions = [site.partition(p) for p in spec.partitions]
+    data_dir, formats = None, []
+    if spec.data is not None:
+        root, manifest = data.load_manifest(spec.data)
+        if manifest.dataset != spec.dataset:
+            raise UserError(f"--data {spec.data} holds {manifest.dataset} images; the sweep "
+                            f"trains on {spec.dataset} (--dataset)")
+        data_dir, formats = str(root), manifest.formats
+        for mode in mode_list:
+            if mode.data_format is None:
+                raise UserError(f"mode '{mode.name}' reads no on-disk data yet; drop --data")
+            if mode.data_format not in formats:
+                raise UserError(f"mode '{mode.name}' reads '{mode.data_format}' data; "
+                                f"{root} has {', '.join(formats)}: run 'orch data make "
+                                f"--out {root} --format {mode.data_format}'")
 
     runs: list[Run] = []
-    for part, mode, model, nodes, batch, repeat in itertools.product(
-        partitions, mode_list, spec.models, spec.nodes, spec.batch_sizes, range(spec.repeats)
+    prefetches = spec.prefetch if data_dir else (True,)
+    for part, mode, model, nodes, batch, prefetch, repeat in itertools.product(
+        partitions, mode_list, spec.models, spec.nodes, spec.batch_sizes, prefetches,
+        range(spec.repeats)
     ):
         if nodes > part.nodes:
             raise UserError(
@@ -214,6 +236,8 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
                     time_limit_min=_time_limit(spec, part.sbatch.time),
                     options=mode.resolve_options(opts, part.gpus_per_node),
                     inject_failure=spec.inject_failure,
+                    data=data_dir,
+                    prefetch=prefetch,
                 )
             )
     return runs

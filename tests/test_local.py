@@ -169,3 +169,17 @@ def test_broken_site_file_names_the_field(tmp_path):
     assert proc.returncode == 2
     assert "partitions[0].socket_ifnam: unknown field" in proc.stderr
     assert "partitions[0].socket_ifname: required field is missing" in proc.stderr
+
+
+def test_results_export_formats(sweep_dir, tmp_path):
+    out, _ = sweep_dir
+    for fmt in ("parquet", "csv", "json"):
+        run_orch("results", out, "--format", fmt, "--output", tmp_path / f"runs.{fmt}",
+                 check=True)
+    parquet = pd.read_parquet(tmp_path / "runs.parquet")
+    csv = pd.read_csv(tmp_path / "runs.csv")
+    js = json.loads((tmp_path / "runs.json").read_text())
+    assert len(parquet) == len(csv) == len(js) == 2
+    assert list(parquet["run_id"]) == list(csv["run_id"]) == [r["run_id"] for r in js]
+    bad = run_orch("results", out, "--format", "parquet")
+    assert bad.returncode == 2 and "needs --output" in bad.stderr

@@ -168,3 +168,21 @@ def test_reused_job_id_is_not_mistaken_for_the_run(cluster_sweep, tmp_path):
         assert rec["state"] == "FAILED" and "someone-else" in rec["reason"]
     finally:
         subprocess.run(["scancel", other], check=False)
+
+
+def test_time_limit_gives_timeout_not_failed(slurm_cluster, tmp_path):
+    """A run that exceeds its limit ends TIMEOUT, cleanly; submitit's default early warning
+    signal (USR2 90 s before the limit, to every task) would have killed the ranks first."""
+    out = tmp_path / "timeout"
+    proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1", "--iters", 10**7,
+                    "--warmup", 0, "--time-limit", 1, "--out", out, timeout=300)
+    assert proc.returncode == 1
+    rec = results(out)[0]
+    assert rec["state"] == "TIMEOUT", rec["reason"]
+    rdir = out / rec["run_id"]
+    script = next((rdir / "submitit").glob("*_submission.sh")).read_text()
+    assert "#SBATCH --signal=B:URG@90" in script
+    deadline = time.time() + 30
+    while processes_matching(rdir.name) and time.time() < deadline:
+        time.sleep(1)
+    assert processes_matching(rdir.name) == []

@@ -50,9 +50,32 @@ def parameter_checksum(model) -> float:
         return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
+def input_batches(args, info, models_torch):
+    """Batches from disk (--data: the framework's own loader, prefetch on or off) or, by
+    default, a few synthetic batches in host memory cycled, where t_io is only taking one."""
+    import itertools
+
+    import torch
+
+    if args.data:
+        from . import datasets_torch
+
+        dl = datasets_torch.loader(args.data, args.dataset, args.batch_size, info.rank,
+                                   info.world_size, prefetch=args.prefetch == "yes")
+        return datasets_torch.batches(dl)
+    gen = torch.Generator().manual_seed(1000 + info.rank)
+    shape = (args.batch_size, *models_torch.input_shape(args.dataset))
+    classes = models_torch.num_classes(args.dataset)
+    pool = [(torch.randn(shape, generator=gen),
+             torch.randint(0, classes, (shape[0],), generator=gen)) for _ in range(4)]
+    return itertools.cycle(pool)
+
+
 def main(argv=None) -> None:
     parser = harness.base_parser("PyTorch DDP rank")
     parser.add_argument("--backend", choices=("nccl", "gloo"), default="gloo")
+    parser.add_argument("--trace", choices=("yes", "no"), default="no",
+                        help="after the measured window, write a layer-wise trace (rank 0)")
     args = parser.parse_args(argv)
     with harness.rank_log(args, framework="torch", mode="torch-ddp") as s:
         import torch
@@ -82,18 +105,12 @@ def main(argv=None) -> None:
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
 
-        # Synthetic data in host memory, a few distinct batches cycled: t_io is the time to
-        # take one from the pool (there is no disk and no decoding).
-        gen = torch.Generator().manual_seed(1000 + info.rank)
-        shape = (args.batch_size, *models_torch.input_shape(args.dataset))
-        classes = models_torch.num_classes(args.dataset)
-        pool = [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
-                 generator=gen)) for _ in range(4)]
+        source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-        for it in s.iterations():
+        for _ in s.iterations():
             with s.phase("t_io"):
-                x, y = pool[it % len(pool)]
+                x, y = next(source)
             with s.phase("t_h2d"):
                 x, y = x.to(device, non_blocking=False), y.to(device, non_blocking=False)
                 sync()
@@ -114,6 +131,14 @@ def main(argv=None) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
+        if args.trace == "yes":  # after the checksum: tracing steps no optimizer
+            import os
+
+            from . import trace_torch
+
+            rows = trace_torch.trace(ddp, model, loss_fn, source)
+            if info.rank == 0:
+                trace_torch.write_csv(rows, os.path.join(args.log_dir, "trace.csv"))
         s.footer["comm_buckets"] = timer.buckets
         s.footer["loss"] = float(loss.detach())
         dist.barrier()
