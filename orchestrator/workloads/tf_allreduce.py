@@ -145,6 +145,13 @@ def main(argv=None) -> None:
         with strategy.scope():
             s.footer["checksum_sum"] = float(total(tf.constant(s.footer["param_checksum"],
                                                                tf.float64)))
+        if s.info.task == 0 and s.info.world_size > 1:
+            # Leave last: a peer may still be finishing that collective's RPCs with task 0,
+            # and would fail with "Socket closed" if it were gone (seen under load).
+            from .tf_ps import wait_for_footers
+
+            s.footer["peers_ended"] = wait_for_footers(args.log_dir, s.info.task,
+                                                       s.info.world_size - 1)
 
 
 if __name__ == "__main__":

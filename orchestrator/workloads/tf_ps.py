@@ -117,21 +117,25 @@ def serve(s, args) -> None:
     failure = s.failure if s.failure and s.failure[0] == s.info.task else None
     done, chief = os.path.join(args.log_dir, DONE_FILE), LogFollower(chief_log(args.log_dir))
     while True:
-        if os.path.exists(done):
-            s.footer["stopped_by"] = "chief done"
-            return
         chief.poll()
-        if chief.footer is not None:
-            s.footer["stopped_by"] = f"chief ended with status {chief.footer.get('status')}"
-            return
+        # Before the done checks: a fast chief may pass the failure's iteration and finish
+        # between two polls, and the injected failure must still happen (seen under load).
         if failure and chief.iters >= failure[1]:
             raise harness.InjectedFailure(
                 f"injected failure on rank {failure[0]} at iter {failure[1]}")
+        if os.path.exists(done):
+            s.footer["stopped_by"] = "chief done"
+            return
+        if chief.footer is not None:
+            s.footer["stopped_by"] = f"chief ended with status {chief.footer.get('status')}"
+            return
         time.sleep(POLL_S)
 
 
-def wait_for_servers(log_dir: str, own: int, servers: int) -> int:
-    """Until every server task has its footer (bounded): they stop before the chief does."""
+def wait_for_footers(log_dir: str, own: int, servers: int) -> int:
+    """Until the other tasks have their footers (bounded), so that this one leaves last and
+    no peer is left talking to a closed socket (used by tf-ps's chief and tf-allreduce's
+    task 0)."""
     deadline = time.time() + SERVER_FOOTER_WAIT_S
     logs: dict[str, LogFollower] = {}
     while True:
@@ -243,7 +247,7 @@ def coordinate(s, args) -> None:
     # Stop the servers first, then leave: a coordinator gone early makes them log errors.
     with open(os.path.join(args.log_dir, DONE_FILE), "w") as fh:
         fh.write(f"{time.time()}\n")
-    s.footer["servers_stopped"] = wait_for_servers(args.log_dir, s.info.task, servers)
+    s.footer["servers_stopped"] = wait_for_footers(args.log_dir, s.info.task, servers)
 
 
 def main(argv=None) -> None:
