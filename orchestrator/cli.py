@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from . import __version__, envs, execute, results, rundir, zoo
+from . import __version__, envs, execute, results, rundir
 from . import site as sitemod
 from . import sweep as sweepmod
 from .errors import UserError
@@ -407,23 +407,42 @@ def data_make(
 @app.command()
 def models(
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    site: Annotated[str, typer.Option(help="Site whose framework environments count.")]
+    = "local",
+    catalogue_only: Annotated[bool, typer.Option("--catalogue-only", help="Only the expected "
+                                                 "counts; build nothing.")] = False,
 ) -> None:
-    """The model zoo and each model's parameter count per dataset."""
-    recs = [{"model": m.name, "title": m.title, "datasets": list(m.datasets),
-             "params": dict(m.expected_params)} for m in zoo.MODELS.values()]
+    """The model zoo and each model's parameter count, expected and per framework.
+
+    Each framework environment of the site builds every model and counts its parameters (once:
+    cached), so the table shows the same network in every framework, or which one differs.
+    """
+    if format not in ("table", "json"):
+        raise UserError(f"--format {format}: valid: table, json")
+    from . import zoo_counts
+
+    s, _ = sitemod.load(site)
+    frameworks = () if catalogue_only else zoo_counts.FRAMEWORKS
+    recs = zoo_counts.table(s, frameworks, log=lambda m: err_console.print(m, highlight=False))
     if format == "json":
         sys.stdout.write(json.dumps(recs, indent=2) + "\n")
+        if not all(r["agree"] for r in recs):
+            raise typer.Exit(1)
         return
-    if format != "table":
-        raise UserError(f"--format {format}: valid: table, json")
-    table = Table("model", "title", "cifar params", "imagenet params", box=None)
+    table = Table("model", "dataset", "expected", *frameworks, "agree", box=None)
     for r in recs:
-        table.add_row(r["model"], r["title"], _fmt(r["params"].get("cifar"), ","),
-                      _fmt(r["params"].get("imagenet"), ","))
+        for ds, n in r["params"].items():
+            cells = [_fmt(r["frameworks"].get(fw, {}).get(ds), ",") for fw in frameworks]
+            table.add_row(r["model"], ds, f"{n:,}", *cells,
+                          "yes" if r["agree"] else "[red]NO[/]")
     out_console.print(table)
+    missing = {fw: why for r in recs for fw, why in r["missing"].items()
+               if why != "not implemented in this framework"}
+    for fw, why in sorted(missing.items()):
+        err_console.print(f"{fw}: {why}", highlight=False)
+    if not all(r["agree"] for r in recs):
+        raise typer.Exit(1)
 
-from .cli_analysis import register as _analysis; _analysis(app)  # noqa: E402, E702, I001
-from .cli_container import register as _container; _container(app)  # noqa: E402, E702, I001
 
 def main() -> None:
     try:

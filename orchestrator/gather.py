@@ -173,10 +173,12 @@ def footer_facts(logs: list[RankLog]) -> dict:
     """Per-run facts from the rank footers: memory, versions, checksum agreement."""
     footers = [log.footer for log in logs if log.footer]
     rss = [f.get("peak_rss_bytes") for f in footers if f.get("peak_rss_bytes")]
+    device = [f.get("peak_device_bytes") for f in footers if f.get("peak_device_bytes")]
     sums = [f.get("param_checksum") for f in footers if f.get("param_checksum") is not None]
     first = footers[0] if footers else {}
     return {
         "peak_rss_bytes": max(rss) if rss else None,
+        "peak_device_bytes": max(device) if device else None,  # GPU memory, where CUDA exists
         "versions": json.dumps(first.get("versions") or {}, sort_keys=True),
         "param_checksum": sums[0] if sums else None,
         "checksums_agree": (all(math.isclose(s, sums[0], rel_tol=CHECKSUM_RTOL, abs_tol=1e-9)

@@ -63,3 +63,55 @@ def test_bad_data_input(dataset, tmp_path, args, message):
 def test_bad_make_input(tmp_path):
     proc = run_orch("data", "make", "--out", tmp_path, "--format", "jpeg")
     assert proc.returncode == 2 and "unknown data format 'jpeg'" in proc.stderr
+
+
+def need_env(framework: str) -> None:
+    """Skip without the framework's environment, except under CI (make test builds it)."""
+    from orchestrator import envs
+    from orchestrator import site as sitemod
+
+    from .conftest import IN_CI
+
+    env = sitemod.load("local")[0].environment(framework)
+    if not envs.is_built(env):
+        if IN_CI:
+            pytest.fail(f"CI=true but environment {framework} is not built")
+        pytest.skip(f"environment {framework} not built (orch env build {framework})")
+
+
+@pytest.fixture(scope="module")
+def native(tmp_path_factory):
+    need_env("tensorflow")
+    need_env("mxnet")
+    out = tmp_path_factory.mktemp("native")
+    run_orch("data", "make", "--out", out, "--samples", 200, "--format",
+             "raw,tfrecord,recordio", check=True)
+    return out
+
+
+def test_native_formats_hold_the_same_images(native):
+    manifest = json.loads((native / "manifest.json").read_text())
+    assert manifest["formats"] == ["raw", "tfrecord", "recordio"]
+    assert (native / "tfrecord" / "shard-00000.tfrecord").stat().st_size > 200 * 3072
+    rec = (native / "recordio" / "data.rec").read_bytes()
+    raw = np.fromfile(native / "raw" / "shard-00000.bin", dtype=np.uint8).reshape(200, -1)
+    assert raw[7, 1:].tobytes() in rec and raw[199, 1:].tobytes() in rec
+
+
+@pytest.mark.ranks
+@pytest.mark.parametrize("mode", ["tf-allreduce", "mxnet-kvstore"])
+def test_frameworks_read_their_native_format(native, tmp_path, mode):
+    out = tmp_path / "sweep"
+    run_orch("sweep", "--mode", mode, "--nodes", "2", "--data", native, "--prefetch", "no,yes",
+             "--iters", 3, "--warmup", 1, "--out", out, check=True)
+    recs = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    assert sorted(r["prefetch"] for r in recs) == [False, True]
+    for r in recs:
+        assert r["state"] == "COMPLETED", r["reason"]
+    assert next(r for r in recs if not r["prefetch"])["t_io"] > 0
+
+
+def test_mode_without_a_reader_refuses_data(dataset, tmp_path):
+    proc = run_orch("sweep", "--mode", "tf-ps", "--nodes", "1", "--data", dataset,
+                    "--out", tmp_path / "x")
+    assert proc.returncode == 2 and "mode 'tf-ps' reads no on-disk data yet" in proc.stderr

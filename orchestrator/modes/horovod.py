@@ -11,4 +11,5 @@ MODE = Mode(
     workload="orchestrator.workloads.horovod_torch",
     launchers=("srun", "mpirun"),
     mpi=True,
+    data_format="raw",  # the same input pipeline as torch-ddp (--data)
 )

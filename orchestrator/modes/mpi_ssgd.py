@@ -14,6 +14,7 @@ MODE = Mode(
     # its processes are not an MPI job, so each would be a world of one.
     launchers=("srun", "mpirun"),
     mpi=True,
+    data_format="raw",  # the same input pipeline as torch-ddp (--data)
     options=(
         Option(
             name="overlap",

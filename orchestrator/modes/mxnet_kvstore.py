@@ -63,6 +63,7 @@ MODE = KVStoreMode(
     description="MXNet Gluon over the KVStore parameter server (scheduler, servers, workers)",
     template="mxnet-kvstore.sh.j2",
     workload="orchestrator.workloads.mxnet_kvstore",
+    data_format="recordio",  # Gluon over MXNet RecordIO (orch data make --format recordio)
     launchers=("srun", "local"),
     synchronous=True,  # dist_sync; per run: synchronous_if
     synchronous_if=is_synchronous,

@@ -13,6 +13,7 @@ MODE = Mode(
                 "(NCCL or ring)",
     template="tf-allreduce.sh.j2",
     workload="orchestrator.workloads.tf_allreduce",
+    data_format="tfrecord",  # tf.data over TFRecord files (orch data make --format tfrecord)
     launchers=("srun", "local"),
     options=(
         Option(

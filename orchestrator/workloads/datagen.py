@@ -32,7 +32,53 @@ def write_raw(out: str, dataset: str, samples: int, seed: int) -> None:
         os.replace(tmp, os.path.join(out, f"shard-{shard:05d}.bin"))
 
 
-WRITERS = {"raw": write_raw}
+def _images(dataset: str, samples: int, seed: int):
+    """The same images and labels as write_raw, in record order: (label, CHW uint8 bytes)."""
+    import numpy as np
+
+    (c, h, w), classes = SHAPES[dataset]
+    rng = np.random.default_rng(seed)
+    for start in range(0, samples, SHARD):
+        n = min(SHARD, samples - start)
+        labels = rng.integers(0, classes, n)
+        pixels = rng.integers(0, 256, (n, c * h * w), dtype=np.uint8)
+        for k in range(n):
+            yield int(labels[k]), pixels[k].tobytes()
+
+
+def write_tfrecord(out: str, dataset: str, samples: int, seed: int) -> None:
+    """TFRecord shards of tf.train.Example {image: raw CHW uint8 bytes, label: int64}."""
+    import tensorflow as tf
+
+    os.makedirs(out, exist_ok=True)
+    writer, shard = None, -1
+    for i, (label, image) in enumerate(_images(dataset, samples, seed)):
+        if i % SHARD == 0:
+            if writer is not None:
+                writer.close()
+            shard += 1
+            writer = tf.io.TFRecordWriter(os.path.join(out, f"shard-{shard:05d}.tfrecord"))
+        example = tf.train.Example(features=tf.train.Features(feature={
+            "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[image])),
+            "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label]))}))
+        writer.write(example.SerializeToString())
+    if writer is not None:
+        writer.close()
+
+
+def write_recordio(out: str, dataset: str, samples: int, seed: int) -> None:
+    """One indexed MXNet RecordIO file (data.rec + data.idx): IRHeader(label) + raw CHW bytes."""
+    import mxnet as mx
+
+    os.makedirs(out, exist_ok=True)
+    rec = mx.recordio.MXIndexedRecordIO(os.path.join(out, "data.idx"),
+                                        os.path.join(out, "data.rec"), "w")
+    for i, (label, image) in enumerate(_images(dataset, samples, seed)):
+        rec.write_idx(i, mx.recordio.pack(mx.recordio.IRHeader(0, float(label), i, 0), image))
+    rec.close()
+
+
+WRITERS = {"raw": write_raw, "tfrecord": write_tfrecord, "recordio": write_recordio}
 
 
 def main(argv=None) -> None:

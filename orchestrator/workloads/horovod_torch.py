@@ -25,7 +25,7 @@ def main(argv=None) -> None:
         import torch
 
         from . import models_torch
-        from .torch_ddp import parameter_checksum
+        from .torch_ddp import input_batches, parameter_checksum
 
         hvd.init()
         info = s.info
@@ -56,16 +56,12 @@ def main(argv=None) -> None:
                                              op=hvd.Average)
         loss_fn = torch.nn.CrossEntropyLoss()
 
-        # Synthetic data in host memory, as torch-ddp: a few distinct batches cycled.
-        gen = torch.Generator().manual_seed(1000 + info.rank)
-        shape = (args.batch_size, *models_torch.input_shape(args.dataset))
-        classes = models_torch.num_classes(args.dataset)
-        pool = [(torch.randn(shape, generator=gen), torch.randint(0, classes, (shape[0],),
-                 generator=gen)) for _ in range(4)]
+        # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
+        source = input_batches(args, info, models_torch)
 
-        for it in s.iterations():
+        for _ in s.iterations():
             with s.phase("t_io"):
-                x, y = pool[it % len(pool)]
+                x, y = next(source)
             with s.phase("t_h2d"):
                 x, y = x.to(device), y.to(device)
                 sync()

@@ -141,20 +141,15 @@ def train(s: harness.Session, args) -> None:
     mx.nd.waitall()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    # Synthetic data in host memory, a few distinct batches cycled (no disk, no decoding).
-    mx.random.seed(1000 + info.role_index)
-    shape = (args.batch_size, *models_mxnet.input_shape(args.dataset))
-    classes = models_mxnet.num_classes(args.dataset)
-    pool = [(mx.nd.random.normal(shape=shape),
-             mx.nd.random.randint(0, classes, shape=(args.batch_size,)).astype("float32"))
-            for _ in range(4)]
-    mx.nd.waitall()
+    source = input_batches(mx, gluon, args, kv.rank, kv.num_workers, info.role_index)
 
-    for it in s.iterations():
+    for _ in s.iterations():
         with s.phase("t_io"):
-            x, y = pool[it % len(pool)]
+            x, y = next(source)
         with s.phase("t_h2d"):
-            if ctx.device_type != "cpu":
+            # To the model's context: a GPU, or from the loader's shared memory (cpu_shared)
+            # to cpu, which the cached graph requires.
+            if x.context != ctx:
                 x, y = x.as_in_context(ctx), y.as_in_context(ctx)
                 mx.nd.waitall()
         with s.phase("t_f"):
@@ -200,6 +195,54 @@ def close_kvstore(kv) -> None:
     mx.nd.waitall()
     handle, kv.handle = kv.handle, None
     check_call(_LIB.MXKVStoreFree(handle))
+
+
+def input_batches(mx, gluon, args, rank: int, workers: int, seed: int):
+    """Batches from disk (--data: MXNet RecordIO through Gluon's DataLoader, prefetch on or
+    off; a loader thread, not a forked process, beside ps-lite's threads) or a few synthetic
+    batches in host memory, cycled (no disk, no decoding)."""
+    import itertools
+
+    import numpy as np
+
+    from . import models_mxnet
+
+    shape = models_mxnet.input_shape(args.dataset)
+    if not args.data:
+        mx.random.seed(1000 + seed)
+        classes = models_mxnet.num_classes(args.dataset)
+        pool = [(mx.nd.random.normal(shape=(args.batch_size, *shape)),
+                 mx.nd.random.randint(0, classes, shape=(args.batch_size,)).astype("float32"))
+                for _ in range(4)]
+        mx.nd.waitall()
+        return itertools.cycle(pool)
+
+    def decode(record):
+        header, image = mx.recordio.unpack(record)
+        x = np.frombuffer(image, dtype=np.uint8).reshape(shape).astype(np.float32)
+        return (x / 255.0 - 0.5) / 0.25, np.float32(header.label)
+
+    records = gluon.data.RecordFileDataset(f"{args.data}/data.rec")
+    mine = list(range(rank, len(records), workers))  # this worker's shard
+
+    class Shard(gluon.data.Sampler):
+        def __iter__(self):
+            return iter(np.random.RandomState(seed).permutation(mine).tolist())
+
+        def __len__(self):
+            return len(mine)
+
+    prefetch = args.prefetch == "yes"
+    loader = gluon.data.DataLoader(records.transform(decode), batch_size=args.batch_size,
+                                   sampler=Shard(), last_batch="discard",
+                                   num_workers=1 if prefetch else 0, thread_pool=prefetch,
+                                   prefetch=4 if prefetch else None)
+
+    def endless():
+        while True:
+            yield from loader
+
+    return endless()
 
 
 def main(argv=None) -> None:

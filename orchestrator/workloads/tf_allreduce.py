@@ -109,13 +109,13 @@ def main(argv=None) -> None:
             return strategy.run(replica, args=(value,))
 
         shape = models_tf.input_shape(args.dataset)
-        pool = tf_common.synthetic_pool(tf, args.batch_size, shape,
-                                        models_tf.num_classes(args.dataset), 1000 + info.rank)
+        source = tf_common.input_batches(tf, args, info.rank, info.world_size, shape,
+                                         models_tf.num_classes(args.dataset), 1000 + info.rank)
         device = "/GPU:0" if on_gpu else "/CPU:0"
 
-        for it in s.iterations():
+        for _ in s.iterations():
             with s.phase("t_io"):
-                x, y = pool[it % len(pool)]
+                x, y = next(source)
             with s.phase("t_h2d"):
                 if on_gpu:
                     with tf.device(device):

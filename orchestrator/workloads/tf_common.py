@@ -48,6 +48,42 @@ def synthetic_pool(tf, batch: int, shape: tuple[int, int, int], classes: int, se
     return pool
 
 
+def input_batches(tf, args, rank: int, world: int, shape, classes: int, seed: int):
+    """Batches as (NHWC float32 images, int32 labels): from TFRecord files on disk (--data,
+    tf.data with its map/prefetch; prefetch off reads and decodes in the loop, so all of it
+    is t_io) or a few synthetic batches in memory, cycled."""
+    if not args.data:
+        import itertools
+
+        return itertools.cycle(synthetic_pool(tf, args.batch_size, shape, classes, seed))
+    h, w, c = shape
+    spec = {"image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def decode(record):
+        ex = tf.io.parse_single_example(record, spec)
+        chw = tf.reshape(tf.io.decode_raw(ex["image"], tf.uint8), (c, h, w))
+        x = (tf.cast(tf.transpose(chw, (1, 2, 0)), tf.float32) / 255.0 - 0.5) / 0.25
+        return x, tf.cast(ex["label"], tf.int32)
+
+    files = sorted(tf.io.gfile.glob(f"{args.data}/shard-*.tfrecord"))
+    if not files:
+        raise FileNotFoundError(f"no shard-*.tfrecord under {args.data}")
+    prefetch = args.prefetch == "yes"
+    ds = (tf.data.TFRecordDataset(files).shard(world, rank).repeat()
+          .shuffle(1000, seed=seed)
+          .map(decode, num_parallel_calls=tf.data.AUTOTUNE if prefetch else None)
+          .batch(args.batch_size, drop_remainder=True))
+    if prefetch:
+        ds = ds.prefetch(4)
+    else:  # no reading ahead, in any stage
+        opts = tf.data.Options()
+        opts.autotune.enabled = False
+        opts.experimental_optimization.inject_prefetch = False
+        ds = ds.with_options(opts)
+    return iter(ds)
+
+
 def loss_fn(tf, logits, labels):
     """Mean softmax cross-entropy of the local batch (like torch's CrossEntropyLoss)."""
     return tf.reduce_mean(

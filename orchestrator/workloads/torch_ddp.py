@@ -131,6 +131,8 @@ def main(argv=None) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
+        if device.type == "cuda":  # rendered for GPU partitions; not run on this machine
+            s.footer["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
         if args.trace == "yes":  # after the checksum: tracing steps no optimizer
             import os
 
