@@ -444,6 +444,12 @@ def models(
         raise typer.Exit(1)
 
 
+# Command groups kept in their own modules (report/predict/netbench/export; containers,
+# show, rerun), registered here so that 'orch --help' lists them all.
+from .cli_analysis import register as _analysis; _analysis(app)  # noqa: E402, E702, I001
+from .cli_container import register as _container; _container(app)  # noqa: E402, E702, I001
+
+
 def main() -> None:
     try:
         app()
