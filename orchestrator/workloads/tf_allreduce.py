@@ -145,13 +145,11 @@ def main(argv=None) -> None:
         with strategy.scope():
             s.footer["checksum_sum"] = float(total(tf.constant(s.footer["param_checksum"],
                                                                tf.float64)))
-        if s.info.task == 0 and s.info.world_size > 1:
-            # Leave last: a peer may still be finishing that collective's RPCs with task 0,
-            # and would fail with "Socket closed" if it were gone (seen under load).
-            from .tf_ps import wait_for_footers
-
-            s.footer["peers_ended"] = wait_for_footers(args.log_dir, s.info.task,
-                                                       s.info.world_size - 1)
+        # Leave together: ring all-reduce pulls buffers from peers (RecvBuf), so a task whose
+        # collective has returned may still be read from by a slower one, which fails with
+        # "Socket closed" if it has exited (seen both ways round under load).
+        s.footer["left_together"] = tf_common.leave_together(args.log_dir, s.info.task,
+                                                             s.info.world_size)
 
 
 if __name__ == "__main__":

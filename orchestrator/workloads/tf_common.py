@@ -84,6 +84,22 @@ def input_batches(tf, args, rank: int, world: int, shape, classes: int, seed: in
     return iter(ds)
 
 
+def leave_together(log_dir: str, task: int, tasks: int, timeout_s: float = 60.0) -> int:
+    """A file barrier after the last collective: mark that this task needs no peer any more,
+    wait (bounded) until every task has, and return how many had."""
+    import glob
+    import os
+    import time
+
+    open(os.path.join(log_dir, f".collectives-done-{task}"), "w").close()
+    deadline = time.time() + timeout_s
+    while True:
+        done = len(glob.glob(os.path.join(log_dir, ".collectives-done-*")))
+        if done >= tasks or time.time() > deadline:
+            return done
+        time.sleep(0.05)
+
+
 def loss_fn(tf, logits, labels):
     """Mean softmax cross-entropy of the local batch (like torch's CrossEntropyLoss)."""
     return tf.reduce_mean(

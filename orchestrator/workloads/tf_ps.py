@@ -133,9 +133,8 @@ def serve(s, args) -> None:
 
 
 def wait_for_footers(log_dir: str, own: int, servers: int) -> int:
-    """Until the other tasks have their footers (bounded), so that this one leaves last and
-    no peer is left talking to a closed socket (used by tf-ps's chief and tf-allreduce's
-    task 0)."""
+    """Until the other tasks have their footers (bounded), so that the chief leaves last and
+    no server is left talking to a closed socket."""
     deadline = time.time() + SERVER_FOOTER_WAIT_S
     logs: dict[str, LogFollower] = {}
     while True:
