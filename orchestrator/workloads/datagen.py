@@ -16,24 +16,9 @@ SHARD = 10_000
 SHAPES = {"cifar": ((3, 32, 32), 10), "imagenet": ((3, 224, 224), 1000)}
 
 
-def write_raw(out: str, dataset: str, samples: int, seed: int) -> None:
-    import numpy as np
-
-    (c, h, w), classes = SHAPES[dataset]
-    rng = np.random.default_rng(seed)
-    os.makedirs(out, exist_ok=True)
-    for shard, start in enumerate(range(0, samples, SHARD)):
-        n = min(SHARD, samples - start)
-        records = np.empty((n, 1 + c * h * w), dtype=np.uint8)
-        records[:, 0] = rng.integers(0, classes, n)
-        records[:, 1:] = rng.integers(0, 256, (n, c * h * w), dtype=np.uint8)
-        tmp = os.path.join(out, f".shard-{shard:05d}.tmp")
-        records.tofile(tmp)
-        os.replace(tmp, os.path.join(out, f"shard-{shard:05d}.bin"))
-
-
-def _images(dataset: str, samples: int, seed: int):
-    """The same images and labels as write_raw, in record order: (label, CHW uint8 bytes)."""
+def _shards(dataset: str, samples: int, seed: int):
+    """The data set's random labels and CHW uint8 pixels, shard by shard: the one source every
+    format writes from, so all formats hold the same images in the same order."""
     import numpy as np
 
     (c, h, w), classes = SHAPES[dataset]
@@ -41,9 +26,27 @@ def _images(dataset: str, samples: int, seed: int):
     for start in range(0, samples, SHARD):
         n = min(SHARD, samples - start)
         labels = rng.integers(0, classes, n)
-        pixels = rng.integers(0, 256, (n, c * h * w), dtype=np.uint8)
-        for k in range(n):
+        yield labels, rng.integers(0, 256, (n, c * h * w), dtype=np.uint8)
+
+
+def _images(dataset: str, samples: int, seed: int):
+    """One (label, CHW uint8 bytes) per record, in record order."""
+    for labels, pixels in _shards(dataset, samples, seed):
+        for k in range(len(labels)):
             yield int(labels[k]), pixels[k].tobytes()
+
+
+def write_raw(out: str, dataset: str, samples: int, seed: int) -> None:
+    import numpy as np
+
+    os.makedirs(out, exist_ok=True)
+    for shard, (labels, pixels) in enumerate(_shards(dataset, samples, seed)):
+        records = np.empty((len(labels), 1 + pixels.shape[1]), dtype=np.uint8)
+        records[:, 0] = labels
+        records[:, 1:] = pixels
+        tmp = os.path.join(out, f".shard-{shard:05d}.tmp")
+        records.tofile(tmp)
+        os.replace(tmp, os.path.join(out, f"shard-{shard:05d}.bin"))
 
 
 def write_tfrecord(out: str, dataset: str, samples: int, seed: int) -> None:
