@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import torch
 
-from orchestrator.workloads import harness, models_torch
+from orchestrator.rankside import harness, models_torch
 
 
 def setup(batch: int):
@@ -72,7 +72,7 @@ def main() -> None:
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as tmp:
         args = SimpleNamespace(batch_size=a.batch, iters=a.iters, warmup=0,
                                inject_failure=None)
-        session = harness.Session(args, harness.RankInfo({}), harness.RankLog(tmp.name))
+        session = harness.Session(args, harness.RankInfo({}), harness.RankLogWriter(tmp.name))
         ratios, rates_bare, rates_h = [], [], []
         for _ in range(a.blocks):
             tb = bare(a.iters, *state)

@@ -4,7 +4,7 @@
 
 Generates a synthetic sweep directory in a temporary directory (25 configurations x nodes
 1..4 x 4 ranks per node = 100 runs, 1,000 rank logs, 1,000 iterations per rank), written with
-the rank-side harness' own log writer (``orchestrator.workloads.harness.RankLog``: header,
+the rank-side harness' own log writer (``orchestrator.rankside.harness.RankLogWriter``: header,
 one ``iter`` record per iteration, footer), then times
 
 * ``orch``'s merge (``orchestrator.results.merge``: reads every log, writes
@@ -32,9 +32,10 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from orchestrator import rundir  # noqa: E402
+from orchestrator.protocol import PHASES  # noqa: E402
+from orchestrator.rankside.harness import RankLogWriter  # noqa: E402
 from orchestrator.rundir import JobRecord  # noqa: E402
 from orchestrator.sweep import Run  # noqa: E402
-from orchestrator.workloads.harness import PHASES, RankLog  # noqa: E402
 
 MODELS = ("lenet5", "alexnet", "googlenet", "resnet18", "resnet50")
 BATCHES = (16, 32, 64, 128, 256)
@@ -70,7 +71,7 @@ def make_sweep(out: Path, iters_per_rank: int, seed: int = 0) -> tuple[int, int]
 
 def _write_rank(path: Path, run: Run, rank: int, rng: random.Random) -> None:
     node = rank // run.tasks_per_node
-    log = RankLog(str(path))
+    log = RankLogWriter(str(path))
     log.write({"type": "header", "schema": 1, "run_id": run.run_id, "framework": "torch",
                "mode": run.mode, "task": rank, "role": "worker", "role_index": rank,
                "rank": rank, "world_size": run.ranks, "local_rank": rank % run.tasks_per_node,

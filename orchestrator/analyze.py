@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .gather import PHASES
+from .protocol import PHASES
 
 # What makes two runs "the same configuration" apart from their size.
 GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "tasks_per_node",

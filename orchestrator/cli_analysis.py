@@ -197,7 +197,7 @@ def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | N
 
 
 def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int | None:
-    from .modes.netbench import parse_bytes
+    from .modes.allreduce_bench.mode import parse_bytes
     from .report import gradient_bytes
 
     if grad_bytes is not None:
@@ -341,7 +341,7 @@ def predict_cmd(
         ab, ab_desc = _alpha_beta(netbench_file, site, partition, None, bandwidth, latency)
         bucket = None
         if bucket_size is not None:
-            from .modes.netbench import parse_bytes
+            from .modes.allreduce_bench.mode import parse_bytes
 
             bucket = parse_bytes(bucket_size, "--bucket-size")
         counts = _workers(workers, [1, 2, 4, 8])
@@ -482,7 +482,7 @@ def netbench_cmd(
     from . import envs, execute, results
     from . import site as sitemod
     from . import sweep as sweepmod
-    from .modes.netbench import MODE, parse_sizes
+    from .modes.allreduce_bench.mode import MODE, parse_sizes
 
     if format not in ("table", "json"):
         raise UserError(f"--format {format}: valid: table, json")

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import time
@@ -41,6 +40,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import backends, templating
 from .errors import UserError
 from .resources import data_dir
 from .site import Container, Environment, Partition, Site
@@ -176,18 +176,12 @@ def _wheel_glob(req: str) -> str:
     return f"{re.sub(r'[-.]+', '_', name.split('[')[0])}-{version}-*.whl"
 
 
-def _jinja():
-    from .render import _env  # one Jinja setup (shell-safe delimiters, q/qall filters)
-
-    return _env()
-
-
 def generate(spec: ImageSpec) -> dict[str, str]:
     """The generated files of one spec: {file name under containers/: text}."""
     ctx = {"spec": spec, "spec_sha256": spec_hash(spec), "marker": marker(spec),
            "wheels": [_wheel_glob(r) for r in spec.pip.local],
            "files": sorted(spec.files.items()), "image_env": spec.image_env()}
-    env = _jinja()
+    env = templating.environment()
     install = env.get_template("containers/_install.sh.j2").render(**ctx)
     ctx["install"] = install
     return {
@@ -490,23 +484,6 @@ def inspect(container: Container) -> ImageFacts:
 # --- checks before anything is submitted ---------------------------------------------------
 
 
-def _nodes_are_this_machine(partition: str) -> bool:
-    """All of a Slurm partition's nodes have a loopback NodeAddr (the test cluster): their
-    PATH is this machine's, so a missing runtime can be caught here rather than in the job."""
-    try:
-        res = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%o"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    addrs = {a.strip() for a in res.stdout.split() if a.strip()}
-    if res.returncode != 0 or not addrs:
-        return False
-    try:
-        return all(socket.gethostbyname(a).startswith("127.") for a in addrs)
-    except OSError:
-        return False
-
-
 def check(site: Site, runs, out: Path, lib: Path) -> dict[str, ImageFacts]:
     """Every container image the runs need exists and can run here: {framework: facts}.
 
@@ -533,7 +510,8 @@ def check(site: Site, runs, out: Path, lib: Path) -> dict[str, ImageFacts]:
                             f"environments.{fw}.container.image")
         command = COMMAND[c.runtime]
         partitions = sorted({r.partition for r in fw_runs})
-        local = site.scheduler == "local" or all(_nodes_are_this_machine(p) for p in partitions)
+        sched = backends.scheduler(site.scheduler)
+        local = all(sched.nodes_are_this_machine(p) for p in partitions)
         if local and shutil.which(command) is None:
             hint = ("apt-get install -y --no-install-recommends charliecloud-runtime"
                     if c.runtime == "charliecloud" else

@@ -8,7 +8,7 @@ formats the modes read, each in a subdirectory, with a manifest:
     DIR/raw/               fixed-size binary records, CIFAR-10's layout (PyTorch modes)
     DIR/<format>/          further formats, written by the framework that reads them
 
-Writers run rank-side (orchestrator.workloads.datagen) in the Python of the environment whose
+Writers run rank-side (orchestrator.rankside.datagen) in the Python of the environment whose
 framework owns the format, so the control plane imports no framework.
 """
 
@@ -21,13 +21,26 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import envs, zoo
+from . import envs, files, modes, zoo
 from .errors import UserError
 from .site import Site
+from .staging import stage_lib
 
 MANIFEST = "manifest.json"
-# format -> the site environment (framework) whose Python writes it
-FORMAT_ENV = {"raw": "torch", "tfrecord": "tensorflow", "recordio": "mxnet"}
+
+
+def format_environments() -> dict[str, str]:
+    """format -> the site environment whose Python writes it: the environment of a mode that
+    reads it (its ``data_format``), preferring the one named after the mode's library (torch
+    over torch-mpi for raw records)."""
+    out: dict[str, str] = {}
+    for mode in sorted(modes.registry().values(), key=lambda m: m.framework != m.library):
+        if mode.data_format:
+            out.setdefault(mode.data_format, mode.framework)
+    return out
+
+
+FORMAT_ENV = format_environments()
 
 
 class Manifest(BaseModel):
@@ -54,7 +67,6 @@ def load_manifest(path: str | Path) -> tuple[Path, Manifest]:
 def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
          seed: int = 0, log=print) -> Manifest:
     """Write ``samples`` random images of ``dataset`` in each format (skips existing ones)."""
-    from . import rundir  # rundir -> sweep -> data: imported here, not at module level
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
     for fmt in formats:
@@ -71,14 +83,14 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
                             f"{old.seed}); choose another --out")
         done = old.formats
     out.mkdir(parents=True, exist_ok=True)
-    lib = rundir.stage_lib(out)
+    lib = stage_lib(out)
     for fmt in formats:
         if fmt in done:
             log(f"{fmt}: already there")
             continue
         env = site.environment(FORMAT_ENV[fmt])
         envs.check(site, {FORMAT_ENV[fmt]})
-        cmd = [envs.python_of(env), "-m", "orchestrator.workloads.datagen", "--format", fmt,
+        cmd = [envs.python_of(env), "-m", "orchestrator.rankside.datagen", "--format", fmt,
                "--dataset", dataset, "--samples", str(samples), "--seed", str(seed),
                "--out", str(out / fmt)]
         log(f"{fmt}: writing {samples} {dataset} samples with {cmd[0]}")
@@ -88,5 +100,5 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
             raise UserError(f"writing {fmt} failed:\n{proc.stderr.strip()[-1500:]}")
         done.append(fmt)
         manifest = Manifest(dataset=dataset, samples=samples, seed=seed, formats=done)
-        rundir.write_json_atomic(out / MANIFEST, json.loads(manifest.model_dump_json()))
+        files.write_json_atomic(out / MANIFEST, json.loads(manifest.model_dump_json()))
     return Manifest(dataset=dataset, samples=samples, seed=seed, formats=done)

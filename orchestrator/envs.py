@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import backends
 from .errors import UserError
 from .resources import data_dir
 from .site import Environment, Site
@@ -148,7 +149,7 @@ def check(site: Site, frameworks: set[str]) -> None:
                                 f"{target}, which does not exist (install openmpi-bin/"
                                 f"libopenmpi-dev or run scripts/testcluster up, then "
                                 f"'orch env build {fw} --site {site.name} --force')")
-        if site.scheduler == "local" or env.build is not None:
+        if backends.scheduler(site.scheduler).runs_here or env.build is not None:
             python = python_of(env)
             if shutil.which(python) is None and not os.access(python, os.X_OK):
                 raise UserError(f"environment '{fw}' of site '{site.name}': python '{python}' "

@@ -1,6 +1,5 @@
 """Errors a user can fix. The CLI turns them into one line and exit code 2, never a traceback."""
 
-from __future__ import annotations
 
 
 class UserError(Exception):

@@ -1,5 +1,9 @@
 """Carry out a sweep: prepare run directories, submit what is not done, wait, finalize.
 
+One way through: runs (plan) → rendered files and provenance (render, containers,
+provenance) → run directories (rundir.materialise) → the site's scheduler (backends) → ledger
+states → finalized against the rank logs (verdict).
+
 Re-running a sweep into the same directory skips finished runs (their data is never touched),
 waits again for runs still pending or running, and submits only new ones.
 """
@@ -8,29 +12,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import containers, provenance, rundir
-from .render import Rendered, render_run
-from .rundir import TERMINAL, JobRecord
+from . import backends, containers, provenance, rundir, verdict
+from .render import Rendered, render_run, sbatch_options
+from .rundir import TERMINAL, JobRecord, Prepared
 from .site import Site
-from .submit import LocalBackend, SlurmBackend, backend_for, finalize
 from .sweep import Run
+
+__all__ = ["Prepared", "cancel", "dry_run", "execute", "finalize", "follow", "prepare",
+           "refresh", "render_for"]
 
 Event = Callable[[Run, JobRecord], None]
 # Ask the scheduler fast while jobs are new, back off while nothing changes: a sweep of
 # hour-long jobs should not run squeue every second on a real cluster. Between those queries
 # a cheap file check (every TICK_S) notices a job script's end (job-times.json) at once.
 POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
-
-
-@dataclass(frozen=True)
-class Prepared:
-    run: Run
-    rdir: Path
-    record: JobRecord
-    action: str  # "submit" | "wait" | "skip"
 
 
 def render_for(run: Run, site: Site, out: Path, lib: Path,
@@ -68,19 +65,12 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) 
         if record is not None and record.state in ("PENDING", "RUNNING"):
             prepared.append(Prepared(run, rdir, record, "wait"))
             continue
-        rdir.mkdir(parents=True, exist_ok=True)
         rendered = render_for(run, site, out, lib, images)
-        (rdir / "run.json").write_text(run.model_dump_json(indent=2) + "\n")
-        (rdir / "job.sbatch").write_text(rendered.job_script)
-        (rdir / "launch.sh").write_text(rendered.launch_script)
-        for name, text in rendered.files:
-            (rdir / name).write_text(text)
-            (rdir / name).chmod(0o755)
-        provenance.write(rdir, provenance.build(run, site, rdir, lib,
-                                                provenance.rendered_files(rendered),
-                                                images.get(run.framework)))
+        scripts = provenance.rendered_files(rendered)
         record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler)
-        rundir.write_record(rdir, record)
+        rundir.materialise(rdir, run, scripts,
+                           provenance.build(run, site, rdir, lib, scripts,
+                                            images.get(run.framework)), record)
         prepared.append(Prepared(run, rdir, record, "submit"))
     return prepared
 
@@ -89,30 +79,32 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
             on_event: Event | None = None) -> list[JobRecord]:
     """Submit the runs that need it; with ``wait``, follow every run to a terminal state."""
     on_event = on_event or (lambda run, record: None)
-    backend = backend_for(site.scheduler)
+    sched = backends.scheduler(site.scheduler)
     for name in sorted({p.run.partition for p in prepared if p.action != "skip"}):
-        backend.check(site.partition(name))
+        sched.check(site.partition(name))
     live: list[Prepared] = [p for p in prepared if p.action == "wait"]
     for p in prepared:
         if p.action != "submit":
             continue
-        job_id = backend.submit(p.run, p.rdir, site.partition(p.run.partition))
+        partition = site.partition(p.run.partition)
+        job_id = sched.submit(p.run, p.rdir, partition,
+                              sbatch_options(p.run, partition, p.rdir.resolve()))
         record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
                                              "submitted_at": rundir.now()})
         rundir.write_record(p.rdir, record)
         on_event(p.run, record)
         current = Prepared(p.run, p.rdir, record, "wait")
-        if isinstance(backend, LocalBackend):
-            # One local job at a time: concurrent ranks of two runs would distort both.
-            follow([current], backend, on_event)
+        if sched.sequential:
+            # One job at a time (the local site): concurrent runs would distort each other.
+            follow([current], sched, on_event)
         else:
             live.append(current)
     if wait and live:
-        follow(live, backend, on_event)
+        follow(live, sched, on_event)
     return [rundir.read_record(p.rdir) or p.record for p in prepared]
 
 
-def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event: Event) -> None:
+def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event) -> None:
     """Poll until every run is terminal, finalizing each as it ends."""
     pending = {p.run.run_id: p for p in live}
     last: dict[str, str] = {rid: p.record.state for rid, p in pending.items()}
@@ -123,8 +115,8 @@ def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event:
             time.sleep(TICK_S)
             continue
         changed = False
-        states = backend.poll([p.record for p in pending.values()],
-                              [p.rdir for p in pending.values()])
+        states = sched.poll([p.record for p in pending.values()],
+                            [p.rdir for p in pending.values()])
         for rid, (state, reason) in states.items():
             p = pending[rid]
             if state in TERMINAL:
@@ -146,9 +138,28 @@ def follow(live: list[Prepared], backend: LocalBackend | SlurmBackend, on_event:
             time.sleep(TICK_S)
 
 
+def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -> JobRecord:
+    """Turn the scheduler's terminal state into orch's, checked against the rank logs."""
+    logs = verdict.read_run_logs(rdir) if (rdir / "ranks").is_dir() else []
+    if state == "COMPLETED":
+        ok, why = verdict.verdict(run, rdir, logs)
+        if not ok:
+            state, reason = "FAILED", why or "rank logs incomplete"
+    elif state == "FAILED":
+        # The scheduler's word (e.g. NODE_FAIL, a reused job id) and the root cause in the logs.
+        found = verdict.failure_reason(rdir, run, logs)
+        reason = "; ".join(r for r in (reason, found) if r)
+    elif state == "TIMEOUT":
+        reason = reason or f"time limit of {run.time_limit_min} min reached"
+    elif state == "CANCELLED":
+        reason = reason or "cancelled"
+    return record.model_copy(update={"state": state, "reason": reason or None,
+                                     "ended_at": rundir.now()})
+
+
 def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
     """Bring every non-terminal ledger entry up to date (``orch status`` from any shell)."""
-    backend = backend_for(scheduler)
+    sched = backends.scheduler(scheduler)
     entries = []
     for rdir in rundir.run_dirs(out):
         run, record = rundir.read_run(rdir), rundir.read_record(rdir)
@@ -157,7 +168,7 @@ def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
     live = [(run, rec, rdir) for run, rec, rdir in entries
             if rec.state in ("PENDING", "RUNNING") and rec.scheduler == scheduler]
     if live:
-        states = backend.poll([r for _, r, _ in live], [d for _, _, d in live])
+        states = sched.poll([r for _, r, _ in live], [d for _, _, d in live])
         for run, record, rdir in live:
             state, reason = states.get(run.run_id, (record.state, ""))
             if state in TERMINAL:
@@ -171,18 +182,18 @@ def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
 
 def cancel(out: Path, scheduler: str, run_ids: list[str] | None) -> list[str]:
     """Cancel the named runs (or every unfinished one); returns the run ids cancelled."""
-    backend = backend_for(scheduler)
+    sched = backends.scheduler(scheduler)
     done = []
     for run, record, rdir in refresh(out, scheduler):
         if run_ids and run.run_id not in run_ids:
             continue
         if record.state in TERMINAL:
             continue
-        backend.cancel(record, rdir)
-        if isinstance(backend, LocalBackend):
+        sched.cancel(record, rdir)
+        if sched.cancel_is_final:
             rundir.write_record(rdir, finalize(run, rdir, record, "CANCELLED", "cancelled"))
         done.append(run.run_id)
-    if isinstance(backend, SlurmBackend) and done:
+    if not sched.cancel_is_final and done:
         deadline = time.time() + 60
         while time.time() < deadline:
             entries = refresh(out, scheduler)

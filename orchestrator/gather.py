@@ -11,115 +11,19 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import modes
+from . import files, protocol
+from .protocol import PHASES, RankLog, read_rank_log
 from .sweep import Run
+from .verdict import CHECKSUM_RTOL, failure_reason, read_run_logs, tail, verdict
 
-PHASES = ("t_io", "t_h2d", "t_f", "t_b", "t_comm", "t_u")
-CHECKSUM_RTOL = 1e-6
-
-
-@dataclass
-class RankLog:
-    rank: int
-    header: dict | None = None
-    iters: list[dict] = field(default_factory=list)
-    footer: dict | None = None
-    problems: list[str] = field(default_factory=list)
-
-
-def read_rank_log(path: Path) -> RankLog:
-    """Parse one JSONL rank log; a torn line (rank killed mid-write) is a problem, not a crash."""
-    rank = int(path.stem.split("-")[-1])
-    out = RankLog(rank=rank)
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                out.problems.append(f"{path.name}:{lineno}: unreadable line")
-                continue
-            kind = rec.get("type")
-            if kind == "iter":
-                out.iters.append(rec)
-            elif kind == "header":
-                out.header = rec
-            elif kind == "footer":
-                out.footer = rec
-    return out
-
-
-def read_run_logs(rdir: Path) -> list[RankLog]:
-    return [read_rank_log(p) for p in sorted((rdir / "ranks").glob("rank-*.jsonl"),
-                                             key=lambda p: int(p.stem.split("-")[-1]))]
-
-
-def tail(path: Path, lines: int = 12) -> str:
-    if not path.exists():
-        return ""
-    text = path.read_text(errors="replace").rstrip().splitlines()
-    return "\n".join(text[-lines:])
-
-
-def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None]:
-    """(ok, reason): does the run's data prove it completed?
-
-    When several ranks failed, the reason is the root cause: the rank whose own error came
-    first (the others typically died of a closed connection, or were stopped by the launcher).
-    """
-    by_rank = {log.rank: log for log in logs}
-    mode = modes.get(run.mode)
-    tasks = run.tasks()
-    trains = [k for k, t in enumerate(tasks) if t.role in mode.logging_roles]
-    problems: list[tuple[int, float, str]] = []  # (kind, when, message): lowest sorts first
-    for rank, task in enumerate(tasks):
-        label = f"rank {rank}" if task.role == "worker" else f"rank {rank} ({task.role})"
-        log = by_rank.get(rank)
-        if log is None:
-            problems.append((2, 0.0, f"{label}: no log{_excerpt(rdir, rank)}"))
-        elif log.footer is None:
-            problems.append((1, 0.0, f"{label}: log ends without a footer (killed?)"
-                                     f"{_excerpt(rdir, rank)}"))
-        elif log.footer.get("status") != "ok":
-            error = (log.footer.get("error") or "failed").strip()
-            problems.append((0, log.footer.get("ended_at") or 0.0, f"{label}: {error}"))
-        elif rank in trains:
-            measured = [r for r in log.iters if not r.get("warmup")]
-            if len(measured) != run.iters:
-                problems.append((3, 0.0, f"{label}: {len(measured)} of {run.iters} "
-                                         "measured iterations logged"))
-    if problems:
-        return False, min(problems)[2]
-    if mode.is_synchronous(run.options) and len(trains) > 1:
-        sums = {r: by_rank[r].footer.get("param_checksum") for r in trains}
-        if all(isinstance(s, (int, float)) for s in sums.values()):
-            first, ref = trains[0], sums[trains[0]]
-            for r, s in sums.items():
-                if not math.isclose(s, ref, rel_tol=CHECKSUM_RTOL, abs_tol=1e-9):
-                    return False, (f"ranks out of sync: parameter checksum of rank {r} is {s!r}, "
-                                   f"rank {first} has {ref!r}")
-    return True, None
-
-
-def _excerpt(rdir: Path, rank: int) -> str:
-    text = tail(rdir / "ranks" / f"rank-{rank}.out", 6)
-    return f"; its output ends:\n{text}" if text else ""
-
-
-def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:
-    """Best explanation of a failed job: a rank's own error, else the job output's tail."""
-    ok, reason = verdict(run, rdir, logs)
-    if not ok and reason:
-        return reason
-    outs = sorted(rdir.glob("slurm-*.out"))
-    return tail(outs[-1]) if outs else "job failed without output"
+__all__ = ["CHECKSUM_RTOL", "PHASES", "RankLog", "failure_reason", "merged_iteration_table",
+           "read_rank_log", "read_run_logs", "scan_run_logs", "tail", "verdict"]
 
 
 # --- merging -------------------------------------------------------------------------------
@@ -164,9 +68,7 @@ def iteration_table(rows: list[dict]) -> pa.Table:
 
 def write_parquet(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    files.replace_with(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def footer_facts(logs: list[RankLog]) -> dict:
@@ -241,7 +143,7 @@ def scan_rank_log(path: Path) -> ScannedLog:
     head_end = data.find(b"\n", 0, size)
     if head_end < 0:
         return _slow_scan(path)
-    out = RankLog(rank=int(path.stem.split("-")[-1]))
+    out = RankLog(rank=protocol.task_of(path.name))
     header = _loads(data[:head_end])
     if not (isinstance(header, dict) and header.get("type") == "header"):
         return _slow_scan(path)
@@ -275,10 +177,7 @@ def scan_rank_log(path: Path) -> ScannedLog:
 
 
 def _loads(line: bytes) -> object:
-    try:
-        return json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
+    return protocol.parse_record(line)
 
 
 def _slow_scan(path: Path) -> ScannedLog:
@@ -286,8 +185,7 @@ def _slow_scan(path: Path) -> ScannedLog:
 
 
 def scan_run_logs(rdir: Path) -> list[ScannedLog]:
-    return [scan_rank_log(p) for p in sorted((rdir / "ranks").glob("rank-*.jsonl"),
-                                             key=lambda p: int(p.stem.split("-")[-1]))]
+    return [scan_rank_log(Path(p)) for _, p in protocol.rank_logs(rdir / protocol.RANKS_DIR)]
 
 
 def merged_iteration_table(

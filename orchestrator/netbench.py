@@ -1,7 +1,7 @@
 """Network micro-benchmark results: the α–β model of a partition, fitted from a real job.
 
 ``orch netbench --site S --partition P`` runs the ``allreduce-bench`` mode (one all-reduce per
-message size and iteration, see orchestrator/workloads/allreduce_bench.py) as an ordinary run
+message size and iteration, see orchestrator/modes/allreduce_bench/rank.py) as an ordinary run
 (render, submit, gather), then fits latency α and bandwidth B of the ring all-reduce cost
 ``2(N−1)·α + 2(N−1)/N · m/B`` (perfmodel.fit_alpha_beta) to the measured seconds and stores
 the result, keyed by site and partition, where ``orch report`` and ``orch predict`` find it:
@@ -28,11 +28,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import __version__, gather, rundir
+from . import __version__, gather, modes, rundir
 from .errors import UserError
 from .perfmodel import AlphaBeta, ModelInputError, allreduce_time, fit_alpha_beta
 
-MODE = "allreduce-bench"
+MODE = modes.network_benchmark().name  # allreduce-bench
 FIELD_PREFIX = "allreduce_"
 
 

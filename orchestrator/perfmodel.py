@@ -35,6 +35,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from orchestrator import protocol
 from orchestrator.errors import UserError
 
 __all__ = [
@@ -64,8 +65,10 @@ __all__ = [
     "trace_iteration_us",
 ]
 
-#: Phase fields of a breakdown, in the order of one iteration.
-PHASES: tuple[str, ...] = ("t_io", "t_h2d", "t_f", "t_b", "t_u", "t_comm")
+#: Phase fields of a breakdown, in the order of one iteration (the rank-log contract's).
+PHASES: tuple[str, ...] = protocol.PHASES
+#: The same fields as a breakdown file lists them: the required ones, then t_comm (optional).
+_FIELDS_TEXT = ", ".join([*(p for p in PHASES if p != "t_comm"), "t_comm"])
 
 #: What a phase value must look like; used in every error message about one.
 _PHASE_EXPECTED = (
@@ -198,14 +201,14 @@ class Breakdown(BaseModel):
         """
         if not isinstance(data, Mapping):
             raise ModelInputError(
-                f"{source}: expected a mapping of phase fields ({', '.join(PHASES)}), "
+                f"{source}: expected a mapping of phase fields ({_FIELDS_TEXT}), "
                 f"got {_describe(data)}"
             )
         unknown = [str(k) for k in data if k not in PHASES]
         if unknown:
             raise ModelInputError(
                 f"{source}: unknown field(s) {', '.join(repr(u) for u in unknown)}; "
-                f"expected fields: {', '.join(PHASES)} (t_comm is optional, default 0)"
+                f"expected fields: {_FIELDS_TEXT} (t_comm is optional, default 0)"
             )
         try:
             return cls.model_validate(dict(data))

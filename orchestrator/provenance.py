@@ -33,16 +33,16 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__, containers, rundir
+from . import __version__, containers, protocol, rundir
 from .errors import UserError
 from .render import Rendered, transport_env
 from .resources import package_dir
-from .rundir import JobRecord
+from .rundir import JobRecord, Prepared
 from .site import Site
 from .sweep import Run
 
 SCHEMA = 1
-FILE = "provenance.json"
+FILE = protocol.PROVENANCE_FILE
 SCRIPTS = ("job.sbatch", "launch.sh")
 RUN_DIR_PLACEHOLDER = "@RUN_DIR@"
 
@@ -134,19 +134,10 @@ def read(rdir: Path) -> dict | None:
 def rank_facts(rdir: Path) -> list[dict]:
     """Per rank: host, container facts (header) and versions (footer), from its log."""
     out = []
-    logs = sorted((rdir / "ranks").glob("rank-*.jsonl"), key=lambda p: int(p.stem.split("-")[-1]))
-    for path in logs:
-        header = footer = None
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("type") == "header":
-                header = rec
-            elif rec.get("type") == "footer":
-                footer = rec
-        out.append({"rank": int(path.stem.split("-")[-1]),
+    for task, path in protocol.rank_logs(rdir / protocol.RANKS_DIR):
+        log = protocol.read_rank_log(path)
+        header, footer = log.header, log.footer
+        out.append({"rank": task,
                     "host": (header or {}).get("host"),
                     "container": (header or {}).get("container"),
                     "env": (header or {}).get("env"),
@@ -233,8 +224,6 @@ def prepare_rerun(src: Path, out: Path | None = None):
     Returns (Prepared, Site). Raises UserError, before anything is written, if the record is
     incomplete, the staged rank-side code is gone, or the image changed since the run.
     """
-    from .execute import Prepared
-
     src = src.resolve()
     prov = read(src)
     if prov is None:
@@ -272,21 +261,14 @@ def prepare_rerun(src: Path, out: Path | None = None):
             raise UserError(f"the copied container wrapper cannot see {new} (it binds the "
                             f"paths of the original run): rerun into the original sweep "
                             f"directory's reruns/ (no --out) or under /tmp")
-    new.mkdir(parents=True)
-    for name, text in files.items():
-        path = new / name
-        path.write_text(text.replace(str(src), str(new)))
-        if name not in SCRIPTS:
-            path.chmod(0o755)
-    (new / "run.json").write_text((src / "run.json").read_text())
-    copied = {name: (new / name).read_text() for name in files}
+    copied = {name: text.replace(str(src), str(new)) for name, text in files.items()}
     rerun_of = {"run_dir": str(src), "provenance_sha256":
                 hashlib.sha256((src / FILE).read_bytes()).hexdigest()}
     data = build(run, site, new, lib, copied, image, rerun_of=rerun_of)
     data["site"]["file"] = prov["site"].get("file")
-    write(new, data)
     record = JobRecord(run_id=run.run_id, attempt=1, scheduler=site.scheduler)
-    rundir.write_record(new, record)
+    new.mkdir(parents=True)
+    rundir.materialise(new, run, copied, data, record)
     return Prepared(run, new, record, "submit"), site
 
 

@@ -14,10 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
-from . import __version__, containers, envs, modes
-from .resources import data_dir
+from . import __version__, backends, containers, envs, modes, templating
 from .site import Environment, Partition, Site
 from .sweep import Run
 
@@ -36,31 +33,6 @@ class Rendered:
         for name, text in self.files:
             h.update(b"\0" + name.encode() + b"\0" + text.encode())
         return h.hexdigest()[:16]
-
-
-def _quote(value: object) -> str:
-    return shlex.quote(str(value))
-
-
-def _quote_all(values: list[object]) -> str:
-    return " ".join(shlex.quote(str(v)) for v in values)
-
-
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(data_dir("templates"))),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        autoescape=False,
-        # Shell uses "{#" (${#array[@]}): Jinja comments get delimiters shell never has.
-        comment_start_string="{##",
-        comment_end_string="##}",
-    )
-    env.filters["q"] = _quote
-    env.filters["qall"] = _quote_all
-    return env
 
 
 def is_uniform(tasks: list[modes.Task], nodes: int) -> bool:
@@ -141,7 +113,7 @@ def transport_env(partition: Partition) -> list[tuple[str, str]]:
 
 
 def workload_args(run: Run, run_dir: Path) -> list[str]:
-    """Arguments every workload's harness understands (orchestrator.workloads.harness)."""
+    """Arguments every workload's harness understands (orchestrator.rankside.harness)."""
     args = [
         "--run-id", run.run_id,
         "--log-dir", str(run_dir / "ranks"),
@@ -169,7 +141,6 @@ def render_run(
     """Both scripts of a run; with a container environment also ``container-python``, the
     wrapper job.sbatch makes every rank's ORCH_PYTHON (``image_digest`` is recorded in it)."""
     mode = modes.get(run.mode)
-    jenv = _env()
     tasks = run.tasks()
     uniform = is_uniform(tasks, run.nodes)
     ctx = {
@@ -177,6 +148,8 @@ def render_run(
         "run": run,
         "run_id": run.run_id,
         "site": site,
+        "scheduler": backends.scheduler(site.scheduler),
+        "launcher": backends.launcher(run.launcher),
         "partition": partition,
         "mode": mode,
         "env": env,
@@ -197,10 +170,10 @@ def render_run(
         data = [run.data] if getattr(run, "data", None) else []
         ctx["container"] = containers.wrapper_context(env, partition, run_dir, lib_dir, data,
                                                       ctx["transport"], image_digest)
-    job = jenv.get_template("job.sbatch.j2").render(**ctx)
-    launch = jenv.get_template(f"modes/{mode.template}").render(**ctx)
+    job = templating.template("job.sbatch.j2").render(**ctx)
+    launch = templating.template(mode.template).render(**ctx)
     files: tuple[tuple[str, str], ...] = ()
     if env.container is not None:
-        wrapper = jenv.get_template(f"containers/{env.container.runtime}.sh.j2").render(**ctx)
+        wrapper = templating.template(f"containers/{env.container.runtime}.sh.j2").render(**ctx)
         files = (("container-python", wrapper),)
     return Rendered(job_script=job, launch_script=launch, files=files)

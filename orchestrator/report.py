@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import analyze, perfmodel, zoo
-from .gather import PHASES
+from . import analyze, modes, perfmodel, zoo
+from .protocol import PHASES
 
-NETBENCH_MODE = "allreduce-bench"
 # Phases as stacked in plots and tables, bottom to top (the order of one iteration).
-PHASE_ORDER = ("t_io", "t_h2d", "t_f", "t_b", "t_comm", "t_u")
+PHASE_ORDER = PHASES
 PHASE_LABELS = {"t_io": "I/O", "t_h2d": "host→device", "t_f": "forward", "t_b": "backward",
                 "t_comm": "comm (exposed)", "t_u": "update", "t_unaccounted": "other"}
 PHASE_COLORS = {"t_io": "#8c564b", "t_h2d": "#e377c2", "t_f": "#1f77b4", "t_b": "#ff7f0e",
@@ -44,11 +43,6 @@ PHASE_COLORS = {"t_io": "#8c564b", "t_h2d": "#e377c2", "t_f": "#1f77b4", "t_b": 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 CONFIG_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
                  "#bcbd22", "#7f7f7f", "#d62728")
-# How each mode overlaps gradient communication with backward, for the model: "wfbp" (sent
-# while backward goes on: exposed = max(0, total − t_b)) or "none" (after backward). A run's
-# own ``overlap`` option (mpi-ssgd) wins.
-MODE_OVERLAP = {"torch-ddp": "wfbp", "horovod": "wfbp", "tf-allreduce": "wfbp"}
-DDP_FIRST_BUCKET = 1 << 20  # torch DDP's first gradient bucket (later ones: 25 MiB)
 STRAGGLER_THRESHOLD = 0.10
 COMPUTE = ("t_io", "t_h2d", "t_f", "t_b", "t_u")
 
@@ -93,7 +87,9 @@ def training_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """Runs of training modes (the all-reduce micro-benchmark has no throughput)."""
     if runs.empty:
         return runs
-    return runs[runs["mode"] != NETBENCH_MODE]
+    trains = {name for name, m in modes.registry().items() if m.trains}
+    known = set(modes.registry())
+    return runs[runs["mode"].isin(trains) | ~runs["mode"].isin(known)]
 
 
 def group_keys(runs: pd.DataFrame) -> list[str]:
@@ -156,16 +152,15 @@ def gradient_bytes(model: str, dataset: str) -> int | None:
 
 
 def overlap_of(mode: str, options: str | dict | None, grad_bytes: int | None = None) -> str:
-    """The overlap policy the model assumes for a run: its own ``overlap`` option, else the
-    mode's (MODE_OVERLAP). DDP all-reduces a bucket once all of its gradients exist and its
-    first bucket holds up to 1 MiB: a smaller gradient is one bucket, sent after backward."""
+    """The overlap policy the model assumes for a run, as its mode declares it
+    (``Mode.overlap_for``: "wfbp", sent while backward goes on, exposed = max(0, total − t_b);
+    or "none", after backward): a run's own overlap option (mpi-ssgd) wins, and a gradient
+    that fits DDP's first bucket (1 MiB) is one bucket, sent after backward."""
     opts = json.loads(options) if isinstance(options, str) and options else (options or {})
-    value = opts.get("overlap") if isinstance(opts, dict) else None
-    if value in ("none", "wfbp"):
-        return value
-    if mode == "torch-ddp" and grad_bytes is not None and grad_bytes <= DDP_FIRST_BUCKET:
-        return "none"
-    return MODE_OVERLAP.get(mode, "none")
+    opts = opts if isinstance(opts, dict) else {}
+    if mode not in modes.registry():  # a result set from a mode this orch does not know
+        return opts.get("overlap") if opts.get("overlap") in modes.OVERLAPS else "none"
+    return modes.get(mode).overlap_for(opts, grad_bytes)
 
 
 def _exposed(total: float, t_b: float, overlap: str) -> float:

@@ -21,5 +21,5 @@ def data_dir(name: str) -> Path:
 
 
 def package_dir() -> Path:
-    """The ``orchestrator`` package directory (its ``workloads`` are staged next to runs)."""
+    """The ``orchestrator`` package directory (its rank side is staged next to runs)."""
     return _PACKAGE

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analyze, gather, rundir
+from . import analyze, files, gather, rundir
 
 RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
               "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
@@ -55,13 +55,9 @@ def merge(out: Path) -> pd.DataFrame:
     gather.write_parquet(table, out / "results" / "iterations.parquet")
     runs_df = analyze.add_scaling(pd.DataFrame(runs))
     if not runs_df.empty:
-        runs_df.to_parquet(_tmp(out / "results" / "runs.parquet"), index=False)
-        _tmp(out / "results" / "runs.parquet").replace(out / "results" / "runs.parquet")
+        files.replace_with(out / "results" / "runs.parquet",
+                           lambda tmp: runs_df.to_parquet(tmp, index=False))
     return runs_df
-
-
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp")
 
 
 def records(runs: pd.DataFrame) -> list[dict]:

@@ -14,25 +14,24 @@ attempts/ first.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .resources import package_dir
+from . import files, protocol
+from .staging import lib_path, stage_lib
 from .sweep import Run
+
+__all__ = ["TERMINAL", "JobRecord", "Prepared", "archive_attempt", "find_run", "lib_path",
+           "materialise", "read_record", "read_run", "run_dir", "run_dirs", "stage_lib",
+           "write_json_atomic", "write_record"]
 
 State = Literal["NEW", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"]
 TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
-
-# Rank-side files staged for the ranks: importable by any environment's Python.
-_RANK_SIDE = ("__init__.py", "zoo.py", "workloads")
-
 
 class JobRecord(BaseModel):
     """One run's ledger entry."""
@@ -53,25 +52,47 @@ def run_dir(out: Path, run: Run) -> Path:
     return out / run.run_id
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+write_json_atomic = files.write_json_atomic
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run whose directory is ready: what to do with it next."""
+
+    run: Run
+    rdir: Path
+    record: JobRecord
+    action: str  # "submit" | "wait" | "skip"
+
+
+def materialise(rdir: Path, run: Run, scripts: dict[str, str], provenance: dict,
+                record: JobRecord) -> None:
+    """Write a run directory: its Run record, its scripts (job.sbatch and launch.sh; any other
+    file, such as the container wrapper, executable), provenance.json, then its ledger entry
+    last, so a directory with a ledger entry is always complete. The one place that writes
+    them: a sweep and a rerun both come through here."""
+    rdir.mkdir(parents=True, exist_ok=True)
+    files.write_text_atomic(rdir / protocol.RUN_FILE, run.model_dump_json(indent=2) + "\n")
+    for name, text in scripts.items():
+        executable = name not in ("job.sbatch", "launch.sh")
+        files.write_text_atomic(rdir / name, text, mode=0o755 if executable else None)
+    files.write_json_atomic(rdir / protocol.PROVENANCE_FILE, provenance)
+    write_record(rdir, record)
 
 
 def read_record(rdir: Path) -> JobRecord | None:
-    path = rdir / "job.json"
+    path = rdir / protocol.JOB_FILE
     if not path.exists():
         return None
     return JobRecord.model_validate_json(path.read_text())
 
 
 def write_record(rdir: Path, record: JobRecord) -> None:
-    write_json_atomic(rdir / "job.json", record.model_dump(mode="json"))
+    write_json_atomic(rdir / protocol.JOB_FILE, record.model_dump(mode="json"))
 
 
 def read_run(rdir: Path) -> Run:
-    return Run.model_validate_json((rdir / "run.json").read_text())
+    return Run.model_validate_json((rdir / protocol.RUN_FILE).read_text())
 
 
 def run_dirs(out: Path) -> list[Path]:
@@ -105,41 +126,6 @@ def archive_attempt(rdir: Path, record: JobRecord) -> int:
         if child.name not in ("attempts", "run.json"):
             shutil.move(str(child), dest / child.name)
     return record.attempt + 1
-
-
-def _rank_side_files() -> list[Path]:
-    src = package_dir()
-    files: list[Path] = []
-    for name in _RANK_SIDE:
-        p = src / name
-        files += sorted(p.rglob("*.py")) if p.is_dir() else [p]
-    return files
-
-
-def lib_path(out: Path) -> Path:
-    """Where the rank-side code is staged: named by its content hash, so it is never stale."""
-    src = package_dir()
-    digest = hashlib.sha256()
-    for f in _rank_side_files():
-        digest.update(str(f.relative_to(src)).encode() + b"\0" + f.read_bytes())
-    return (out / ".orch" / f"lib-{digest.hexdigest()[:12]}").resolve()
-
-
-def stage_lib(out: Path) -> Path:
-    """Copy the rank-side code to :func:`lib_path` (once; concurrent orch processes agree)."""
-    src = package_dir()
-    lib = lib_path(out)
-    if not lib.exists():
-        tmp = lib.with_name(lib.name + f".{os.getpid()}.tmp")
-        for f in _rank_side_files():
-            target = tmp / "orchestrator" / f.relative_to(src)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, target)
-        try:
-            os.replace(tmp, lib)
-        except OSError:  # staged concurrently by another orch: theirs is identical
-            shutil.rmtree(tmp, ignore_errors=True)
-    return lib
 
 
 def now() -> float:

@@ -9,17 +9,42 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
+from . import backends
 from .errors import UserError
 from .resources import data_dir
 
 Interconnect = Literal["infiniband", "ethernet"]
-Scheduler = Literal["slurm", "local"]
-Launcher = Literal["srun", "mpirun", "local"]
+
+
+def _registered(kind: str, names: tuple[str, ...]):
+    """A str field that must name a registered scheduler or launcher (backends): the JSON
+    schema lists them, and a wrong one gets the same message a Literal would give."""
+
+    def check(value: str) -> str:
+        if value not in names:
+            raise ValueError(f"Input should be {' or '.join(repr(n) for n in names)}")
+        return value
+
+    return Annotated[str, AfterValidator(check), WithJsonSchema({"enum": list(names),
+                                                                 "type": "string"})]
+
+
+Scheduler = _registered("scheduler", backends.scheduler_names())
+Launcher = _registered("launcher", backends.launcher_names())
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
@@ -180,12 +205,13 @@ class Site(_Strict):
                 f"default_partition '{self.default_partition}' is not one of the partitions "
                 f"({', '.join(names)})"
             )
-        if self.scheduler == "local":
-            for p in self.partitions:
-                if p.launcher != "local" and p.launcher != "mpirun":
-                    raise ValueError(
-                        f"partition '{p.name}': a local site has no srun; use launcher 'local'"
-                    )
+        available = backends.scheduler(self.scheduler).launchers
+        for p in self.partitions:
+            if p.launcher not in available:
+                raise ValueError(
+                    f"partition '{p.name}': launcher '{p.launcher}' is not available on a "
+                    f"{self.scheduler} site; use one of: {', '.join(available)}"
+                )
         return self
 
     def partition(self, name: str | None) -> Partition:

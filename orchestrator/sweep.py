@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import data, modes, zoo
+from . import backends, data, modes, zoo
 from .errors import UserError
 from .site import Site
 
@@ -245,10 +245,11 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
 
 def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode) -> str:
     """The launcher for a run: the user's choice, else the partition's, else the mode's own."""
-    allowed_here = {"local": ("local", "mpirun"), "slurm": ("srun", "mpirun")}[site.scheduler]
+    allowed_here = backends.scheduler(site.scheduler).launchers
     if requested is not None:
-        if requested not in ("srun", "mpirun", "local"):
-            raise UserError(f"--launcher {requested}: valid: srun, mpirun, local")
+        if requested not in backends.launcher_names():
+            raise UserError(f"--launcher {requested}: valid: "
+                            f"{', '.join(backends.launcher_names())}")
         if requested not in allowed_here:
             raise UserError(
                 f"--launcher {requested}: not available on a {site.scheduler} site "

@@ -3,7 +3,7 @@
 The catalogue (zoo.py) says what each model must have; this asks each framework environment
 of a site to build the models and count, so that one table shows the same network in every
 framework — or which one differs. The control plane imports no framework: the counting runs
-in the environment's Python (orchestrator.workloads.count_params). Results are cached per
+in the environment's Python (orchestrator.rankside.count_params). Results are cached per
 environment and rank-side code, since building ImageNet models takes a while.
 """
 
@@ -15,10 +15,14 @@ import os
 import subprocess
 from pathlib import Path
 
-from . import envs, rundir, zoo
+from . import envs, modes, zoo
 from .site import Site
+from .staging import stage_lib
 
-FRAMEWORKS = ("torch", "tensorflow", "mxnet", "cntk", "chainer")
+# The frameworks whose model zoos are counted: every library a mode builds its models with,
+# counted in the site environment of the same name (torch, tensorflow, mxnet, cntk, chainer).
+FRAMEWORKS = tuple(dict.fromkeys(m.library for m in modes.registry().values()
+                                 if m.framework == m.library))
 
 
 def cache_dir() -> Path:
@@ -35,7 +39,7 @@ def counts_for(site: Site, framework: str, log=print) -> dict | str:
     python = envs.python_of(env)
     if not Path(python).exists():
         return f"python {python} not found"
-    lib = rundir.stage_lib(cache_dir())
+    lib = stage_lib(cache_dir())
     key = hashlib.sha256(f"{python}|{envs.spec_hash(env)}|{lib.name}".encode()).hexdigest()
     cached = cache_dir() / "param-counts" / f"{framework}-{key[:16]}.json"
     if cached.is_file():
@@ -45,7 +49,7 @@ def counts_for(site: Site, framework: str, log=print) -> dict | str:
     if shim.is_dir():
         run_env["LD_LIBRARY_PATH"] = f"{shim}:{os.environ.get('LD_LIBRARY_PATH', '')}"
     log(f"{framework}: building every model in {python} to count its parameters")
-    proc = subprocess.run([python, "-m", "orchestrator.workloads.count_params", "--framework",
+    proc = subprocess.run([python, "-m", "orchestrator.rankside.count_params", "--framework",
                            framework], capture_output=True, text=True, env=run_env,
                           timeout=1200)
     if proc.returncode != 0:

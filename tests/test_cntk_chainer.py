@@ -77,7 +77,7 @@ def env_python(name: str) -> str:
 
 def test_chainer_models_match_the_zoo(chainer_env):
     code = ("import json\nfrom orchestrator import zoo\n"
-            "from orchestrator.workloads import models_chainer as M\n"
+            "from orchestrator.rankside import models_chainer as M\n"
             "print(json.dumps({f'{m}/{d}': M.count_params(M.build(m, d)) "
             "for m in M.MODELS for d in zoo.get(m).datasets}))")
     proc = subprocess.run([env_python("chainer"), "-c", code], capture_output=True, text=True,
@@ -93,7 +93,7 @@ def test_cntk_models_match_the_zoo(cntk_env):
     carries (it cannot import the zoo) equal to the zoo's."""
     python = env_python("cntk")
     shim = os.path.join(os.path.dirname(os.path.dirname(python)), "lib", "mpi-shim")
-    proc = subprocess.run([python, "-m", "orchestrator.workloads.models_cntk"],
+    proc = subprocess.run([python, "-m", "orchestrator.rankside.models_cntk"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "LD_LIBRARY_PATH": shim, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -116,7 +116,7 @@ def test_dry_run_prints_scripts_and_writes_nothing(tmp_path):
                     check=True)
     assert proc.stdout.count("#!/bin/bash") == 4  # job.sbatch + launch.sh per run
     assert "export GLOO_SOCKET_IFNAME=lo" in proc.stdout
-    assert "-m orchestrator.workloads.torch_ddp" in proc.stdout
+    assert "-m orchestrator.modes.torch_ddp.rank" in proc.stdout
     assert not (tmp_path / "dry").exists()
 
 

@@ -65,7 +65,7 @@ ZOO_CHECK = """
 import json, sys
 import mxnet as mx
 from orchestrator import zoo
-from orchestrator.workloads import models_mxnet as mm
+from orchestrator.rankside import models_mxnet as mm
 out = {}
 for name in zoo.names():
     for ds in zoo.get(name).datasets:

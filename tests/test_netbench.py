@@ -10,7 +10,7 @@ import pytest
 
 from orchestrator import netbench
 from orchestrator.errors import UserError
-from orchestrator.modes.netbench import parse_sizes
+from orchestrator.modes.allreduce_bench.mode import parse_sizes
 from orchestrator.perfmodel import allreduce_time
 
 from .conftest import run_orch

@@ -31,10 +31,10 @@ def test_wheel_carries_templates_and_site_configs(wheel_site):
     _, names = wheel_site
     for path in ("orchestrator/_data/templates/job.sbatch.j2",
                  "orchestrator/_data/templates/launchers/srun.j2",
-                 "orchestrator/_data/templates/modes/torch-ddp.sh.j2",
+                 "orchestrator/modes/torch_ddp/launch.sh.j2",  # a mode folder carries its template
                  "orchestrator/_data/site-configs/local.yaml",
                  "orchestrator/_data/site-configs/testcluster.yaml",
-                 "orchestrator/workloads/harness.py"):
+                 "orchestrator/rankside/harness.py"):
         assert path in names
 
 

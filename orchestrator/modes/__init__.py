@@ -1,134 +1,78 @@
-"""Distributed modes, one module each: a mode = one module here + one template + one workload.
+"""The mode registry: one folder per mode under ``orchestrator/modes/``.
 
-Each module defines ``MODE``; the registry is discovered from this package so nothing else
-needs editing when a mode is added.
+Each folder holds ``mode.py`` (``MODE = Mode(...)``, see :mod:`.base`), ``launch.sh.j2`` and
+``rank.py``; the registry finds the folders, so adding a mode edits nothing else. Loading
+checks each folder and names what is missing.
+
+Rank-side processes import this package too (it is the parent of every ``rank.py``): it must
+stay importable by any Python a rank runs (3.6 for CNTK), so stdlib only and no
+``from __future__ import annotations``.
 """
 
-from __future__ import annotations
-
 import importlib
+import os
 import pkgutil
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from functools import cache
 
 from ..errors import UserError
+from .base import OVERLAPS, PATTERNS, Mode, Option, Task, workers_only
+
+__all__ = ["OVERLAPS", "PATTERNS", "Mode", "ModeDefinitionError", "Option", "Task", "get",
+           "network_benchmark", "registry", "workers_only"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+REQUIRED_FILES = ("mode.py", "launch.sh.j2", "rank.py")
+_REGISTRY = None
 
 
-@dataclass(frozen=True)
-class Option:
-    """A mode-specific sweep option (e.g. DDP backend, MPI overlap strategy).
-
-    With ``choices`` the value must be one of them; without, it is a whole number of at least
-    ``minimum`` (e.g. a bucket size).
-    """
-
-    name: str
-    choices: tuple[str, ...]
-    help: str
-    default: str | None = None  # None: decided per partition by Mode.resolve_options
-    minimum: int = 1
-
-    def check(self, mode: str, value: str) -> str:
-        if self.choices:
-            if value not in self.choices:
-                raise UserError(f"mode '{mode}': {self.name}={value} is not valid; "
-                                f"choices: {', '.join(self.choices)}")
-        elif not value.isdigit() or int(value) < self.minimum:
-            raise UserError(f"mode '{mode}': {self.name}={value} must be a whole number "
-                            f">= {self.minimum}")
-        return value
+class ModeDefinitionError(RuntimeError):
+    """A mode folder is incomplete or its descriptor is wrong: a bug in orch, not user input."""
 
 
-@dataclass(frozen=True)
-class Task:
-    """One process of a job: its role (worker, ps, chief, scheduler, server), its index within
-    the role, and the node (0-based) it must run on. Task k is SLURM_PROCID k."""
-
-    role: str
-    index: int
-    node: int
-
-
-def workers_only(nodes: int, tasks_per_node: int, options: dict[str, str]) -> list[Task]:
-    """The all-reduce layout: ``tasks_per_node`` workers on every node, node-major."""
-    return [Task("worker", n * tasks_per_node + t, n)
-            for n in range(nodes) for t in range(tasks_per_node)]
-
-
-@dataclass(frozen=True)
-class Mode:
-    """What a framework's distributed mode needs from orch to be rendered and run."""
-
-    name: str
-    framework: str  # key into a site's environments
-    description: str
-    template: str  # per-task launch script, under templates/modes/
-    workload: str  # python module each rank runs (python -m ...)
-    launchers: tuple[str, ...]  # supported launchers; local is the local site's srun stand-in
-    synchronous: bool = True  # all ranks must end with equal parameters
-    # The ranks are MPI processes (mpi4py, Horovod): srun must wire them up through PMIx
-    # (--mpi=pmix; Debian's Open MPI fails under pmi2). mpirun needs nothing more.
-    mpi: bool = False
-    options: tuple[Option, ...] = field(default_factory=tuple)
-    # The on-disk format the workload reads with --data (orchestrator/data.py); None: none.
-    data_format: str | None = None
-    # Task table from (nodes, tasks_per_node, options). ``training_roles``: the workers that
-    # speedup and efficiency count; ``iteration_roles``: the tasks that log iterations (the
-    # workers, or a coordinator such as TF's chief that times the steps it schedules).
-    placement: Callable[[int, int, dict[str, str]], list[Task]] = workers_only
-    training_roles: tuple[str, ...] = ("worker",)
-    iteration_roles: tuple[str, ...] | None = None
-    # When synchrony depends on a run's options (MXNet: dist_sync vs dist_async): options ->
-    # whether the training ranks must end with equal parameters. None: ``synchronous``.
-    synchronous_if: Callable[[dict[str, str]], bool] | None = None
-
-    @property
-    def logging_roles(self) -> tuple[str, ...]:
-        return self.iteration_roles or self.training_roles
-
-    def is_synchronous(self, options: dict[str, str]) -> bool:
-        """Must the training ranks of a run with these options end with equal parameters?"""
-        return self.synchronous if self.synchronous_if is None else self.synchronous_if(options)
-
-    def tasks(self, nodes: int, tasks_per_node: int, options: dict[str, str]) -> list[Task]:
-        return self.placement(nodes, tasks_per_node, options)
-
-    def option(self, name: str) -> Option:
-        for opt in self.options:
-            if opt.name == name:
-                return opt
-        valid = ", ".join(o.name for o in self.options) or "(none)"
-        raise UserError(f"mode '{self.name}' has no option '{name}'; valid: {valid}")
-
-    def resolve_options(self, given: dict[str, str], gpus_per_node: int) -> dict[str, str]:
-        """Fill defaults and check choices. A default of None is decided by the partition."""
-        out: dict[str, str] = {}
-        for name, value in given.items():
-            out[name] = self.option(name).check(self.name, value)
-        for opt in self.options:
-            if opt.name not in out:
-                out[opt.name] = opt.default or self.partition_default(opt, gpus_per_node)
-        return out
-
-    def partition_default(self, opt: Option, gpus_per_node: int) -> str:
-        """GPU partitions take the first choice (e.g. nccl), CPU partitions the last (gloo)."""
-        return opt.choices[0] if gpus_per_node else opt.choices[-1]
+def _load(package):
+    folder = os.path.join(_HERE, package)
+    missing = [f for f in REQUIRED_FILES if not os.path.isfile(os.path.join(folder, f))]
+    if missing:
+        raise ModeDefinitionError(f"mode folder orchestrator/modes/{package}/ lacks "
+                                  f"{', '.join(missing)} (a mode is mode.py + launch.sh.j2 + "
+                                  "rank.py)")
+    module = importlib.import_module(f"{__name__}.{package}.mode")
+    mode = getattr(module, "MODE", None)
+    if not isinstance(mode, Mode):
+        raise ModeDefinitionError(f"orchestrator/modes/{package}/mode.py defines no "
+                                  "MODE = Mode(...)")
+    mode.package = package
+    return mode
 
 
-@cache
-def registry() -> dict[str, Mode]:
-    modes: dict[str, Mode] = {}
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        mode = getattr(module, "MODE", None)
-        if isinstance(mode, Mode):
+def registry():
+    """Every mode by name, sorted; loaded once per process."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        modes = {}
+        for info in pkgutil.iter_modules([_HERE]):
+            if not info.ispkg:
+                continue
+            mode = _load(info.name)
+            if mode.name in modes:
+                raise ModeDefinitionError(f"two mode folders declare the name '{mode.name}': "
+                                          f"{modes[mode.name].package} and {info.name}")
             modes[mode.name] = mode
-    return dict(sorted(modes.items()))
+        _REGISTRY = dict(sorted(modes.items()))
+    return _REGISTRY
 
 
-def get(name: str) -> Mode:
+def network_benchmark():
+    """The mode that measures the network instead of training (``trains=False``): what
+    ``orch netbench`` runs and fits the α–β model to."""
+    found = [m for m in registry().values() if not m.trains]
+    if len(found) != 1:
+        raise ModeDefinitionError(f"expected one network benchmark mode (trains=False), found "
+                                  f"{', '.join(m.name for m in found) or 'none'}")
+    return found[0]
+
+
+def get(name):
     modes = registry()
     if name not in modes:
-        raise UserError(f"unknown mode '{name}'; valid: {', '.join(modes)}")
+        raise UserError("unknown mode '{}'; valid: {}".format(name, ", ".join(modes)))
     return modes[name]

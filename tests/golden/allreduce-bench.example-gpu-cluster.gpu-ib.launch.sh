@@ -13,4 +13,4 @@ export ORCH_ROLE ORCH_ROLE_INDEX
 : "${MASTER_ADDR:?set by job.sbatch}" "${MASTER_PORT:?set by job.sbatch}"
 export RANK="$ORCH_TASK_ID" WORLD_SIZE="$SLURM_NTASKS"
 export LOCAL_RANK="$SLURM_LOCALID" NODE_RANK="$SLURM_NODEID"
-exec "$ORCH_PYTHON" -m orchestrator.workloads.allreduce_bench --run-id allreduce-bench-lenet5-gpu-ib-n2-r0-55cfc699 --log-dir /scratch/runs/allreduce-bench-lenet5-gpu-ib-n2-r0-55cfc699/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --backend nccl --reps 5 --sizes 4:16:64:256:1024:4096:16384:65536:262144:1048576:4194304:16777216
+exec "$ORCH_PYTHON" -m orchestrator.modes.allreduce_bench.rank --run-id allreduce-bench-lenet5-gpu-ib-n2-r0-55cfc699 --log-dir /scratch/runs/allreduce-bench-lenet5-gpu-ib-n2-r0-55cfc699/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --backend nccl --reps 5 --sizes 4:16:64:256:1024:4096:16384:65536:262144:1048576:4194304:16777216

@@ -11,4 +11,4 @@ IFS=: read -r ORCH_ROLE ORCH_ROLE_INDEX <<<"${task_roles[$ORCH_TASK_ID]}"
 export ORCH_ROLE ORCH_ROLE_INDEX
 task_nodes=(0 1)
 export NODE_RANK="${task_nodes[$ORCH_TASK_ID]}"
-exec "$ORCH_PYTHON" -m orchestrator.workloads.chainermn_train --run-id chainermn-lenet5-local-n2-r0-f0227225 --log-dir /scratch/runs/chainermn-lenet5-local-n2-r0-f0227225/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --communicator naive
+exec "$ORCH_PYTHON" -m orchestrator.modes.chainermn.rank --run-id chainermn-lenet5-local-n2-r0-f0227225 --log-dir /scratch/runs/chainermn-lenet5-local-n2-r0-f0227225/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --communicator naive

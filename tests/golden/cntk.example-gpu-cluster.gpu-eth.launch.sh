@@ -20,4 +20,4 @@ mpi_shim=
 if [[ -n $mpi_shim && -d $mpi_shim ]]; then
   export LD_LIBRARY_PATH="$mpi_shim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-exec "$ORCH_PYTHON" -m orchestrator.workloads.cntk_train --run-id cntk-lenet5-gpu-eth-n2-r0-60bce61a --log-dir /scratch/runs/cntk-lenet5-gpu-eth-n2-r0-60bce61a/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --learner data_parallel
+exec "$ORCH_PYTHON" -m orchestrator.modes.cntk.rank --run-id cntk-lenet5-gpu-eth-n2-r0-60bce61a --log-dir /scratch/runs/cntk-lenet5-gpu-eth-n2-r0-60bce61a/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --learner data_parallel

@@ -42,7 +42,7 @@ export DMLC_NODE_HOST="${DMLC_NODE_HOST:?no IPv4 address on interface $DMLC_INTE
 log=/scratch/runs/mxnet-kvstore-lenet5-local-n2-r0-9d12fe48/ranks/rank-"$ORCH_TASK_ID".jsonl
 stopped=0
 trap 'stopped=1; kill -TERM "$child" 2>/dev/null || true' TERM INT HUP
-"$ORCH_PYTHON" -m orchestrator.workloads.mxnet_kvstore --run-id mxnet-kvstore-lenet5-local-n2-r0-9d12fe48 --log-dir /scratch/runs/mxnet-kvstore-lenet5-local-n2-r0-9d12fe48/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --kvstore dist_sync --servers-per-node 1 --update worker &
+"$ORCH_PYTHON" -m orchestrator.modes.mxnet_kvstore.rank --run-id mxnet-kvstore-lenet5-local-n2-r0-9d12fe48 --log-dir /scratch/runs/mxnet-kvstore-lenet5-local-n2-r0-9d12fe48/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --kvstore dist_sync --servers-per-node 1 --update worker &
 child=$!
 status=0
 wait "$child" || status=$?

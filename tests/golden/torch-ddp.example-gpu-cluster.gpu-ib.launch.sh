@@ -12,4 +12,4 @@ export ORCH_ROLE ORCH_ROLE_INDEX
 : "${MASTER_ADDR:?set by job.sbatch}" "${MASTER_PORT:?set by job.sbatch}"
 export RANK="$ORCH_TASK_ID" WORLD_SIZE="$SLURM_NTASKS"
 export LOCAL_RANK="$SLURM_LOCALID" NODE_RANK="$SLURM_NODEID"
-exec "$ORCH_PYTHON" -m orchestrator.workloads.torch_ddp --run-id torch-ddp-lenet5-gpu-ib-n2-r0-992808a2 --log-dir /scratch/runs/torch-ddp-lenet5-gpu-ib-n2-r0-992808a2/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --backend nccl --trace no
+exec "$ORCH_PYTHON" -m orchestrator.modes.torch_ddp.rank --run-id torch-ddp-lenet5-gpu-ib-n2-r0-992808a2 --log-dir /scratch/runs/torch-ddp-lenet5-gpu-ib-n2-r0-992808a2/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --backend nccl --trace no

@@ -1,0 +1,133 @@
+"""The scheduler and launcher interfaces, and their registries.
+
+A scheduler (slurm, local) submits a run's job and follows it; a launcher (srun, mpirun,
+local) starts a job's tasks. Each is one registered implementation: code elsewhere asks the
+registry for it by name and uses its methods and declared capabilities, and never compares a
+scheduler or launcher name itself (ReFrame registers its schedulers and launchers the same way;
+orch adds mpirun under Slurm and the local site's srun stand-in).
+
+Site configs are validated against the registered names, so this package sits just above the
+ground floor: it imports no orch module above ``errors`` and ``jobscript``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..errors import UserError
+
+_SCHEDULERS: dict[str, Scheduler] = {}
+_LAUNCHERS: dict[str, Launcher] = {}
+
+
+class Scheduler:
+    """Where jobs run and how orch submits, follows and cancels them.
+
+    Capabilities the rest of orch reads (instead of comparing names):
+
+    * ``launchers``: the launchers available on it (from the launchers' registrations);
+    * ``sequential``: runs one job at a time, followed by the orch process that submitted it
+      (the local site: concurrent runs on one machine would distort each other);
+    * ``allocation``: a job's nodes are hosts of a scheduler allocation (their names come
+      from it); without, every node of a job is this machine;
+    * ``cancel_is_final``: a cancelled job is finished at once (no scheduler to confirm it);
+    * ``runs_here``: ranks run on this machine, so their Python must exist here;
+    * ``hand_verb`` / ``hand_command`` / ``hand_note``: how a user runs ``job.sbatch`` by hand
+      (the comment at the top of every job script).
+    """
+
+    name: ClassVar[str] = ""
+    sequential: ClassVar[bool] = False
+    allocation: ClassVar[bool] = True
+    cancel_is_final: ClassVar[bool] = False
+    runs_here: ClassVar[bool] = False
+    hand_verb: ClassVar[str] = "Submit by hand"
+    hand_command: ClassVar[str] = "sbatch"
+    hand_note: ClassVar[str] = ""
+
+    @property
+    def launchers(self) -> tuple[str, ...]:
+        return tuple(n for n, lch in _LAUNCHERS.items() if self.name in lch.schedulers)
+
+    def check(self, partition: Any) -> None:
+        """Fail (SubmitError) before anything is submitted if the partition cannot be used."""
+
+    def nodes_are_this_machine(self, partition: str) -> bool:
+        """Do the partition's nodes see this machine's filesystem as their own? (Containers
+        check image paths here only when they do.)"""
+        return not self.allocation
+
+    def submit(self, run: Any, rdir: Path, partition: Any, sbatch: dict[str, str | bool]) -> str:
+        """Submit ``rdir/job.sbatch``; return the job id. ``sbatch``: the job's options."""
+        raise NotImplementedError
+
+    def poll(self, records: list, rdirs: list[Path]) -> dict[str, tuple[str, str]]:
+        """run_id -> (orch state, reason) of each record's job."""
+        raise NotImplementedError
+
+    def cancel(self, record: Any, rdir: Path) -> None:
+        raise NotImplementedError
+
+
+class Launcher:
+    """How a job script starts its tasks: a template under ``templates/launchers/``.
+
+    * ``schedulers``: where it is available;
+    * ``mpi_world``: the tasks learn their place from Open MPI's ``OMPI_COMM_WORLD_*``
+      variables (mpirun), not from ``SLURM_*`` task variables (srun and the local launcher).
+    """
+
+    def __init__(self, name: str, description: str, schedulers: tuple[str, ...],
+                 mpi_world: bool = False) -> None:
+        self.name = name
+        self.description = description
+        self.schedulers = schedulers
+        self.mpi_world = mpi_world
+
+    @property
+    def template(self) -> str:
+        return f"launchers/{self.name}.j2"
+
+    def __repr__(self) -> str:
+        return f"Launcher({self.name!r})"
+
+
+def register_scheduler(cls: type[Scheduler]) -> type[Scheduler]:
+    """Class decorator: one instance of ``cls`` becomes the scheduler named ``cls.name``."""
+    if not cls.name or cls.name in _SCHEDULERS:
+        raise RuntimeError(f"scheduler {cls.__name__}: empty or duplicate name {cls.name!r}")
+    _SCHEDULERS[cls.name] = cls()
+    return cls
+
+
+def register_launcher(launcher: Launcher) -> Launcher:
+    if launcher.name in _LAUNCHERS:
+        raise RuntimeError(f"launcher {launcher.name!r} registered twice")
+    _LAUNCHERS[launcher.name] = launcher
+    return launcher
+
+
+def _get(table: dict, kind: str, name: str, hint: Callable[[], str] | None = None):
+    try:
+        return table[name]
+    except KeyError:
+        raise UserError(f"unknown {kind} '{name}'; valid: {', '.join(sorted(table))}") from None
+
+
+def scheduler(name: str) -> Scheduler:
+    return _get(_SCHEDULERS, "scheduler", name)
+
+
+def launcher(name: str) -> Launcher:
+    return _get(_LAUNCHERS, "launcher", name)
+
+
+def scheduler_names() -> tuple[str, ...]:
+    return tuple(sorted(_SCHEDULERS))
+
+
+def launcher_names() -> tuple[str, ...]:
+    """In registration order (srun, mpirun, local): the order users read them in."""
+    return tuple(_LAUNCHERS)

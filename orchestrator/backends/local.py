@@ -1,0 +1,76 @@
+"""The local site's scheduler: this machine, submitit's LocalExecutor, one job at a time."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..jobscript import job_function, killpg
+from .base import Scheduler, register_scheduler
+
+
+@register_scheduler
+class LocalScheduler(Scheduler):
+    """Runs each job as a local process group; the orch process that submits it follows it."""
+
+    name = "local"
+    sequential = True  # concurrent ranks of two runs would distort both
+    allocation = False  # every "node" is this machine
+    cancel_is_final = True
+    runs_here = True
+    hand_verb = "Run by hand"
+    hand_command = "bash"
+    hand_note = "(local site: no scheduler, ranks are local processes)"
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, object] = {}
+
+    def submit(self, run, rdir: Path, partition, sbatch) -> str:
+        import submitit
+
+        executor = submitit.LocalExecutor(folder=rdir / "submitit")
+        executor.update_parameters(timeout_min=run.time_limit_min + 1, tasks_per_node=1)
+        job = executor.submit(job_function, str(rdir), run.time_limit_min * 60)
+        self._jobs[job.job_id] = job
+        return str(job.job_id)
+
+    def poll(self, records, rdirs) -> dict[str, tuple[str, str]]:
+        """run_id → (state, reason) for local jobs this process started."""
+        out = {}
+        for record, rdir in zip(records, rdirs, strict=True):
+            job = self._jobs.get(record.job_id or "")
+            if job is None:
+                out[record.run_id] = _orphaned_local(record, rdir)
+                continue
+            if not job.done():
+                out[record.run_id] = ("RUNNING", "")
+                continue
+            try:
+                job.result()
+                out[record.run_id] = ("COMPLETED", "")
+            except Exception as exc:
+                # Its text is a traceback and log paths: the rank logs explain better (finalize).
+                text = str(exc)
+                timeout = "JobTimeout" in text or "time limit" in text
+                out[record.run_id] = ("TIMEOUT", "") if timeout else ("FAILED", "")
+        return out
+
+    def cancel(self, record, rdir: Path) -> None:
+        pgid = rdir / ".pgid"
+        if pgid.exists():
+            killpg(int(pgid.read_text()))
+        job = self._jobs.get(record.job_id or "")
+        if job is not None:
+            job.cancel(check=False)
+
+
+def _orphaned_local(record, rdir: Path) -> tuple[str, str]:
+    """A local job started by an orch process that is gone: alive, or finished without us."""
+    pgid = rdir / ".pgid"
+    if pgid.exists():
+        try:
+            os.killpg(int(pgid.read_text()), 0)
+            return ("RUNNING", "")
+        except ProcessLookupError:
+            pass
+    return ("FAILED", "the orch process that ran this local job exited before it finished")

@@ -1,0 +1,89 @@
+"""All-reduce micro-benchmark rank (mode ``allreduce-bench``): seconds per all-reduce by size.
+
+Every iteration, for each message size (ascending), the ranks meet at a barrier, then run
+``--reps`` back-to-back all-reduces (sum) of a float32 buffer of that size; the mean seconds
+of one all-reduce is logged as the extra iteration field ``allreduce_<bytes>``. ``t_comm``
+(and ``t_comm_total``) is the iteration's all-reduce time; the barriers are the rest of
+``t_iter``. ``samples`` is 0: no samples are trained, so the result set has no throughput for
+this mode. The sizes are the ``--sizes`` option plus the gradient of ``--model`` (float32),
+whose all-reduce a training run of that model performs every iteration.
+
+The footer carries the sizes and the model's gradient bytes, and as ``param_checksum`` the
+sum of a reduced check buffer, equal on every rank only if the all-reduce really summed.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from orchestrator.rankside import harness
+
+from .mode import MODE
+
+
+def gradient_bytes(model: str, dataset: str) -> int | None:
+    """float32 gradient bytes of a zoo model (None if unknown)."""
+    try:
+        from orchestrator import zoo
+
+        return 4 * int(zoo.get(model).expected_params[dataset])
+    except Exception:  # an unknown model only means one size fewer
+        return None
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    with harness.rank_log(args, framework="torch", mode="allreduce-bench") as s:
+        import torch
+        import torch.distributed as dist
+
+        s.samples = 0  # an all-reduce trains no samples: no throughput for this mode
+        grad = gradient_bytes(args.model, args.dataset)
+        sizes = sorted({int(x) for x in args.sizes.split(":") if x} | ({grad} if grad else set()))
+        s.footer["versions"] = harness.versions(torch=torch.__version__)
+        s.footer["sizes"] = sizes
+        s.footer["grad_bytes"] = grad
+        s.footer["reps"] = args.reps
+        info = s.info
+        dist.init_process_group(args.backend, rank=info.rank, world_size=info.world_size,
+                                timeout=timedelta(minutes=5))
+        if args.backend == "nccl":
+            torch.cuda.set_device(info.local_rank)
+            device = torch.device("cuda", info.local_rank)
+        else:
+            device = torch.device("cpu")
+
+        def sync() -> None:
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+        s.footer["backend"] = args.backend
+        s.footer["world_size"] = info.world_size
+        buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
+                   for n in sizes}
+        for _ in s.iterations():
+            for n in sizes:
+                dist.barrier()
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(args.reps):
+                    dist.all_reduce(buffers[n])
+                sync()
+                elapsed = time.perf_counter() - t0
+                s.add("t_comm", elapsed)
+                s.add("t_comm_total", elapsed)
+                s.add(f"allreduce_{n}", elapsed / args.reps)
+                buffers[n].fill_(1.0)  # keep values small: sums of ones never overflow
+        check = torch.full((1024,), float(info.rank + 1), device=device)
+        dist.all_reduce(check)
+        expected = 1024 * info.world_size * (info.world_size + 1) / 2
+        total = float(check.double().sum())
+        if total != expected:
+            raise RuntimeError(f"all-reduce returned a sum of {total}, expected {expected}")
+        s.footer["param_checksum"] = total
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""What a mode declares: the descriptor every ``modes/<name>/mode.py`` fills in.
+
+A mode is one folder (``orchestrator/modes/<name>/``): ``mode.py`` (a :class:`Mode` named
+``MODE``), ``launch.sh.j2`` (one task's launch script) and ``rank.py`` (the rank side, run as
+``python -m orchestrator.modes.<name>.rank``). Everything the rest of orch asks of a mode is
+declared here — roles and task placement, launchers, options with their defaults, framework
+environment, data format, communication pattern and overlap — so no other module names a mode.
+
+Both sides import this module: the control plane (sweep, render, report, the model) and the
+rank side (``rankside.harness.mode_parser`` builds a rank's options from the descriptor, so the
+defaults live in one place). Rank-side code runs under any environment's Python, CNTK's 3.6
+included: stdlib only, no dataclasses, no ``from __future__ import annotations``, no
+annotations that 3.6 would evaluate.
+"""
+
+import re
+
+from ..errors import UserError
+
+# Communication patterns a mode can declare (the performance model has one model each).
+PATTERNS = ("allreduce", "parameter-server", "allgather-reducescatter", "none")
+# How gradient communication meets backward: after it ("none"), or layer by layer behind it
+# as gradients become ready ("wfbp", wait-free back-propagation).
+OVERLAPS = ("none", "wfbp")
+
+
+class Option:
+    """A mode option (``--option name=value``; a sweep dimension when given several values).
+
+    With ``choices`` the value must be one of them; without, it is a whole number of at least
+    ``minimum`` (e.g. a bucket size). ``default=None``: decided per partition (the first
+    choice on GPU partitions, the last on CPU ones), see :meth:`Mode.resolve_options`.
+    """
+
+    __slots__ = ("choices", "default", "help", "minimum", "name")
+    numeric = True  # without choices: a whole number (the rank parses it as int)
+
+    def __init__(self, name, choices=(), help="", default=None, minimum=1):
+        self.name = name
+        self.choices = tuple(choices)
+        self.help = help
+        self.default = default
+        self.minimum = minimum
+
+    def __repr__(self):
+        return f"Option({self.name!r}, choices={self.choices!r}, default={self.default!r})"
+
+    @property
+    def flag(self):
+        """The rank-side command-line flag: ``bucket_size`` -> ``--bucket-size``."""
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, mode, value):
+        """The value, normalised; a UserError names the mode, the option and what is valid."""
+        if self.choices:
+            if value not in self.choices:
+                raise UserError(f"mode '{mode}': {self.name}={value} is not valid; "
+                                f"choices: {', '.join(self.choices)}")
+            return value
+        # ASCII digits only: str.isdigit() accepts '²', which int() then refuses.
+        if not re.match(r"[0-9]+\Z", value) or int(value) < self.minimum:
+            raise UserError(f"mode '{mode}': {self.name}={value} must be a whole number "
+                            f">= {self.minimum}")
+        return str(int(value))
+
+
+class Task:
+    """One process of a job: its role (worker, ps, chief, scheduler, server), its index within
+    the role, and the node (0-based) it must run on. Task k is SLURM_PROCID k."""
+
+    __slots__ = ("index", "node", "role")
+
+    def __init__(self, role, index, node):
+        self.role = role
+        self.index = index
+        self.node = node
+
+    def __eq__(self, other):
+        return isinstance(other, Task) and (self.role, self.index, self.node) == (
+            other.role, other.index, other.node)
+
+    def __hash__(self):
+        return hash((self.role, self.index, self.node))
+
+    def __repr__(self):
+        return f"Task({self.role!r}, {self.index}, {self.node})"
+
+
+def workers_only(nodes, tasks_per_node, options):
+    """The all-reduce layout: ``tasks_per_node`` workers on every node, node-major."""
+    return [Task("worker", n * tasks_per_node + t, n)
+            for n in range(nodes) for t in range(tasks_per_node)]
+
+
+class Mode:
+    """What a framework's distributed mode needs from orch to be planned, rendered, run and
+    interpreted. Fields (keyword arguments):
+
+    * ``name`` (CLI name, e.g. ``tf-ps``), ``framework`` (the site environment key, e.g.
+      ``tensorflow``), ``library`` (the model zoo the rank side builds: torch, tensorflow,
+      mxnet, cntk, chainer), ``description``;
+    * ``launchers``: the launchers it can be started by (registered in backends.launchers);
+      ``mpi``: the ranks are MPI processes (srun must wire them up through PMIx);
+    * ``options``: its :class:`Option` s; ``resolve``: an optional function
+      ``(given, resolved) -> resolved`` for defaults that depend on other options (MXNet);
+    * ``placement(nodes, tasks_per_node, options) -> [Task]``, ``training_roles`` (the tasks
+      speedup and efficiency count), ``iteration_roles`` (the tasks that log iterations, if not
+      the training ones: TensorFlow's PS chief);
+    * ``synchronous`` / ``synchronous_if(options)``: training ranks must end with equal
+      parameter checksums;
+    * ``data_format``: the on-disk format the rank side reads with ``--data`` (None: none);
+    * ``pattern`` (one of :data:`PATTERNS`) and ``overlap`` (one of :data:`OVERLAPS`, or a
+      function of the run's options returning one), or ``overlap_option`` (the option that
+      decides it per run), and ``first_bucket_bytes`` (a
+      gradient no larger than this is one bucket, sent after backward: DDP's first bucket);
+    * ``trains``: False for a mode that measures the network rather than training.
+
+    ``package`` (the folder's name) is filled in by the registry.
+    """
+
+    _FIELDS = {  # noqa: RUF012 - read only: each field's default
+        "name": None, "framework": None, "library": None, "description": "",
+        "launchers": (), "mpi": False, "options": (), "resolve": None,
+        "placement": workers_only, "training_roles": ("worker",), "iteration_roles": None,
+        "synchronous": True, "synchronous_if": None, "data_format": None,
+        "pattern": "allreduce", "overlap": "none", "overlap_option": None,
+        "first_bucket_bytes": None, "trains": True, "package": None,
+    }
+
+    def __init__(self, **fields):
+        unknown = sorted(set(fields) - set(self._FIELDS))
+        if unknown:
+            raise TypeError(f"Mode: unknown field(s) {', '.join(unknown)}; valid: "
+                            f"{', '.join(sorted(self._FIELDS))}")
+        for key, default in self._FIELDS.items():
+            setattr(self, key, fields.get(key, default))
+        for key in ("name", "framework", "library"):
+            if not getattr(self, key):
+                raise TypeError(f"Mode: '{key}' is required")
+        self.launchers = tuple(self.launchers)
+        self.options = tuple(self.options)
+        if self.pattern not in PATTERNS:
+            raise TypeError(f"mode {self.name}: pattern {self.pattern!r} is not one of "
+                            f"{', '.join(PATTERNS)}")
+        if not callable(self.overlap) and self.overlap not in OVERLAPS:
+            raise TypeError(f"mode {self.name}: overlap {self.overlap!r} is not one of "
+                            f"{', '.join(OVERLAPS)}")
+
+    def __repr__(self):
+        return f"Mode({self.name!r})"
+
+    @property
+    def workload(self):
+        """The rank-side module every task runs with ``python -m``."""
+        return f"orchestrator.modes.{self.package}.rank"
+
+    @property
+    def template(self):
+        """The launch template, as the renderer's loader names it."""
+        return f"modes/{self.package}/launch.sh.j2"
+
+    @property
+    def logging_roles(self):
+        return self.iteration_roles or self.training_roles
+
+    def is_synchronous(self, options):
+        """Must the training ranks of a run with these options end with equal parameters?"""
+        return self.synchronous if self.synchronous_if is None else self.synchronous_if(options)
+
+    def tasks(self, nodes, tasks_per_node, options):
+        return self.placement(nodes, tasks_per_node, options)
+
+    def option(self, name):
+        for opt in self.options:
+            if opt.name == name:
+                return opt
+        valid = ", ".join(o.name for o in self.options) or "(none)"
+        raise UserError(f"mode '{self.name}' has no option '{name}'; valid: {valid}")
+
+    def resolve_options(self, given, gpus_per_node):
+        """Fill defaults and check values. A default of None is decided by the partition:
+        GPU partitions take the first choice (e.g. nccl), CPU partitions the last (gloo)."""
+        out = {}
+        for name, value in given.items():
+            out[name] = self.option(name).check(self.name, value)
+        for opt in self.options:
+            if opt.name not in out:
+                if opt.default is not None:
+                    out[opt.name] = opt.default
+                elif opt.choices:
+                    out[opt.name] = opt.choices[0] if gpus_per_node else opt.choices[-1]
+        if self.resolve is not None:
+            out = self.resolve(self, given, out)
+        return out
+
+    def overlap_for(self, options, grad_bytes=None):
+        """The overlap policy of a run: its own option if the mode has one, else the mode's;
+        a gradient that fits the first bucket is sent after backward whatever the policy."""
+        if self.overlap_option and options.get(self.overlap_option) in OVERLAPS:
+            return options[self.overlap_option]
+        if (self.first_bucket_bytes is not None and grad_bytes is not None
+                and grad_bytes <= self.first_bucket_bytes):
+            return "none"
+        return self.overlap(options) if callable(self.overlap) else self.overlap

@@ -1,0 +1,111 @@
+"""ChainerMN rank (Chainer 7.8.1): a zoo model trained with a multi-node optimizer.
+
+ChainerMN does not overlap communication with backward: ``loss.backward()`` computes every
+gradient, then the multi-node optimizer's ``update()`` all-reduces (averages) them with the
+communicator's ``multi_node_mean_grad`` and applies the wrapped optimizer's step. orch wraps
+``multi_node_mean_grad`` on the communicator to time it, so:
+
+``t_f`` forward + softmax cross-entropy; ``t_b`` ``cleargrads`` + ``loss.backward()`` (compute
+only); ``t_comm`` = ``t_comm_total`` the gradient all-reduce (``naive``: one MPI all-reduce per
+parameter; ``pure_nccl``: one packed NCCL all-reduce), entirely exposed; ``t_u`` the rest of
+``update()``: the momentum-SGD step.
+
+ChainerMN's first ``update()`` only broadcasts rank 0's parameters (it sees a new model); that
+broadcast is done once before the first iteration, so every logged iteration is a full step.
+"""
+
+import time
+
+from orchestrator.rankside import harness
+
+from .mode import MODE
+
+
+def parameter_checksum(model) -> float:
+    """Sum of all parameters in float64: equal on every rank iff the ranks stayed in sync."""
+    import numpy as np
+
+    return float(sum(np.asarray(p.array, dtype=np.float64).sum() for p in model.params()))
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    with harness.rank_log(args, framework="chainer", mode="chainermn") as s:
+        import chainer
+        import chainer.functions as F
+        import chainermn
+        import mpi4py
+        import numpy as np
+        from mpi4py import MPI
+
+        from orchestrator.rankside import models_chainer
+
+        comm = chainermn.create_communicator(args.communicator)
+        info = s.info
+        if comm.rank != info.rank or comm.size != info.world_size:
+            raise RuntimeError(f"ChainerMN says rank {comm.rank} of {comm.size}, the launcher "
+                               f"rank {info.rank} of {info.world_size}")
+        gpu = args.communicator == "pure_nccl"
+        if gpu:  # pragma: no cover - GPU partitions only
+            chainer.cuda.get_device_from_id(comm.intra_rank).use()
+        library = MPI.Get_library_version().split(",")[0].strip("\x00 \n")
+        s.footer["versions"] = harness.versions(chainer=chainer.__version__,
+                                                numpy=np.__version__,
+                                                mpi4py=mpi4py.__version__, mpi=library)
+        s.footer["communicator"] = args.communicator
+        np.random.seed(0)
+        model = models_chainer.build(args.model, args.dataset)
+        if gpu:  # pragma: no cover
+            model.to_gpu()
+        xp = model.xp
+        optimizer = chainermn.create_multi_node_optimizer(
+            chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9), comm)
+        optimizer.setup(model)
+        # What the first update() would do: record the model and broadcast rank 0's weights.
+        optimizer.is_changed(model)
+        comm.bcast_data(model)
+
+        timing = {"comm": 0.0}
+        mean_grad = comm.multi_node_mean_grad
+
+        def timed_mean_grad(*a, **kw):
+            t0 = time.perf_counter()
+            try:
+                return mean_grad(*a, **kw)
+            finally:
+                timing["comm"] += time.perf_counter() - t0
+
+        comm.multi_node_mean_grad = timed_mean_grad
+
+        rng = np.random.RandomState(1000 + info.rank)
+        shape = (args.batch_size, *models_chainer.input_shape(args.dataset))
+        classes = models_chainer.num_classes(args.dataset)
+        pool = [(xp.asarray(rng.standard_normal(shape).astype(np.float32)),
+                 xp.asarray(rng.randint(0, classes, shape[0]).astype(np.int32)))
+                for _ in range(4)]
+
+        for it in s.iterations():
+            with s.phase("t_io"):
+                x, t = pool[it % len(pool)]
+            with s.phase("t_f"):
+                loss = F.softmax_cross_entropy(model(x), t)
+            with s.phase("t_b"):
+                model.cleargrads()
+                loss.backward()
+            timing["comm"] = 0.0
+            t0 = time.perf_counter()
+            optimizer.update()
+            whole = time.perf_counter() - t0
+            s.add("t_comm", timing["comm"])
+            s.add("t_comm_total", timing["comm"])
+            s.add("t_u", whole - timing["comm"])
+        s.footer["param_checksum"] = parameter_checksum(model)
+        s.footer["loss"] = float(loss.array)
+        comm.mpi_comm.Barrier()
+        # The harness ends the process with os._exit: finalize MPI here (mpirun would report
+        # a rank that "exited without calling finalize").
+        MPI.Finalize()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""CNTK 2.7 rank (runs on CNTK's Python 3.6): a zoo model trained by a distributed learner.
+
+CNTK does not hide communication: ``Trainer.train_minibatch`` runs forward, backward, then the
+distributed learner's update, which aggregates (all-reduces) the gradients over MPI and only
+then applies the local learner's step, all in one C++ call. orch cannot time inside that call,
+so it puts two identity user functions (``Stamp``) into the network that timestamp when CNTK
+passes through them: one on the first layer's output, one on the logits.
+
+- ``t_f``: call start -> the logits' backward stamp: forward, plus the softmax cross-entropy
+  forward and its backward (tiny);
+- ``t_b``: logits' backward stamp -> first layer's backward stamp: backward compute through
+  every layer but the first (whose weight gradient falls into ``t_comm``);
+- ``t_comm``: first layer's backward stamp -> the call returns: the first layer's weight
+  gradient, the gradient aggregation (all-reduce; 1-bit quantisation with ``one_bit_sgd``; the
+  model averaging with ``block_momentum``) and the local momentum-SGD step, which CNTK applies
+  inside the same distributed-learner call and which cannot be separated from Python;
+- ``t_u``: 0, because the update is inside ``t_comm`` (see above); ``t_comm_total`` = ``t_comm``.
+
+So ``t_comm`` is an upper bound of the exposed communication; for the small update of these
+models on CPU it is dominated by the aggregation. The split is recorded in the footer
+(``phase_split``). The stamps copy nothing (``as_numpy=False``).
+
+All ranks start from the same weights (CNTK's fixed random seed); the data-parallel learners
+keep them equal, and with ``block_momentum`` a block is one global minibatch, so every rank
+ends every iteration with the same parameters: the footer's ``param_checksum`` must agree.
+"""
+
+import time
+
+from orchestrator.rankside import harness
+
+from .mode import MODE
+
+PHASE_SPLIT = ("t_f: forward + loss (to the logits' backward stamp); t_b: backward to the first "
+               "layer's output; t_comm: first layer's weight gradient + gradient aggregation + "
+               "local SGD step (one C++ call, not separable); t_u: 0 (inside t_comm)")
+
+
+def make_stamp(C, stamps, tag):
+    """An identity CNTK user function that records when forward and backward pass it."""
+    from cntk.ops.functions import UserFunction
+
+    class Stamp(UserFunction):
+        def __init__(self, arg, name="Stamp"):
+            super().__init__([arg], as_numpy=False, name=name)
+
+        def forward(self, argument, device=None, outputs_to_retain=None):
+            stamps[tag + "_f"] = time.perf_counter()
+            return None, argument
+
+        def backward(self, state, root_gradients):
+            stamps[tag + "_b"] = time.perf_counter()
+            return root_gradients
+
+        def infer_outputs(self):
+            i = self.inputs[0]
+            return [C.output_variable(i.shape, i.dtype, i.dynamic_axes)]
+
+    return lambda h: C.user_function(Stamp(h))
+
+
+def parameter_checksum(z) -> float:
+    """Sum of all parameters in float64: equal on every rank iff the ranks stayed in sync."""
+    import numpy as np
+
+    return float(sum(np.asarray(p.value, dtype=np.float64).sum() for p in z.parameters))
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    with harness.rank_log(args, framework="cntk", mode="cntk") as s:
+        # models_cntk first: it imports cntk without CNTK's import-time ldconfig calls.
+        from orchestrator.rankside import models_cntk
+
+        C = models_cntk.C
+        import numpy as np
+        from cntk.train import distributed
+
+        C.cntk_py.set_max_num_cputhreads(1)
+        C.cntk_py.set_fixed_random_seed(1)  # the same initial weights on every rank
+        info = s.info
+        rank, world = distributed.Communicator.rank(), distributed.Communicator.num_workers()
+        if rank != info.rank or world != info.world_size:
+            raise RuntimeError(f"CNTK's MPI says rank {rank} of {world}, the launcher rank "
+                               f"{info.rank} of {info.world_size}")
+        s.footer["versions"] = harness.versions(cntk=C.__version__, numpy=np.__version__)
+        s.footer["learner"] = args.learner
+        s.footer["phase_split"] = PHASE_SPLIT
+
+        stamps = {}
+        shape = models_cntk.input_shape(args.dataset)
+        classes = models_cntk.num_classes(args.dataset)
+        x = C.input_variable(shape)
+        y = C.input_variable(classes)
+        z = models_cntk.build(args.model, args.dataset, x,
+                              after_first=make_stamp(C, stamps, "first"))
+        z = make_stamp(C, stamps, "logits")(z)
+        loss = C.cross_entropy_with_softmax(z, y)
+        local = C.momentum_sgd(z.parameters, C.learning_parameter_schedule(0.01),
+                               C.momentum_schedule(0.9))
+        if args.learner == "block_momentum":
+            # One block = one global minibatch: the model is averaged every iteration.
+            learner = distributed.block_momentum_distributed_learner(
+                local, block_size=args.batch_size * world)
+        else:
+            learner = distributed.data_parallel_distributed_learner(
+                local, num_quantization_bits=1 if args.learner == "one_bit_sgd" else 32)
+        trainer = C.Trainer(z, (loss, None), [learner])
+
+        # Synthetic data in host memory: a few distinct numpy batches, cycled.
+        rng = np.random.RandomState(1000 + info.rank)
+        eye = np.eye(classes, dtype=np.float32)
+        pool = [(rng.standard_normal((args.batch_size, *shape)).astype(np.float32),
+                 eye[rng.randint(0, classes, args.batch_size)]) for _ in range(4)]
+
+        for it in s.iterations():
+            with s.phase("t_io"):
+                xs, ys = pool[it % len(pool)]
+            stamps.clear()
+            t0 = time.perf_counter()
+            trainer.train_minibatch({x: xs, y: ys})
+            t1 = time.perf_counter()
+            b_start = stamps.get("logits_b", t1)
+            b_end = stamps.get("first_b", b_start)
+            s.add("t_f", b_start - t0)
+            s.add("t_b", b_end - b_start)
+            s.add("t_comm", t1 - b_end)
+            s.add("t_comm_total", t1 - b_end)
+            s.add("t_u", 0.0)
+        s.footer["param_checksum"] = parameter_checksum(z)
+        s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
+        learner.communicator().barrier()
+        # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
+        # reports a rank that "exited without calling finalize". Only on success: a failed rank
+        # exits and mpirun stops the others.
+        distributed.Communicator.finalize()
+
+
+if __name__ == "__main__":
+    main()

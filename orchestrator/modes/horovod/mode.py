@@ -1,0 +1,15 @@
+"""Horovod with PyTorch: hvd.DistributedOptimizer, all-reduce in Horovod's background thread
+(MPI controller), ranks started by mpirun or srun (PMIx)."""
+
+from ..base import Mode
+
+MODE = Mode(
+    name="horovod",
+    framework="torch-mpi",
+    description="PyTorch + Horovod DistributedOptimizer, tensor fusion and all-reduce over MPI",
+    library="torch",
+    launchers=("srun", "mpirun"),
+    mpi=True,
+    data_format="raw",  # the same input pipeline as torch-ddp (--data)
+    overlap="wfbp",  # tensor fusion sends gradients from a background thread during backward
+)

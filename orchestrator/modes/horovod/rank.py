@@ -1,0 +1,94 @@
+"""PyTorch + Horovod rank: ``hvd.DistributedOptimizer`` over MPI, zoo model, synthetic data.
+
+How communication is separated from backward: Horovod's optimizer hooks every gradient; during
+``loss.backward()`` each hook only *enqueues* an asynchronous all-reduce, which Horovod's
+background thread fuses (tensor fusion) and runs while backward goes on. ``t_b`` is
+``loss.backward()``. The wait for whatever is not done by then happens in
+``optimizer.synchronize()``: that is the exposed communication ``t_comm`` (it includes the
+averaging of the last fused tensors). ``t_u`` is ``optimizer.step()`` under
+``optimizer.skip_synchronize()`` (the gradients are already averaged) plus ``zero_grad``.
+Horovod's background thread does not report each all-reduce's duration to the rank, so
+``t_comm_total`` is not recorded (Horovod's timeline, HOROVOD_TIMELINE, has it).
+"""
+
+from __future__ import annotations
+
+from orchestrator.rankside import harness
+
+from .mode import MODE
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    with harness.rank_log(args, framework="torch-mpi", mode="horovod") as s:
+        import horovod
+        import horovod.torch as hvd
+        import torch
+
+        from orchestrator.rankside import models_torch
+        from orchestrator.rankside.torch_common import input_batches, parameter_checksum
+
+        hvd.init()
+        info = s.info
+        if hvd.rank() != info.rank or hvd.size() != info.world_size:
+            raise RuntimeError(f"Horovod says rank {hvd.rank()} of {hvd.size()}, the launcher "
+                               f"rank {info.rank} of {info.world_size}")
+        if not hvd.mpi_enabled():
+            raise RuntimeError("Horovod is not running on MPI (the Gloo controller was picked): "
+                               "start the ranks with mpirun or srun --mpi=pmix")
+        if torch.cuda.is_available():  # one GPU per rank (Horovod's GPU ops: NCCL)
+            torch.cuda.set_device(hvd.local_rank())
+            device = torch.device("cuda", hvd.local_rank())
+            sync = torch.cuda.synchronize
+        else:
+            device, sync = torch.device("cpu"), (lambda: None)
+        torch.manual_seed(0)
+        s.footer["versions"] = harness.versions(torch=torch.__version__,
+                                                horovod=horovod.__version__)
+        s.footer["threads"] = torch.get_num_threads()
+        s.footer["controller"] = "mpi"
+        model = models_torch.build(args.model, args.dataset).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        # Everyone starts from rank 0's weights and optimizer state.
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        optimizer = hvd.DistributedOptimizer(optimizer,
+                                             named_parameters=model.named_parameters(),
+                                             op=hvd.Average)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
+        source = input_batches(args, info, models_torch)
+
+        for _ in s.iterations():
+            with s.phase("t_io"):
+                x, y = next(source)
+            with s.phase("t_h2d"):
+                x, y = x.to(device), y.to(device)
+                sync()
+            with s.phase("t_f"):
+                loss = loss_fn(model(x), y)
+                sync()
+            with s.phase("t_b"):
+                loss.backward()
+                sync()
+            with s.phase("t_comm"):
+                optimizer.synchronize()
+                sync()
+            with s.phase("t_u"):
+                with optimizer.skip_synchronize():
+                    optimizer.step()
+                # Horovod's zero_grad() takes no set_to_none (torch's default is True anyway).
+                optimizer.zero_grad()
+                sync()
+        s.footer["param_checksum"] = parameter_checksum(model)
+        s.footer["loss"] = float(loss.detach())
+        hvd.join()
+        # The harness ends the process with os._exit (no atexit): shut Horovod down (it
+        # finalizes the MPI it initialized), or mpirun reports a rank that "exited without
+        # calling finalize" and fails the job.
+        hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

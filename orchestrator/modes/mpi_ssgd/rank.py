@@ -1,0 +1,265 @@
+"""Reference synchronous SGD over mpi4py: the same zoo models as torch-ddp, every gradient
+averaged with MPI_Allreduce, gradients merged into buckets of ``--bucket-size`` bytes.
+
+Buckets are filled in reverse parameter order (the order backward produces gradients, as DDP
+does); a parameter larger than a bucket is a bucket of its own. Every rank issues the buckets'
+collectives in the same order (bucket 0, 1, ...), as MPI requires.
+
+``--overlap none`` (CNTK-style): ``loss.backward()`` computes all gradients, then each bucket is
+all-reduced in turn with a blocking ``Allreduce``. Nothing is hidden: ``t_b`` is backward,
+``t_comm`` the all-reduces with packing, averaging and unpacking, ``t_comm_total`` the
+``Allreduce`` calls alone (so slightly less than ``t_comm``).
+
+``--overlap wfbp`` (wait-free back-propagation): a ``register_post_accumulate_grad_hook`` on every
+parameter marks its gradient ready; when all of a bucket's gradients are ready (and every earlier
+bucket has been launched) the bucket is packed and a non-blocking ``Iallreduce`` starts, while
+backward goes on with earlier layers. Open MPI progresses non-blocking collectives only inside
+MPI calls (there is no progress thread), so each hook also polls the outstanding requests
+(``Testsome``), as a real WFBP engine's communication loop would. ``t_b`` is ``loss.backward()``
+(compute plus the launches and polls), ``t_comm`` the exposed part: the time waited after
+backward for the outstanding all-reduces, plus unpacking; ``t_comm_total`` the sum over buckets
+of launch → completion (completion as seen by the first ``Testsome``/``Waitany`` that reports it:
+best effort, an upper bound).
+"""
+
+from __future__ import annotations
+
+import time
+
+from orchestrator.rankside import harness
+
+from .mode import MODE
+
+
+class Bucket:
+    """Some parameters' gradients, packed into one flat float32 buffer for one all-reduce."""
+
+    def __init__(self, index: int, params: list) -> None:
+        import torch
+
+        self.index = index
+        self.params = params
+        self.numel = sum(p.numel() for p in params)
+        self.flat = torch.zeros(self.numel, dtype=params[0].dtype)  # host memory, always
+        self.buffer = self.flat.numpy()  # shares memory with self.flat: what MPI sends
+        self.reset()
+
+    def reset(self) -> None:
+        self.ready = 0
+        self.request = None
+        self.launched = None
+        self.done = None
+
+    def pack(self) -> None:
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            if p.grad is None:  # a parameter that took no part in this loss: a zero gradient
+                self.flat[offset:offset + n].zero_()
+            else:
+                self.flat[offset:offset + n].copy_(p.grad.reshape(-1))
+            offset += n
+
+    def unpack(self, world_size: int) -> None:
+        """Gradients := the all-reduced sum / world size (the average every rank applies)."""
+        import torch
+
+        self.flat.div_(world_size)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            view = self.flat[offset:offset + n].view_as(p)
+            if p.grad is None:
+                p.grad = torch.empty_like(p)
+            p.grad.copy_(view)
+            offset += n
+
+
+def make_buckets(params: list, bucket_bytes: int) -> list[Bucket]:
+    """Reverse parameter order, at most ``bucket_bytes`` each (or a single bigger parameter)."""
+    buckets: list[Bucket] = []
+    current: list = []
+    size = 0
+    for p in reversed(params):
+        nbytes = p.numel() * p.element_size()
+        if current and size + nbytes > bucket_bytes:
+            buckets.append(Bucket(len(buckets), current))
+            current, size = [], 0
+        current.append(p)
+        size += nbytes
+    if current:
+        buckets.append(Bucket(len(buckets), current))
+    return buckets
+
+
+class Allreducer:
+    """All-reduces the buckets' gradients, after backward (none) or behind it (wfbp)."""
+
+    def __init__(self, comm, params: list, bucket_bytes: int, overlap: str) -> None:
+        self.comm = comm
+        self.world_size = comm.Get_size()
+        self.overlap = overlap
+        self.buckets = make_buckets(params, bucket_bytes)
+        self.bucket_of = {id(p): b for b in self.buckets for p in b.params}
+        self.total = 0.0  # launch -> completion, summed over buckets, this iteration
+        if overlap == "wfbp":
+            for p in params:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+        self.reset()
+
+    def reset(self) -> None:
+        for b in self.buckets:
+            b.reset()
+        self.next_launch = 0
+        self.total = 0.0
+
+    # --- overlap=none ------------------------------------------------------------------------
+
+    def allreduce_all(self) -> None:
+        from mpi4py import MPI
+
+        for b in self.buckets:
+            b.pack()
+            start = time.perf_counter()
+            self.comm.Allreduce(MPI.IN_PLACE, b.buffer, op=MPI.SUM)
+            self.total += time.perf_counter() - start
+            b.unpack(self.world_size)
+
+    # --- overlap=wfbp ------------------------------------------------------------------------
+
+    def _grad_ready(self, param) -> None:
+        bucket = self.bucket_of[id(param)]
+        bucket.ready += 1
+        self._launch_ready()
+        self._poll()
+
+    def _launch_ready(self, force: bool = False) -> None:
+        """Start every bucket whose gradients are all ready, in bucket order (the same order on
+        every rank); ``force`` also starts incomplete ones (after backward: unused parameters)."""
+        from mpi4py import MPI
+
+        while self.next_launch < len(self.buckets):
+            b = self.buckets[self.next_launch]
+            if b.ready < len(b.params) and not force:
+                return
+            b.pack()
+            b.launched = time.perf_counter()
+            b.request = self.comm.Iallreduce(MPI.IN_PLACE, b.buffer, op=MPI.SUM)
+            self.next_launch += 1
+
+    def _outstanding(self) -> list[Bucket]:
+        return [b for b in self.buckets if b.request is not None and b.done is None]
+
+    def _poll(self) -> None:
+        """Let MPI progress the outstanding all-reduces; timestamp the ones that finished."""
+        from mpi4py import MPI
+
+        pending = self._outstanding()
+        if not pending:
+            return
+        done = MPI.Request.Testsome([b.request for b in pending])
+        now = time.perf_counter()
+        for i in done or ():
+            self._finish(pending[i], now)
+
+    def _finish(self, b: Bucket, now: float) -> None:
+        b.done = now
+        self.total += now - b.launched
+
+    def wait_all(self) -> None:
+        """After backward: launch what is left, wait for every bucket, unpack the averages."""
+        from mpi4py import MPI
+
+        self._launch_ready(force=True)
+        pending = self._outstanding()
+        while pending:
+            i = MPI.Request.Waitany([b.request for b in pending])
+            self._finish(pending[i], time.perf_counter())
+            pending = self._outstanding()
+        for b in self.buckets:
+            b.unpack(self.world_size)
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    if args.bucket_size < 1:
+        raise SystemExit("--bucket-size must be at least 1")
+    with harness.rank_log(args, framework="torch-mpi", mode="mpi-ssgd") as s:
+        import mpi4py
+
+        # The autograd hooks call MPI from the thread running backward (the caller's, on CPU),
+        # never two threads at once.
+        mpi4py.rc.thread_level = "serialized"
+        import torch
+        from mpi4py import MPI
+
+        from orchestrator.rankside import models_torch
+        from orchestrator.rankside.torch_common import input_batches, parameter_checksum
+
+        comm = MPI.COMM_WORLD
+        info = s.info
+        if comm.Get_rank() != info.rank or comm.Get_size() != info.world_size:
+            raise RuntimeError(f"MPI says rank {comm.Get_rank()} of {comm.Get_size()}, the "
+                               f"launcher rank {info.rank} of {info.world_size}")
+        # GPU nodes compute on the rank's GPU; the all-reduce stays on host buffers (a
+        # reference implementation: no CUDA-aware MPI assumed), so t_comm includes the copies.
+        if torch.cuda.is_available():
+            torch.cuda.set_device(info.local_rank)
+            device = torch.device("cuda", info.local_rank)
+            sync = torch.cuda.synchronize
+        else:
+            device, sync = torch.device("cpu"), (lambda: None)
+        torch.manual_seed(0)
+        library = MPI.Get_library_version().split(",")[0].strip("\x00 \n")  # "Open MPI v4.1.4"
+        s.footer["versions"] = harness.versions(torch=torch.__version__,
+                                                mpi4py=mpi4py.__version__, mpi=library)
+        s.footer["threads"] = torch.get_num_threads()
+        model = models_torch.build(args.model, args.dataset)
+        with torch.no_grad():  # everyone starts from rank 0's weights
+            for p in model.parameters():
+                comm.Bcast(p.data.numpy(), root=0)
+        model = model.to(device)
+        params = [p for p in model.parameters() if p.requires_grad]
+        reducer = Allreducer(comm, params, args.bucket_size, args.overlap)
+        s.footer["comm_buckets"] = len(reducer.buckets)
+        s.footer["overlap"] = args.overlap
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
+        source = input_batches(args, info, models_torch)
+
+        for _ in s.iterations():
+            with s.phase("t_io"):
+                x, y = next(source)
+            with s.phase("t_h2d"):
+                x, y = x.to(device), y.to(device)
+                sync()
+            with s.phase("t_f"):
+                loss = loss_fn(model(x), y)
+                sync()
+            reducer.reset()
+            with s.phase("t_b"):
+                loss.backward()
+                sync()
+            with s.phase("t_comm"):
+                if args.overlap == "wfbp":
+                    reducer.wait_all()
+                else:
+                    reducer.allreduce_all()
+                sync()
+            s.add("t_comm_total", reducer.total)
+            with s.phase("t_u"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                sync()
+        s.footer["param_checksum"] = parameter_checksum(model)
+        s.footer["loss"] = float(loss.detach())
+        comm.Barrier()
+        # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
+        # reports a rank that "exited without calling finalize" and fails the job.
+        MPI.Finalize()
+
+
+if __name__ == "__main__":
+    main()

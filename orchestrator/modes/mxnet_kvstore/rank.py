@@ -1,0 +1,263 @@
+"""MXNet KVStore task: a ps-lite scheduler, a server, or a Gluon worker that trains and is timed.
+
+The role comes from ``DMLC_ROLE`` (set by launch.sh from orch's task table). Every task opens
+its rank log, so a scheduler's or server's exit is recorded too (header, footer with peak
+memory and how long it served; no iterations).
+
+Scheduler and server. ``import mxnet`` would start them and ``sys.exit()`` at the end; instead
+the module is imported as a worker would (``DMLC_ROLE`` hidden for the import) and the node is
+run explicitly with ``KVStoreServer(mx.kv.create('dist')).run()`` — what that import does —
+so the footer gets written. A server also wraps the optimizer the workers send it
+(``update=server``) to time the updates it applies: ``server_update_s`` and ``server_updates``
+in its footer.
+
+Worker. ``gluon.Trainer(..., kvstore=mx.kv.create(kvstore))``. MXNet runs operators
+asynchronously, so each phase ends by waiting for its results:
+
+* ``t_io``: take a synthetic batch from a pool in host memory; ``t_h2d``: copy it to the GPU
+  (0 on CPU);
+* ``t_f``: forward and loss;
+* ``t_b`` and ``t_comm``: ``loss.backward()`` only queues the backward operators, and the
+  KVStore's push of a gradient starts as soon as that gradient is computed, while backward goes
+  on (MXNet overlaps communication with backward this way). To find where backward *compute*
+  ends, a marker operator that reads one element of every gradient is queued right after
+  backward and before the push/pull; a helper thread waits for it. ``t_b`` = backward start →
+  marker done; ``t_comm`` = marker done → all pulls done: the communication NOT hidden behind
+  backward, the same definition as DDP's. Total communication time is not visible per key,
+  so ``t_comm_total`` is not recorded.
+* ``update=worker`` (dist_sync): ``trainer.allreduce_grads()`` pushes gradients and pulls their
+  sum over the workers (the servers only aggregate); ``t_u`` = ``trainer.update()`` on the
+  worker. Communication and update are fully separated.
+* ``update=server`` (MXNet's default for a dist kvstore, and the only choice with dist_async):
+  ``trainer.step()`` pushes gradients and pulls weights the *servers* updated; the update is
+  part of ``t_comm`` and cannot be separated on the worker (``t_u`` = 0); the servers' footers
+  show how long their updates took in total.
+
+The footer has ``param_checksum`` (float64 sum of all trainable parameters): with dist_sync
+every worker ends with the same one; with dist_async they legitimately differ.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from orchestrator.rankside import harness
+
+from .mode import MODE
+
+
+def trainable(net) -> list:
+    return [p for p in net.collect_params().values() if p.grad_req != "null"]
+
+
+def parameter_checksum(params) -> float:
+    """Sum of all trainable parameters in float64: equal on every worker iff they are in sync."""
+    return float(sum(p.data().astype("float64").sum().asscalar() for p in params))
+
+
+class ReadyAt(threading.Thread):
+    """Waits (GIL released) until an NDArray is computed and records when it was."""
+
+    def __init__(self, array) -> None:
+        super().__init__(daemon=True)
+        self.array = array
+        self.at: float | None = None
+
+    def run(self) -> None:
+        self.array.wait_to_read()
+        self.at = time.perf_counter()
+
+
+def run_ps_node(s: harness.Session, role: str) -> None:
+    """Run the scheduler or a server until the workers finish (they stop it)."""
+    os.environ.pop("DMLC_ROLE", None)  # imported as a worker: the node does not start yet
+    try:
+        import mxnet as mx
+    finally:
+        os.environ["DMLC_ROLE"] = role
+    from mxnet.kvstore import KVStoreServer
+
+    s.footer["versions"] = harness.versions(mxnet=mx.__version__)
+    kv = mx.kv.create("dist")
+    timing = {"server_update_s": 0.0, "server_updates": 0}
+    if role == "server":
+        set_updater = kv._set_updater  # called with the optimizer workers send (update=server)
+
+        def timed_updater(updater):
+            def update(key, grad, weight):
+                t0 = time.perf_counter()
+                updater(key, grad, weight)
+                weight.wait_to_read()
+                timing["server_update_s"] += time.perf_counter() - t0
+                timing["server_updates"] += 1
+            return update
+
+        kv._set_updater = lambda updater: set_updater(timed_updater(updater))
+    started = time.perf_counter()
+    KVStoreServer(kv).run()
+    s.footer["served_s"] = time.perf_counter() - started
+    if role == "server":
+        s.footer.update(timing)
+
+
+def train(s: harness.Session, args) -> None:
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    from orchestrator.rankside import models_mxnet
+
+    info = s.info
+    s.footer["versions"] = harness.versions(mxnet=mx.__version__)
+    workers = int(os.environ["DMLC_NUM_WORKER"])
+    if mx.context.num_gpus() > 0:  # workers are node-major: the i-th one of its node
+        per_node = max(1, workers // int(os.environ.get("SLURM_NNODES", "1")))
+        ctx = mx.gpu(info.role_index % per_node)
+    else:
+        ctx = mx.cpu()
+
+    mx.random.seed(0)  # same initial weights everywhere (the KVStore also broadcasts worker 0's)
+    net = models_mxnet.build(args.model, args.dataset)
+    net.initialize(mx.init.Xavier(magnitude=2), ctx=ctx)
+    net.hybridize()
+    params = trainable(net)
+    s.footer["params"] = models_mxnet.param_count(net)
+
+    kv = mx.kv.create(args.kvstore)  # blocks until every node has joined the scheduler
+    s.footer["kv_rank"] = kv.rank
+    s.footer["kv_num_workers"] = kv.num_workers
+    on_server = args.update == "server"
+    # Gradients are summed over the workers in dist_sync: normalise by the global batch.
+    # dist_async applies each worker's push on its own. Set once, before the optimizer goes
+    # to the servers (step(1) / update(1) then keep it).
+    scale = args.batch_size * (workers if args.kvstore == "dist_sync" else 1)
+    trainer = gluon.Trainer(net.collect_params(), "sgd",
+                            {"learning_rate": 0.01, "momentum": 0.9, "rescale_grad": 1 / scale},
+                            kvstore=kv, update_on_kvstore=on_server)
+    # Create the KVStore keys now (worker 0's weights, the optimizer sent to the servers)
+    # rather than inside the first timed step. MXNet 1.9.1 is the last release: these
+    # private calls are what trainer.step() does first.
+    trainer._init_kvstore()
+    trainer._init_params()
+    mx.nd.waitall()
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    source = input_batches(mx, gluon, args, kv.rank, kv.num_workers, info.role_index)
+
+    for _ in s.iterations():
+        with s.phase("t_io"):
+            x, y = next(source)
+        with s.phase("t_h2d"):
+            # To the model's context: a GPU, or from the loader's shared memory (cpu_shared)
+            # to cpu, which the cached graph requires.
+            if x.context != ctx:
+                x, y = x.as_in_context(ctx), y.as_in_context(ctx)
+                mx.nd.waitall()
+        with s.phase("t_f"):
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            loss.wait_to_read()
+        start = time.perf_counter()
+        loss.backward()
+        # The marker reads one element of every gradient: done when backward compute is.
+        marker = mx.nd.add_n(*(p.grad(ctx).reshape((-1,))[0:1] for p in params))
+        backward_done = ReadyAt(marker)
+        backward_done.start()
+        if on_server:
+            trainer.step(1)  # push gradients, servers update, pull weights
+        else:
+            trainer.allreduce_grads()  # push gradients, pull their sum
+        mx.nd.waitall()
+        end = time.perf_counter()
+        backward_done.join()
+        ready = min(backward_done.at or end, end)
+        s.add("t_b", ready - start)
+        s.add("t_comm", end - ready)
+        if not on_server:
+            with s.phase("t_u"):
+                trainer.update(1)
+                mx.nd.waitall()
+    s.footer["param_checksum"] = parameter_checksum(params)
+    s.footer["loss"] = float(loss.mean().asscalar())
+    close_kvstore(kv)
+
+
+def close_kvstore(kv) -> None:
+    """Leave the parameter server cleanly: what the KVStore's destructor does.
+
+    It waits for all workers, then worker 0 stops the servers and every node finalizes. The
+    harness ends the process with ``os._exit`` (no destructors), and the parameters keep the
+    trainer (and so the KVStore) alive anyway: without this the scheduler and the servers
+    would wait forever. Freed explicitly, and the handle cleared so it is never freed twice.
+    """
+    import mxnet as mx
+    from mxnet.base import _LIB, check_call
+
+    mx.nd.waitall()
+    handle, kv.handle = kv.handle, None
+    check_call(_LIB.MXKVStoreFree(handle))
+
+
+def input_batches(mx, gluon, args, rank: int, workers: int, seed: int):
+    """Batches from disk (--data: MXNet RecordIO through Gluon's DataLoader, prefetch on or
+    off; a loader thread, not a forked process, beside ps-lite's threads) or a few synthetic
+    batches in host memory, cycled (no disk, no decoding)."""
+    import itertools
+
+    import numpy as np
+
+    from orchestrator.rankside import models_mxnet
+
+    shape = models_mxnet.input_shape(args.dataset)
+    if not args.data:
+        mx.random.seed(1000 + seed)
+        classes = models_mxnet.num_classes(args.dataset)
+        pool = [(mx.nd.random.normal(shape=(args.batch_size, *shape)),
+                 mx.nd.random.randint(0, classes, shape=(args.batch_size,)).astype("float32"))
+                for _ in range(4)]
+        mx.nd.waitall()
+        return itertools.cycle(pool)
+
+    def decode(record):
+        header, image = mx.recordio.unpack(record)
+        x = np.frombuffer(image, dtype=np.uint8).reshape(shape).astype(np.float32)
+        return (x / 255.0 - 0.5) / 0.25, np.float32(header.label)
+
+    records = gluon.data.RecordFileDataset(f"{args.data}/data.rec")
+    mine = list(range(rank, len(records), workers))  # this worker's shard
+
+    class Shard(gluon.data.Sampler):
+        def __iter__(self):
+            return iter(np.random.RandomState(seed).permutation(mine).tolist())
+
+        def __len__(self):
+            return len(mine)
+
+    prefetch = args.prefetch == "yes"
+    loader = gluon.data.DataLoader(records.transform(decode), batch_size=args.batch_size,
+                                   sampler=Shard(), last_batch="discard",
+                                   num_workers=1 if prefetch else 0, thread_pool=prefetch,
+                                   prefetch=4 if prefetch else None)
+
+    def endless():
+        while True:
+            yield from loader
+
+    return endless()
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    if args.update is None:
+        args.update = "server" if args.kvstore == "dist_async" else "worker"
+    role = os.environ.get("DMLC_ROLE", "worker")
+    with harness.rank_log(args, framework="mxnet", mode="mxnet-kvstore") as s:
+        if role in ("scheduler", "server"):
+            run_ps_node(s, role)
+        else:
+            train(s, args)
+
+
+if __name__ == "__main__":
+    main()

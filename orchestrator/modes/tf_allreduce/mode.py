@@ -1,0 +1,25 @@
+"""TensorFlow MultiWorkerMirroredStrategy: synchronous all-reduce, one worker per task.
+
+Every task is a worker (the default placement); ``TF_CONFIG`` lists them all. The all-reduce
+implementation is NCCL on GPU partitions and TensorFlow's gRPC ring collectives on CPU ones.
+"""
+
+from ..base import Mode, Option
+
+MODE = Mode(
+    name="tf-allreduce",
+    framework="tensorflow",
+    description="TensorFlow MultiWorkerMirroredStrategy, gradients all-reduced after backward "
+                "(NCCL or ring)",
+    library="tensorflow",
+    data_format="tfrecord",  # tf.data over TFRecord files (orch data make --format tfrecord)
+    launchers=("srun", "local"),
+    overlap="wfbp",
+    options=(
+        Option(
+            name="implementation",
+            choices=("nccl", "ring"),
+            help="collective implementation; default nccl on GPU partitions, ring on CPU ones",
+        ),
+    ),
+)

@@ -1,0 +1,156 @@
+"""TensorFlow MultiWorkerMirroredStrategy task: synchronous all-reduce data parallelism.
+
+One process per worker, one replica per process (a GPU task sees only its own GPU). The
+cluster comes from ``TF_CONFIG``, which launch.sh builds from the task table (every worker's
+``host:port``); the all-reduce implementation is the mode option ``implementation``: RING
+(TensorFlow's gRPC ring collectives, the CPU choice) or NCCL (GPU partitions).
+
+How the phases are separated. Keras' ``optimizer.apply_gradients`` under MWMS all-reduces the
+gradients *inside* the same graph as the update, where nothing outside can time it. The
+training step here is instead three functions, each timed by the host:
+
+1. ``compute`` (``strategy.run``): forward, loss and ``tape.gradient`` on the local batch, with
+   ``tf.timestamp()`` ops inside the graph: one after the loss, one after the last gradient.
+   The backward pass is seeded by a tensor that depends on the first stamp, so it cannot start
+   before it. ``t_b`` = between the stamps, ``t_f`` = the rest of the call (forward, loss and
+   the function's own dispatch).
+2. ``all_reduce`` (``strategy.run``): the replica context's ``all_reduce(MEAN, grads)`` with
+   the chosen implementation: ``t_comm``. It includes waiting for the slowest worker to arrive,
+   exactly as the exposed communication of an S-SGD step does.
+3. ``update``: SGD with momentum on the mirrored variables in cross-replica context (each
+   worker updates its own copy with the identical averaged gradient): ``t_u``.
+
+Nothing overlaps the all-reduce here, so all communication is exposed:
+``t_comm_total == t_comm``. (In a fused ``apply_gradients`` graph TensorFlow could start
+packed all-reduces while later gradients are still computed; this split measures the step
+without that overlap, which is what lets the phases be seen at all.)
+
+Every worker ends with a last all-reduce (of its parameter checksum) so that all of them finish
+together; the process then exits right after its footer (the harness), without TensorFlow's
+shutdown barrier, in which workers would wait ~20 s when worker 0 leaves first.
+"""
+
+from __future__ import annotations
+
+import time
+
+from orchestrator.rankside import harness, tf_common
+
+from .mode import MODE
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    with harness.rank_log(args, framework="tensorflow", mode="tf-allreduce") as s:
+        import tensorflow as tf
+
+        from orchestrator.rankside import models_tf
+
+        info = s.info
+        s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
+        s.footer["threads"] = tf_common.thread_settings()
+        on_gpu = tf_common.use_one_gpu(tf, info.local_rank)
+        impl = {"ring": tf.distribute.experimental.CommunicationImplementation.RING,
+                "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL}
+        comm = tf.distribute.experimental.CommunicationOptions(
+            implementation=impl[args.implementation])
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+        workers = len(tf_common.tf_config()["cluster"]["worker"])
+        if strategy.num_replicas_in_sync != workers:
+            raise RuntimeError(f"{strategy.num_replicas_in_sync} replicas in sync, expected one "
+                               f"per worker ({workers})")
+        s.footer["replicas"] = strategy.num_replicas_in_sync
+
+        with strategy.scope():
+            model = models_tf.build(args.model, args.dataset)
+            params = list(model.trainable_variables)
+            slots = [tf.Variable(tf.zeros(v.shape), trainable=False, name="momentum")
+                     for v in params]
+
+        @tf.function
+        def compute(x, y):
+            def replica(x, y):
+                with tf.GradientTape() as tape:
+                    loss = tf_common.loss_fn(tf, model(x, training=True), y)
+                with tf.control_dependencies([loss]):
+                    t_loss = tf.timestamp()
+                with tf.control_dependencies([t_loss]):
+                    seed = tf.ones_like(loss)  # backward starts after the stamp
+                grads = tape.gradient(loss, params, output_gradients=seed)
+                with tf.control_dependencies(grads):
+                    t_grads = tf.timestamp()
+                return loss, grads, t_loss, t_grads
+
+            return strategy.run(replica, args=(x, y))
+
+        @tf.function
+        def all_reduce(grads):
+            def replica(grads):
+                ctx = tf.distribute.get_replica_context()
+                # On this replica's device: the collective takes its placement from its inputs.
+                grads = [tf.identity(g) for g in grads]
+                return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads, options=comm)
+
+            return strategy.run(replica, args=(grads,))
+
+        @tf.function
+        def update(grads):
+            for v, m, g in zip(params, slots, grads, strict=True):
+                m.assign(tf_common.MOMENTUM * m + g)
+                v.assign_sub(tf_common.LEARNING_RATE * m)
+
+        @tf.function
+        def total(value):
+            def replica(value):
+                ctx = tf.distribute.get_replica_context()
+                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(value),
+                                      options=comm)
+
+            return strategy.run(replica, args=(value,))
+
+        shape = models_tf.input_shape(args.dataset)
+        source = tf_common.input_batches(tf, args, info.rank, info.world_size, shape,
+                                         models_tf.num_classes(args.dataset), 1000 + info.rank)
+        device = "/GPU:0" if on_gpu else "/CPU:0"
+
+        for _ in s.iterations():
+            with s.phase("t_io"):
+                x, y = next(source)
+            with s.phase("t_h2d"):
+                if on_gpu:
+                    with tf.device(device):
+                        x, y = tf.identity(x), tf.identity(y)
+                    tf_common.sync_devices(tf, on_gpu)
+            start = time.perf_counter()
+            loss, grads, t_loss, t_grads = compute(x, y)
+            backward = float(t_grads) - float(t_loss)  # .numpy(): waits for the values
+            tf_common.sync_devices(tf, on_gpu)
+            s.add("t_f", time.perf_counter() - start - backward)
+            s.add("t_b", backward)
+            start = time.perf_counter()
+            with strategy.scope():
+                reduced = all_reduce(grads)
+            tf_common.sync_devices(tf, on_gpu)
+            comm_s = time.perf_counter() - start
+            s.add("t_comm", comm_s)
+            s.add("t_comm_total", comm_s)
+            with s.phase("t_u"), strategy.scope():
+                update(reduced)
+                tf_common.sync_devices(tf, on_gpu)
+
+        s.footer["param_checksum"] = tf_common.checksum(tf, params)
+        s.footer["loss"] = float(loss)
+        s.footer["gradient_tensors"] = len(params)
+        # The last collective: every worker arrives here before any of them exits.
+        with strategy.scope():
+            s.footer["checksum_sum"] = float(total(tf.constant(s.footer["param_checksum"],
+                                                               tf.float64)))
+        # Leave together: ring all-reduce pulls buffers from peers (RecvBuf), so a task whose
+        # collective has returned may still be read from by a slower one, which fails with
+        # "Socket closed" if it has exited (seen both ways round under load).
+        s.footer["left_together"] = tf_common.leave_together(args.log_dir, s.info.task,
+                                                             s.info.world_size)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""The rank-log contract, defined once: phase names and order, record kinds, file names, parser.
+
+Ranks write this (``rankside.harness``); gather, provenance and the report read it. Both sides
+import this module, so it is stdlib only and valid on every Python a rank may run (3.6 for
+CNTK): no dataclasses, no ``from __future__ import annotations``, no evaluated annotations.
+
+A rank log, ``<run dir>/ranks/rank-<task>.jsonl``, is one JSON object per line:
+
+* a ``header`` (who, where, versions, environment),
+* one ``iter`` record per iteration (warm-up included and flagged) with ``iter``, ``warmup``,
+  ``t_start`` (epoch seconds), ``t_iter``, ``samples`` and the phases below,
+* a ``footer`` (status ``ok`` or ``error``, peak memory, parameter checksum, versions).
+
+Phases (seconds, after the source papers; see DESIGN.md), in the order of one iteration:
+``t_io`` input not hidden by prefetch, ``t_h2d`` host-to-device copy, ``t_f`` forward and loss,
+``t_b`` backward compute, ``t_comm`` gradient communication NOT hidden behind backward,
+``t_u`` update. ``t_comm_total`` is all communication the workload can see.
+"""
+
+import json
+import os
+import re
+
+LOG_SCHEMA = 1
+
+PHASES = ("t_io", "t_h2d", "t_f", "t_b", "t_comm", "t_u")
+T_COMM_TOTAL = "t_comm_total"
+
+HEADER = "header"
+ITER = "iter"
+FOOTER = "footer"
+RECORD_KINDS = (HEADER, ITER, FOOTER)
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+
+# Files of a run directory (DESIGN.md): the Run record, the ledger entry, the job's timing,
+# provenance, and the ranks' own directory.
+RUN_FILE = "run.json"
+JOB_FILE = "job.json"
+JOB_TIMES_FILE = "job-times.json"
+PROVENANCE_FILE = "provenance.json"
+RANKS_DIR = "ranks"
+TRACE_FILE = "trace.csv"  # layer-wise trace (second paper's format), in RANKS_DIR
+
+_RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
+
+
+def rank_log_name(task):
+    """``rank-<task>.jsonl``: task k is SLURM_PROCID (or OMPI_COMM_WORLD_RANK) k."""
+    return f"rank-{int(task)}.jsonl"
+
+
+def rank_out_name(task):
+    """``rank-<task>.out``: the task's stdout and stderr."""
+    return f"rank-{int(task)}.out"
+
+
+def task_of(name):
+    """The task number of a rank-log file name; None for anything else (a stray file)."""
+    match = _RANK_LOG.match(os.path.basename(str(name)))
+    return int(match.group(1)) if match else None
+
+
+def rank_logs(ranks_dir):
+    """The rank logs of a ranks directory as (task, path), by task number; other files (a
+    stray ``rank-x.jsonl``) are not rank logs and are left out."""
+    try:
+        names = os.listdir(str(ranks_dir))
+    except OSError:
+        return []
+    found = [(task_of(n), os.path.join(str(ranks_dir), n)) for n in names]
+    return sorted((t, p) for t, p in found if t is not None)
+
+
+class RankLog:
+    """One rank's log as read back: header, iteration records, footer, and the problems met
+    (unreadable lines). Built by :func:`parse_lines` / :func:`read_rank_log`."""
+
+    __slots__ = ("footer", "header", "iters", "problems", "rank")
+
+    def __init__(self, rank, header=None, iters=None, footer=None, problems=None):
+        self.rank = rank
+        self.header = header
+        self.iters = [] if iters is None else iters
+        self.footer = footer
+        self.problems = [] if problems is None else problems
+
+    def __repr__(self):
+        return f"RankLog(rank={self.rank!r}, iters={len(self.iters)}, footer={bool(self.footer)})"
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_record(line):
+    """One log line -> a record dict, or None if it is not one (torn, not JSON, not an object
+    with a known ``type``, an ``iter`` record without an integer ``iter`` or numeric
+    ``t_start``/``t_iter``, or with a phase that is neither a number nor null)."""
+    try:
+        rec = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(rec, dict) or rec.get("type") not in RECORD_KINDS:
+        return None
+    if rec["type"] == ITER:
+        it = rec.get("iter")
+        if isinstance(it, bool) or not isinstance(it, int):
+            return None
+        for name in ("t_start", "t_iter"):  # every iteration has them
+            if not _number(rec.get(name)):
+                return None
+        for name in (*PHASES, T_COMM_TOTAL):  # a phase a workload does not time may be absent
+            if rec.get(name) is not None and not _number(rec[name]):
+                return None
+    return rec
+
+
+def parse_lines(lines, rank, name="rank log"):
+    """Parse an iterable of lines (bytes or str) into a :class:`RankLog`. A line that is not
+    a record is a problem (``<name>:<line>: unreadable line``), never an exception."""
+    out = RankLog(rank=rank)
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        rec = parse_record(line)
+        if rec is None:
+            out.problems.append(f"{name}:{lineno}: unreadable line")
+            continue
+        kind = rec["type"]
+        if kind == ITER:
+            out.iters.append(rec)
+        elif kind == HEADER:
+            out.header = rec
+        else:
+            out.footer = rec
+    return out
+
+
+def read_rank_log(path):
+    """Read one rank log file (its task number from its name)."""
+    name = os.path.basename(str(path))
+    task = task_of(name)
+    with open(str(path), "rb") as fh:
+        return parse_lines(fh, task if task is not None else -1, name)

@@ -1,0 +1,260 @@
+"""The rank-side harness shared by every mode's rank: arguments, timers, the JSONL rank log.
+
+Stdlib only, and no framework import: any environment's Python (a TensorFlow venv, an MXNet
+one with its old numpy, CNTK's Python 3.6) imports it from the staged copy beside the runs. So
+it must stay valid Python 3.6: no ``from __future__ import annotations`` (3.7+), no dataclasses,
+and annotations that 3.6 would evaluate are strings (``"dict | None"``).
+
+What a rank log holds (record kinds, phase names and order, file names) is defined once in
+:mod:`orchestrator.protocol`, which gather reads with. Lines are flushed as they are written, so
+a rank that dies still leaves everything it measured.
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+
+from orchestrator import protocol
+from orchestrator.protocol import LOG_SCHEMA, PHASES
+
+# Environment variables worth keeping beside every measurement: they change what is measured.
+_ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
+                 "HOROVOD_", "CUDA_VISIBLE_DEVICES", "MASTER_", "SLURM_JOB_", "SLURM_NNODES",
+                 "SLURM_NTASKS", "SLURM_PARTITION", "ORCH_")
+
+
+def mode_parser(mode) -> argparse.ArgumentParser:
+    """The arguments of a mode's rank: :func:`base_parser` plus the mode's options, taken
+    from its descriptor (``orchestrator/modes/<name>/mode.py``), defaults included, so a rank
+    and the control plane can never disagree on them. An option whose default the partition
+    decides (``default=None``) is required: job scripts always pass it."""
+    p = base_parser(mode.description)
+    for opt in mode.options:
+        numeric = not opt.choices and getattr(opt, "numeric", True)
+        p.add_argument(opt.flag, dest=opt.name, choices=opt.choices or None,
+                       type=int if numeric else str,
+                       default=(int(opt.default) if numeric else opt.default)
+                       if opt.default is not None else None,
+                       required=opt.default is None, help=opt.help)
+    return p
+
+
+def base_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every rank takes (rendered by orchestrator.render.workload_args)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--run-id", required=True)
+    p.add_argument("--log-dir", required=True, help="directory of the rank-<k>.jsonl files")
+    p.add_argument("--model", required=True)
+    p.add_argument("--dataset", default="cifar")
+    p.add_argument("--batch-size", type=int, required=True, help="samples per rank")
+    p.add_argument("--iters", type=int, required=True, help="measured iterations")
+    p.add_argument("--warmup", type=int, default=5, help="iterations excluded from statistics")
+    p.add_argument("--inject-failure", default=None, help="RANK@ITER: that rank fails there")
+    p.add_argument("--data", default=None, help="on-disk data set in this mode's format; "
+                   "default: synthetic batches in memory")
+    p.add_argument("--prefetch", choices=("yes", "no"), default="yes",
+                   help="with --data: read ahead in a loader process (yes) or not (no)")
+    return p
+
+
+class RankInfo:
+    """Where this process sits in the job, from the launcher's variables.
+
+    srun and orch's local launcher set SLURM_*; mpirun sets OMPI_COMM_WORLD_*; torchrun and
+    our launch scripts set RANK/WORLD_SIZE/LOCAL_RANK. The first that is present wins.
+    """
+
+    def __init__(self, env: "dict | None" = None) -> None:
+        env = dict(os.environ if env is None else env)
+
+        def first(*names: str, default: str = "0") -> int:
+            for name in names:
+                if env.get(name, "") != "":
+                    return int(env[name])
+            return int(default)
+
+        self.rank = first("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+        # The job's task id (the log's name) and role, set by launch.sh from orch's task table;
+        # they differ from the framework's rank in role modes (a ps has no training rank).
+        self.task = first("ORCH_TASK_ID", default=str(self.rank))
+        self.role = env.get("ORCH_ROLE") or "worker"
+        self.role_index = first("ORCH_ROLE_INDEX", default=str(self.rank))
+        self.world_size = first("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS",
+                                default="1")
+        self.local_rank = first("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+        self.node_rank = first("NODE_RANK", "OMPI_COMM_WORLD_NODE_RANK", "SLURM_NODEID")
+        self.host = socket.gethostname()
+        self.node = env.get("SLURMD_NODENAME") or self.host
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident memory of this process (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def parse_failure(spec: "str | None") -> "tuple[int, int] | None":
+    if not spec:
+        return None
+    rank, _, it = spec.partition("@")
+    return int(rank), int(it)
+
+
+class InjectedFailure(RuntimeError):
+    """Raised on purpose (--inject-failure) to test that orch records a failed rank."""
+
+
+class RankLogWriter:
+    """Writes one rank's JSONL log; use :func:`rank_log` to get the header/footer right."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fh = open(path, "a", buffering=1)  # noqa: SIM115 - line-buffered, survives a crash
+
+    def write(self, record: dict) -> None:
+        self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class Session:
+    """What a workload uses while it runs: timers, per-iteration records, the footer fields."""
+
+    def __init__(self, args: argparse.Namespace, info: RankInfo, log: RankLogWriter) -> None:
+        self.args = args
+        self.info = info
+        self.log = log
+        self.footer: dict = {}
+        self.failure = parse_failure(args.inject_failure)
+        # Samples one logged iteration stands for: this rank's batch, or the global batch when
+        # one task times steps that others compute (a TensorFlow PS chief).
+        self.samples = args.batch_size
+        self._phases: dict = {}
+
+    @contextmanager
+    def phase(self, name: str):
+        """Time one phase of the current iteration (accumulates if entered twice)."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - t0
+
+    def add(self, name: str, seconds: float) -> None:
+        self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    def iterations(self):
+        """Yield iteration numbers; time each one and log it when the body is done."""
+        total = self.args.warmup + self.args.iters
+        for it in range(total):
+            if self.failure and self.failure == (self.info.task, it):
+                raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
+            self._phases = {}
+            wall = time.time()
+            t0 = time.perf_counter()
+            yield it
+            t_iter = time.perf_counter() - t0
+            record = {"type": protocol.ITER, "iter": it, "warmup": it < self.args.warmup,
+                      "t_start": wall, "t_iter": t_iter, "samples": self.samples}
+            for name in PHASES:
+                record[name] = self._phases.get(name, 0.0)
+            for name, value in self._phases.items():
+                record.setdefault(name, value)
+            self.log.write(record)
+
+
+def versions(**extra: str) -> dict:
+    out = {"python": platform.python_version()}
+    try:
+        from orchestrator import __version__
+
+        out["orch"] = __version__
+    except ImportError:  # pragma: no cover - the staged copy always has it
+        pass
+    out.update(extra)
+    return out
+
+
+# Written into every image orch builds (containers/): readable only inside that image.
+IMAGE_MARKER = "/etc/orch-image.json"
+
+
+def container_facts() -> "dict | None":
+    """Where this rank runs, seen from inside: None on the host. The image's own marker file
+    (name, spec hash) proves which image; the runtime's variables and what orch's wrapper
+    passed in (ORCH_CONTAINER_*) say how it was started."""
+    facts: dict = {}
+    try:
+        with open(IMAGE_MARKER) as fh:
+            marker = json.load(fh)
+        facts["image"] = {k: marker.get(k) for k in ("name", "framework", "spec_sha256")}
+    except (OSError, ValueError, AttributeError):
+        pass
+    for var, runtime in (("CH_RUNNING", "charliecloud"), ("APPTAINER_CONTAINER", "apptainer"),
+                         ("SINGULARITY_CONTAINER", "singularity")):
+        if var in os.environ:
+            facts["runtime"] = runtime
+            break
+    if not facts:
+        return None
+    facts.setdefault("runtime", os.environ.get("ORCH_CONTAINER_RUNTIME"))
+    facts["digest"] = os.environ.get("ORCH_CONTAINER_DIGEST")
+    facts["python"] = sys.executable
+    return facts
+
+
+def interesting_env() -> dict:
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
+
+
+@contextmanager
+def rank_log(args: argparse.Namespace, framework: str, mode: str):
+    """Open this rank's log, write the header, yield a Session, always write a footer.
+
+    An exception in the workload becomes ``status: error`` with the traceback's last lines and
+    exit code 1, so orch records the failure instead of guessing from a missing file.
+
+    The rank process ends here, with ``os._exit``, once the footer is on disk: interpreter
+    teardown with live communication threads can abort (Gloo: "terminate called without an
+    active exception", seen on the test cluster), turning a finished rank into a failed job.
+    """
+    info = RankInfo()
+    os.makedirs(args.log_dir, exist_ok=True)
+    log = RankLogWriter(os.path.join(args.log_dir, protocol.rank_log_name(info.task)))
+    header = {
+        "type": protocol.HEADER, "schema": LOG_SCHEMA, "run_id": args.run_id,
+        "framework": framework, "mode": mode, "task": info.task, "role": info.role,
+        "role_index": info.role_index,
+        "rank": info.rank, "world_size": info.world_size,
+        "local_rank": info.local_rank, "node_rank": info.node_rank, "host": info.host,
+        "node": info.node, "pid": os.getpid(), "model": args.model, "dataset": args.dataset,
+        "batch_size": args.batch_size, "warmup": args.warmup, "iters": args.iters,
+        "started_at": time.time(), "argv": sys.argv, "env": interesting_env(),
+        "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
+        "container": container_facts(),
+    }
+    log.write(header)
+    session = Session(args, info, log)
+    status, error, code = protocol.STATUS_OK, None, 0
+    try:
+        yield session
+    except BaseException as exc:
+        status, code = protocol.STATUS_ERROR, 1
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        error = ("".join(lines[-6:]))[-2000:]
+        print(error, file=sys.stderr)
+    footer = {"type": protocol.FOOTER, "status": status, "error": error,
+              "peak_rss_bytes": peak_rss_bytes(), "ended_at": time.time()}
+    footer.update(session.footer)
+    log.write(footer)
+    log.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

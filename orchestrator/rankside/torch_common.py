@@ -1,0 +1,33 @@
+"""Rank-side helpers shared by the PyTorch modes (torch-ddp, torch-fsdp, mpi-ssgd, horovod):
+the parameter checksum every synchronous mode ends with, and the input batches."""
+
+from __future__ import annotations
+
+
+def parameter_checksum(model) -> float:
+    """Sum of all parameters in float64: equal on every rank iff the ranks stayed in sync."""
+    import torch
+
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def input_batches(args, info, models_torch):
+    """Batches from disk (--data: the framework's own loader, prefetch on or off) or, by
+    default, a few synthetic batches in host memory cycled, where t_io is only taking one."""
+    import itertools
+
+    import torch
+
+    if args.data:
+        from orchestrator.rankside import datasets_torch
+
+        dl = datasets_torch.loader(args.data, args.dataset, args.batch_size, info.rank,
+                                   info.world_size, prefetch=args.prefetch == "yes")
+        return datasets_torch.batches(dl)
+    gen = torch.Generator().manual_seed(1000 + info.rank)
+    shape = (args.batch_size, *models_torch.input_shape(args.dataset))
+    classes = models_torch.num_classes(args.dataset)
+    pool = [(torch.randn(shape, generator=gen),
+             torch.randint(0, classes, (shape[0],), generator=gen)) for _ in range(4)]
+    return itertools.cycle(pool)

@@ -1,0 +1,88 @@
+"""Did a run really succeed? The verdict from its rank logs, and the reason when it did not.
+
+A scheduler's COMPLETED only means the job script exited 0. A run is COMPLETED for orch when
+every task wrote a header, every measured iteration and an ``ok`` footer, and (for synchronous
+modes) all training ranks ended with the same parameter checksum. Anything else is FAILED with
+a reason taken from the logs, so a failure is data in the result set, not a guess.
+
+This sits with the run directory (it is how a run is finished, :func:`execute.finalize`),
+below the result set that merges many runs (gather, results).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from . import modes, protocol
+from .protocol import RankLog
+from .sweep import Run
+
+CHECKSUM_RTOL = 1e-6
+
+
+def read_run_logs(rdir: Path) -> list[RankLog]:
+    """Every rank log of a run directory, by task number (one parser: protocol)."""
+    return [protocol.read_rank_log(path)
+            for _, path in protocol.rank_logs(rdir / protocol.RANKS_DIR)]
+
+
+def tail(path: Path, lines: int = 12) -> str:
+    if not path.exists():
+        return ""
+    text = path.read_text(errors="replace").rstrip().splitlines()
+    return "\n".join(text[-lines:])
+
+
+def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None]:
+    """(ok, reason): does the run's data prove it completed?
+
+    When several ranks failed, the reason is the root cause: the rank whose own error came
+    first (the others typically died of a closed connection, or were stopped by the launcher).
+    """
+    by_rank = {log.rank: log for log in logs}
+    mode = modes.get(run.mode)
+    tasks = run.tasks()
+    trains = [k for k, t in enumerate(tasks) if t.role in mode.logging_roles]
+    problems: list[tuple[int, float, str]] = []  # (kind, when, message): lowest sorts first
+    for rank, task in enumerate(tasks):
+        label = f"rank {rank}" if task.role == "worker" else f"rank {rank} ({task.role})"
+        log = by_rank.get(rank)
+        if log is None:
+            problems.append((2, 0.0, f"{label}: no log{_excerpt(rdir, rank)}"))
+        elif log.footer is None:
+            problems.append((1, 0.0, f"{label}: log ends without a footer (killed?)"
+                                     f"{_excerpt(rdir, rank)}"))
+        elif log.footer.get("status") != "ok":
+            error = (log.footer.get("error") or "failed").strip()
+            problems.append((0, log.footer.get("ended_at") or 0.0, f"{label}: {error}"))
+        elif rank in trains:
+            measured = [r for r in log.iters if not r.get("warmup")]
+            if len(measured) != run.iters:
+                problems.append((3, 0.0, f"{label}: {len(measured)} of {run.iters} "
+                                         "measured iterations logged"))
+    if problems:
+        return False, min(problems)[2]
+    if mode.is_synchronous(run.options) and len(trains) > 1:
+        sums = {r: by_rank[r].footer.get("param_checksum") for r in trains}
+        if all(isinstance(s, (int, float)) for s in sums.values()):
+            first, ref = trains[0], sums[trains[0]]
+            for r, s in sums.items():
+                if not math.isclose(s, ref, rel_tol=CHECKSUM_RTOL, abs_tol=1e-9):
+                    return False, (f"ranks out of sync: parameter checksum of rank {r} is {s!r}, "
+                                   f"rank {first} has {ref!r}")
+    return True, None
+
+
+def _excerpt(rdir: Path, rank: int) -> str:
+    text = tail(rdir / protocol.RANKS_DIR / protocol.rank_out_name(rank), 6)
+    return f"; its output ends:\n{text}" if text else ""
+
+
+def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:
+    """Best explanation of a failed job: a rank's own error, else the job output's tail."""
+    ok, reason = verdict(run, rdir, logs)
+    if not ok and reason:
+        return reason
+    outs = sorted(rdir.glob("slurm-*.out"))
+    return tail(outs[-1]) if outs else "job failed without output"
