@@ -322,12 +322,13 @@ def site_schema() -> None:
 
 @env_app.command("list")
 def env_list(site: Annotated[str, typer.Option(help="Site name or YAML path.")] = "local") -> None:
-    """The site's environments, their Python and whether orch has built them."""
+    """The site's environments, their Python, where their build is defined, whether built."""
     s, _ = sitemod.load(site)
-    table = Table("environment", "python", "managed by orch", "built", box=None)
+    table = Table("environment", "python", "managed by orch", "build from", "built", box=None)
     for name, env in s.environments.items():
         managed = env.build is not None
         table.add_row(name, envs.python_of(env), "yes" if managed else "no",
+                      envs.build_source(env),
                       ("yes" if envs.is_built(env) else "[red]no[/]") if managed else "-")
     out_console.print(table)
 

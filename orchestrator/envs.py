@@ -1,10 +1,12 @@
 """Framework environments: where each framework's Python is, and building it when orch owns it.
 
 Frameworks pin conflicting versions (MXNet needs numpy 1.23, TensorFlow a newer one, CNTK
-Python 3.6), so each gets its own venv. A site config describes it (``venv`` + ``build``);
-``orch env build NAME`` creates it once and stamps it with a hash of its description, so a
-changed description rebuilds and an unchanged one is skipped. Before anything is submitted,
-:func:`check` makes sure every environment a sweep needs is there, naming it if not.
+Python 3.6), so each gets its own venv. A site config describes it (``venv`` + ``build``, the
+build usually a framework environment's name, defined once in ``frameworks/<name>.yaml``);
+``orch env build NAME`` creates it once and stamps it with a hash of the resolved description,
+so a changed description rebuilds and an unchanged one is skipped, wherever it is written (a
+site config that copies a framework's fields inline gets the same stamp). Before anything is
+submitted, :func:`check` makes sure every environment a sweep needs is there, naming it if not.
 """
 
 from __future__ import annotations
@@ -41,8 +43,18 @@ def python_of(env: Environment) -> str:
 
 
 def spec_hash(env: Environment) -> str:
-    data = env.build.model_dump(mode="json") if env.build else {}
+    """The build's stamp: a hash of what it is made of (Python, packages, pip flags, steps),
+    not of where it is written."""
+    data = env.build.described() if env.build else {}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def build_source(env: Environment) -> str:
+    """Where an environment's build is defined: 'frameworks/<name>.yaml', 'inline' (in the
+    site config), or '-' when orch does not build it."""
+    if env.build is None:
+        return "-"
+    return env.build.source or "inline"
 
 
 def is_built(env: Environment) -> bool:

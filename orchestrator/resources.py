@@ -1,4 +1,5 @@
-"""Where templates and the shipped site configs are, in a checkout and in an installed wheel.
+"""Where templates, the shipped site configs and the framework environments are, in a checkout
+and in an installed wheel.
 
 The wheel carries them under ``orchestrator/_data`` (see pyproject's force-include); a checkout
 or an editable install finds them at the top of the repository. One function decides, so nothing
@@ -13,7 +14,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """Directory ``name`` ('templates' or 'site-configs'), installed copy first."""
+    """Directory ``name`` ('templates', 'site-configs', 'frameworks'), installed copy first."""
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate

@@ -16,7 +16,9 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
+    Tag,
     ValidationError,
     WithJsonSchema,
     field_validator,
@@ -47,6 +49,8 @@ Scheduler = _registered("scheduler", backends.scheduler_names())
 Launcher = _registered("launcher", backends.launcher_names())
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+# NAME==VERSION (extras allowed): how every package of a framework environment is pinned.
+PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 
@@ -141,9 +145,7 @@ class Container(_Strict):
     python: str = Field("python3", description="the python executable inside the image")
 
 
-class EnvBuild(_Strict):
-    """How ``orch env build`` creates an environment's venv (sites whose nodes share a disk)."""
-
+class _BuildFields(_Strict):
     python: str = Field(pattern=r"^3\.\d+$", description="Python version, e.g. '3.11' "
                         "(found as pythonX.Y on PATH or under pyenv)")
     packages: list[str] = Field(default_factory=list, description="pinned pip requirements, "
@@ -156,6 +158,60 @@ class EnvBuild(_Strict):
     )
 
 
+class EnvBuild(_BuildFields):
+    """How ``orch env build`` creates an environment's venv (sites whose nodes share a disk).
+
+    A site config gives either a framework environment's name (``build: torch-mpi``: the one
+    definition in ``frameworks/torch-mpi.yaml``) or, for a site-specific build, the fields
+    inline. Either way the validated site holds the resolved fields; ``source`` says which.
+    """
+
+    source: str | None = Field(
+        None,
+        description="where the build is defined: 'frameworks/<name>.yaml' when the site names "
+        "a framework environment (filled in by orch); unset: inline in the site config. Not "
+        "part of the build's hash",
+    )
+
+    def described(self) -> dict[str, Any]:
+        """What the build is made of, without where it was written: what its hash covers."""
+        return self.model_dump(mode="json", exclude={"source"})
+
+
+class Framework(_BuildFields):
+    """One framework environment, defined once in ``frameworks/<name>.yaml``: its Python, pinned
+    packages, pip flags and build steps. Site environments refer to it (``build: <name>``) and
+    container specs take its pins (``environment: <name>``), so a version bump is one edit."""
+
+    description: str = Field(description="one line: what the environment holds")
+
+    @field_validator("packages")
+    @classmethod
+    def _pinned(cls, v: list[str]) -> list[str]:
+        for req in v:
+            if not PIN.match(req):
+                raise ValueError(f"'{req}' is not pinned: write NAME==VERSION")
+        return v
+
+    def env_build(self, name: str) -> EnvBuild:
+        fields = self.model_dump(mode="json", exclude={"description"})
+        return EnvBuild(**fields, source=f"frameworks/{name}.yaml")
+
+
+def _build_kind(value: Any) -> str:
+    return "framework-name" if isinstance(value, str) else "inline-build"
+
+
+# A framework environment's name, or the build fields inline (the tags only steer validation
+# and its error messages; format_validation_error leaves them out of field paths).
+BuildRef = Annotated[
+    Annotated[str, Tag("framework-name"), Field(pattern=_NAME)]
+    | Annotated[EnvBuild, Tag("inline-build")],
+    Discriminator(_build_kind),
+]
+_UNION_TAGS = ("function-after", "framework-name", "inline-build")
+
+
 class Environment(_Strict):
     """How one framework gets onto a node: a Python, modules to load, variables, a container."""
 
@@ -165,7 +221,11 @@ class Environment(_Strict):
         "Python running orch (the local site's PyTorch environment)",
     )
     venv: str | None = Field(None, description="virtual environment directory ('~' expands)")
-    build: EnvBuild | None = Field(None, description="how orch builds the venv (orch env build)")
+    build: BuildRef | None = Field(
+        None,
+        description="how orch builds the venv (orch env build): a framework environment's name "
+        "(frameworks/<name>.yaml, e.g. 'torch-mpi'), or python/packages/pip_args/steps inline",
+    )
     modules: list[str] = Field(default_factory=list, description="'module load' lines, in order")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
     container: Container | None = None
@@ -174,6 +234,20 @@ class Environment(_Strict):
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env_names(v)
+
+    @field_validator("build")
+    @classmethod
+    def _resolve(cls, v: EnvBuild | str | None) -> EnvBuild | None:
+        """A name becomes that framework environment's build (a broken frameworks/ file raises
+        its own UserError, naming its file and line)."""
+        if not isinstance(v, str):
+            return v
+        names = framework_names()
+        if v not in names:
+            raise ValueError(f"unknown framework environment '{v}'; valid: "
+                             f"{', '.join(names) or '(none)'} (frameworks/<name>.yaml), or "
+                             f"give python/packages/steps inline")
+        return load_framework(v).env_build(v)
 
     @model_validator(mode="after")
     def _buildable(self) -> Environment:
@@ -270,9 +344,8 @@ def resolve(name_or_path: str) -> Path:
     )
 
 
-def load(name_or_path: str) -> tuple[Site, Path]:
-    """Load and validate a site; errors say file:line, field, problem."""
-    path = resolve(name_or_path)
+def read_yaml(path: Path, what: str, fields: str) -> tuple[dict[str, Any], yaml.Node | None]:
+    """A YAML mapping and its composed node tree (for line numbers); errors say file:line."""
     text = path.read_text()
     try:
         data = yaml.safe_load(text)
@@ -282,36 +355,78 @@ def load(name_or_path: str) -> tuple[Site, Path]:
         line = f":{mark.line + 1}" if mark else ""
         raise UserError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
-        raise UserError(f"{path}: a site config is a YAML mapping (name, scheduler, partitions…)")
+        raise UserError(f"{path}: a {what} is a YAML mapping ({fields})")
+    return data, root
+
+
+def load(name_or_path: str) -> tuple[Site, Path]:
+    """Load and validate a site; errors say file:line, field, problem."""
+    path = resolve(name_or_path)
+    data, root = read_yaml(path, "site config", "name, scheduler, partitions…")
     try:
         site = Site.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_validation_error(path, root, exc)) from None
+    except UserError as exc:  # a broken frameworks/<name>.yaml that an environment names
+        raise UserError(f"{path}: {exc}") from None
     if site.name != path.stem and path.parent.resolve() == site_dir().resolve():
         raise UserError(f"{path}: name '{site.name}' must match the file name '{path.stem}'")
     return site, path
 
 
-def format_validation_error(path: Path, root: yaml.Node | None, exc: ValidationError) -> str:
+# --- framework environments (frameworks/<name>.yaml) ----------------------------------------
+
+
+def frameworks_dir() -> Path:
+    return data_dir("frameworks")
+
+
+def framework_names() -> list[str]:
+    """The framework environments defined in ``frameworks/``, by name (file stem)."""
+    return sorted(p.stem for p in frameworks_dir().glob("*.yaml"))
+
+
+def load_framework(name: str) -> Framework:
+    """``frameworks/<name>.yaml``, validated; errors say file:line, field, problem."""
+    path = frameworks_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"unknown framework environment '{name}'; valid: "
+                        f"{', '.join(framework_names()) or '(none)'} (frameworks/<name>.yaml)")
+    data, root = read_yaml(path, "framework environment", "description, python, packages…")
+    try:
+        return Framework.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, root, exc, Framework,
+                                                "framework environment")) from None
+
+
+def format_validation_error(path: Path, root: yaml.Node | None, exc: ValidationError,
+                            model: type[BaseModel] | None = None, what: str = "site config") -> str:
     """One line per problem: ``file:line: field.path: message (got value)``."""
     lines = []
     for err in exc.errors():
-        loc = [part for part in err["loc"] if part not in ("function-after",)]
+        loc = [part for part in err["loc"] if part not in _UNION_TAGS]
         field = _dotted(loc) or "(top level)"
-        line = _line_of(root, loc)
-        where = f"{path}:{line}" if line else str(path)
+        where = location(path, root, loc)
         msg = err["msg"]
         if err["type"] == "missing":
             msg = "required field is missing"
         elif err["type"] == "extra_forbidden":
-            valid = _valid_fields(loc[:-1])
+            valid = _valid_fields(loc[:-1], model or Site)
             msg = f"unknown field; valid fields here: {', '.join(valid)}"
-        elif err["type"] == "literal_error":
-            msg = f"{msg}"
+        elif err["type"] == "model_type" and "inline-build" in err["loc"]:
+            msg = ("expected a framework environment's name (frameworks/<name>.yaml) or a "
+                   "mapping of python, packages, pip_args, steps")
         got = err.get("input")
         shown = f" (got {got!r})" if err["type"] not in ("missing",) and _scalar(got) else ""
         lines.append(f"{where}: {field}: {msg}{shown}")
-    return "invalid site config\n" + "\n".join(lines)
+    return f"invalid {what}\n" + "\n".join(lines)
+
+
+def location(path: Path, root: yaml.Node | None, loc: list[Any]) -> str:
+    """``file:line`` of the YAML node a field path leads to (or its nearest ancestor)."""
+    line = _line_of(root, loc)
+    return f"{path}:{line}" if line else str(path)
 
 
 def _scalar(v: Any) -> bool:
@@ -346,9 +461,8 @@ def _line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
     return line
 
 
-def _valid_fields(loc: list[Any]) -> list[str]:
+def _valid_fields(loc: list[Any], model: type[BaseModel]) -> list[str]:
     """Field names allowed at a location, to list them when a field is misspelt."""
-    model: type[BaseModel] = Site
     skip_key = False
     for part in loc:
         if isinstance(part, int) or skip_key:

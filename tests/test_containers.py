@@ -90,7 +90,7 @@ def test_specs_must_pin_every_package():
     spec = yaml.safe_load((ROOT / "containers" / "specs" / "torch.yaml").read_text())
     spec["pip"]["index"].append("requests")
     with pytest.raises(ValueError, match="'requests' is not pinned"):
-        containers.ImageSpec.model_validate(spec)
+        containers.SpecFile.model_validate(spec)
 
 
 def test_apptainer_build_is_refused_clearly_without_apptainer():

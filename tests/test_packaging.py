@@ -1,5 +1,5 @@
-"""orch works from an installed wheel, not only from a checkout: templates and site configs
-ship inside the package (orchestrator/_data) and are found there."""
+"""orch works from an installed wheel, not only from a checkout: templates, site configs and
+framework environments ship inside the package (orchestrator/_data) and are found there."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def test_wheel_carries_templates_and_site_configs(wheel_site):
                  "orchestrator/modes/torch_ddp/launch.sh.j2",  # a mode folder carries its template
                  "orchestrator/_data/site-configs/local.yaml",
                  "orchestrator/_data/site-configs/testcluster.yaml",
+                 "orchestrator/_data/frameworks/torch-mpi.yaml",
+                 "orchestrator/_data/frameworks/mxnet.yaml",
                  "orchestrator/rankside/harness.py"):
         assert path in names
 
@@ -53,3 +55,6 @@ def test_installed_copy_renders_outside_the_checkout(wheel_site, tmp_path):
     listed = subprocess.run([sys.executable, "-m", "orchestrator", "site", "list"],
                             capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
     assert "testcluster" in listed.stdout and "local" in listed.stdout
+    envs = subprocess.run([sys.executable, "-m", "orchestrator", "env", "list"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
+    assert "frameworks/torch-mpi.yaml" in envs.stdout  # site builds resolve in the wheel too
