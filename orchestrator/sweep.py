@@ -6,11 +6,13 @@ finds the same ids (and skips what is finished) while any changed parameter make
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,19 +50,35 @@ class Run(BaseModel):
     data: str | None = None  # on-disk data set (orch data make); None: synthetic in memory
     prefetch: bool = True  # with data: read ahead in a loader process, or not (t_io exposed)
 
+    # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
+    # for each run's id and task table several times per run. functools.cached_property keeps
+    # them in the instance's __dict__, which pydantic leaves out of equality and dumps;
+    # model_copy drops them, so a copy with other fields never shows a stale one.
+    _CACHED: ClassVar[tuple[str, ...]] = ("_task_table", "ranks", "run_id")
+
+    @functools.cached_property
+    def _task_table(self) -> tuple[modes.Task, ...]:
+        return tuple(modes.get(self.mode).tasks(self.nodes, self.tasks_per_node, self.options))
+
     def tasks(self) -> list[modes.Task]:
         """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
-        return modes.get(self.mode).tasks(self.nodes, self.tasks_per_node, self.options)
+        return list(self._task_table)
 
-    @property
+    @functools.cached_property
     def ranks(self) -> int:
         """Processes that train (workers): what speedup and efficiency are relative to."""
         roles = modes.get(self.mode).training_roles
-        return sum(t.role in roles for t in self.tasks())
+        return sum(t.role in roles for t in self._task_table)
 
-    @property
+    @functools.cached_property
     def run_id(self) -> str:
         return run_id(self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Run:
+        copied = super().model_copy(update=update, deep=deep)
+        for name in self._CACHED:
+            copied.__dict__.pop(name, None)
+        return copied
 
 
 def run_id(run: Run) -> str:
