@@ -54,21 +54,23 @@ class Run(BaseModel):
     # for each run's id and task table several times per run. functools.cached_property keeps
     # them in the instance's __dict__, which pydantic leaves out of equality and dumps;
     # model_copy drops them, so a copy with other fields never shows a stale one.
-    _CACHED: ClassVar[tuple[str, ...]] = ("_task_table", "ranks", "run_id")
+    _CACHED: ClassVar[tuple[str, ...]] = ("task_table", "ranks", "run_id")
 
     @functools.cached_property
-    def _task_table(self) -> tuple[modes.Task, ...]:
-        return tuple(modes.get(self.mode).tasks(self.nodes, self.tasks_per_node, self.options))
+    def task_table(self) -> tuple[modes.Task, ...]:
+        """:meth:`tasks` as a tuple, shared with equal runs: read it, never change a Task."""
+        return _placement(self.mode, self.nodes, self.tasks_per_node,
+                          tuple(self.options.items()))
 
     def tasks(self) -> list[modes.Task]:
         """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
-        return list(self._task_table)
+        return list(self.task_table)
 
     @functools.cached_property
     def ranks(self) -> int:
         """Processes that train (workers): what speedup and efficiency are relative to."""
         roles = modes.get(self.mode).training_roles
-        return sum(t.role in roles for t in self._task_table)
+        return sum(t.role in roles for t in self.task_table)
 
     @functools.cached_property
     def run_id(self) -> str:
@@ -79,6 +81,14 @@ class Run(BaseModel):
         for name in self._CACHED:
             copied.__dict__.pop(name, None)
         return copied
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(mode: str, nodes: int, tasks_per_node: int,
+               options: tuple[tuple[str, str], ...]) -> tuple[modes.Task, ...]:
+    """A mode's task table, shared by the runs that differ only in what it does not depend on
+    (model, batch, repeat, partition). Tasks are never changed once made."""
+    return tuple(modes.get(mode).tasks(nodes, tasks_per_node, dict(options)))
 
 
 def run_id(run: Run) -> str:
