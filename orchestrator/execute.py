@@ -32,18 +32,32 @@ POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
 
 def render_for(run: Run, site: Site, out: Path, lib: Path,
                images: dict[str, containers.ImageFacts] | None = None) -> Rendered:
+    return _render(run, site, _resolved_run_dir(out.resolve(), run), lib, images)
+
+
+def _render(run: Run, site: Site, rdir: Path, lib: Path,
+            images: dict[str, containers.ImageFacts] | None = None) -> Rendered:
     partition = site.partition(run.partition)
     env = site.environment(run.framework)
     image = (images or {}).get(run.framework)
-    return render_run(run, site, partition, env, rundir.run_dir(out, run).resolve(), lib,
+    return render_run(run, site, partition, env, rdir, lib,
                       image_digest=image.digest if image else None)
+
+
+def _resolved_run_dir(resolved_out: Path, run: Run) -> Path:
+    """``rundir.run_dir(out, run).resolve()`` given an already resolved ``out``: one lstat
+    instead of one per path component (a run directory may be a link: it is followed)."""
+    rdir = rundir.run_dir(resolved_out, run)
+    return rdir.resolve() if rdir.is_symlink() else rdir
 
 
 def dry_run(runs: list[Run], site: Site, out: Path) -> list[tuple[Run, Rendered]]:
     """Render every run without writing or submitting anything (all before any output, so a
-    rendering error comes first)."""
+    rendering error comes first). The rank-side code's hash and ``out`` are resolved once."""
     lib = rundir.lib_path(out)
-    return [(run, render_for(run, site, out, lib)) for run in runs]
+    resolved_out = out.resolve()
+    return [(run, _render(run, site, _resolved_run_dir(resolved_out, run), lib))
+            for run in runs]
 
 
 def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) -> list[Prepared]:

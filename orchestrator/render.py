@@ -8,6 +8,7 @@ with StrictUndefined so a missing value is an error, never an empty string in a 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import shlex
 from collections import Counter
@@ -43,7 +44,27 @@ def is_uniform(tasks: list[modes.Task], nodes: int) -> bool:
 
 
 def max_tasks_per_node(run: Run) -> int:
-    return max(Counter(t.node for t in run.tasks()).values())
+    return _layout(run.task_table, run.nodes).max_per_node
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the scripts need from a task table (computed once per distinct table)."""
+
+    uniform: bool
+    max_per_node: int
+    task_nodes: str
+    task_roles: str
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout(tasks: tuple[modes.Task, ...], nodes: int) -> _Layout:
+    return _Layout(
+        uniform=is_uniform(list(tasks), nodes),
+        max_per_node=max(Counter(t.node for t in tasks).values()),
+        task_nodes=" ".join(str(t.node) for t in tasks),
+        task_roles=" ".join(f"{t.role}:{t.index}" for t in tasks),
+    )
 
 
 def sbatch_options(run: Run, partition: Partition, run_dir: Path) -> dict[str, str | bool]:
@@ -61,7 +82,7 @@ def sbatch_options(run: Run, partition: Partition, run_dir: Path) -> dict[str, s
         "nodes": str(run.nodes),
     }
     if per_node > partition.cpus_per_node:
-        opts.update({"ntasks": str(len(run.tasks())), "overcommit": True})
+        opts.update({"ntasks": str(len(run.task_table)), "overcommit": True})
     else:
         opts.update({"ntasks-per-node": str(per_node),
                      "cpus-per-task": str(max(1, partition.cpus_per_node // per_node))})
@@ -142,7 +163,7 @@ def render_run(
     wrapper job.sbatch makes every rank's ORCH_PYTHON (``image_digest`` is recorded in it)."""
     mode = modes.get(run.mode)
     tasks = run.tasks()
-    uniform = is_uniform(tasks, run.nodes)
+    layout = _layout(run.task_table, run.nodes)
     ctx = {
         "version": __version__,
         "run": run,
@@ -155,9 +176,9 @@ def render_run(
         "env": env,
         "python": envs.python_of(env),
         "tasks": tasks,
-        "uniform": uniform,
-        "task_nodes": " ".join(str(t.node) for t in tasks),
-        "task_roles": " ".join(f"{t.role}:{t.index}" for t in tasks),
+        "uniform": layout.uniform,
+        "task_nodes": layout.task_nodes,
+        "task_roles": layout.task_roles,
         "run_dir": str(run_dir),
         "lib_dir": str(lib_dir),
         "sbatch": sbatch_lines(sbatch_options(run, partition, run_dir)),

@@ -6,17 +6,19 @@ finds the same ids (and skips what is finished) while any changed parameter make
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
 import re
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import backends, data, modes, zoo
 from .errors import UserError
-from .site import Site
+from .site import Partition, Site
 
 SCHEMA_VERSION = 1
 
@@ -48,19 +50,45 @@ class Run(BaseModel):
     data: str | None = None  # on-disk data set (orch data make); None: synthetic in memory
     prefetch: bool = True  # with data: read ahead in a loader process, or not (t_io exposed)
 
+    # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
+    # for each run's id and task table several times per run. functools.cached_property keeps
+    # them in the instance's __dict__, which pydantic leaves out of equality and dumps;
+    # model_copy drops them, so a copy with other fields never shows a stale one.
+    _CACHED: ClassVar[tuple[str, ...]] = ("task_table", "ranks", "run_id")
+
+    @functools.cached_property
+    def task_table(self) -> tuple[modes.Task, ...]:
+        """:meth:`tasks` as a tuple, shared with equal runs: read it, never change a Task."""
+        return _placement(self.mode, self.nodes, self.tasks_per_node,
+                          tuple(self.options.items()))
+
     def tasks(self) -> list[modes.Task]:
         """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
-        return modes.get(self.mode).tasks(self.nodes, self.tasks_per_node, self.options)
+        return list(self.task_table)
 
-    @property
+    @functools.cached_property
     def ranks(self) -> int:
         """Processes that train (workers): what speedup and efficiency are relative to."""
         roles = modes.get(self.mode).training_roles
-        return sum(t.role in roles for t in self.tasks())
+        return sum(t.role in roles for t in self.task_table)
 
-    @property
+    @functools.cached_property
     def run_id(self) -> str:
         return run_id(self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Run:
+        copied = super().model_copy(update=update, deep=deep)
+        for name in self._CACHED:
+            copied.__dict__.pop(name, None)
+        return copied
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(mode: str, nodes: int, tasks_per_node: int,
+               options: tuple[tuple[str, str], ...]) -> tuple[modes.Task, ...]:
+    """A mode's task table, shared by the runs that differ only in what it does not depend on
+    (model, batch, repeat, partition). Tasks are never changed once made."""
+    return tuple(modes.get(mode).tasks(nodes, tasks_per_node, dict(options)))
 
 
 def run_id(run: Run) -> str:
@@ -160,6 +188,29 @@ def _check_failure(text: str | None) -> None:
 
 def expand(spec: SweepSpec, site: Site) -> list[Run]:
     """The sweep's runs in a stable order. Every input error is raised before anything runs."""
+    mode_list, partitions, data_dir = validate(spec, site)
+    runs: list[Run] = []
+    for point in matrix(spec, partitions, mode_list, data_dir):
+        runs += runs_at(spec, site, data_dir, *point)
+    return runs
+
+
+def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partition], str | None]:
+    """Check the spec against the zoo, the modes and the site (in this order, so the first
+    error is always the same one); returns the modes, the partitions and the data directory."""
+    _check_numbers(spec)
+    if spec.dataset not in zoo.DATASETS:
+        raise UserError(f"unknown dataset '{spec.dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    _check_failure(spec.inject_failure)
+    mode_list = [modes.get(m) for m in spec.modes]
+    _check_models(spec.models, spec.dataset)
+    _check_options(spec, mode_list)
+    partitions = [site.partition(p) for p in spec.partitions]
+    data_dir = _check_data(spec, mode_list) if spec.data is not None else None
+    return mode_list, partitions, data_dir
+
+
+def _check_numbers(spec: SweepSpec) -> None:
     positive = {"--iters": spec.iters, "--batch-size": min(spec.batch_sizes, default=0),
                 "--tasks-per-node": spec.tasks_per_node or 1, "--repeats": spec.repeats}
     for what, value in positive.items():
@@ -167,80 +218,105 @@ def expand(spec: SweepSpec, site: Site) -> list[Run]:
             raise UserError(f"{what}: must be at least 1")
     if spec.warmup < 0:
         raise UserError("--warmup: must be 0 or more")
-    if spec.dataset not in zoo.DATASETS:
-        raise UserError(f"unknown dataset '{spec.dataset}'; valid: {', '.join(zoo.DATASETS)}")
-    _check_failure(spec.inject_failure)
-    mode_list = [modes.get(m) for m in spec.modes]
-    for model in spec.models:
+
+
+def _check_models(models: tuple[str, ...], dataset: str) -> None:
+    for model in models:
         try:
             entry = zoo.get(model)
         except (KeyError, ValueError) as exc:
             raise UserError(str(exc).strip("'\"")) from None
-        if spec.dataset not in entry.datasets:
-            raise UserError(f"model '{model}' has no '{spec.dataset}' variant")
+        if dataset not in entry.datasets:
+            raise UserError(f"model '{model}' has no '{dataset}' variant")
+
+
+def _check_options(spec: SweepSpec, mode_list: list[modes.Mode]) -> None:
     for opt_name in spec.options:
         if not any(opt_name in {o.name for o in m.options} for m in mode_list):
             raise UserError(
                 f"--option {opt_name}: none of the modes {', '.join(spec.modes)} has it"
             )
-    partitions = [site.partition(p) for p in spec.partitions]
-    data_dir, formats = None, []
-    if spec.data is not None:
-        root, manifest = data.load_manifest(spec.data)
-        if manifest.dataset != spec.dataset:
-            raise UserError(f"--data {spec.data} holds {manifest.dataset} images; the sweep "
-                            f"trains on {spec.dataset} (--dataset)")
-        data_dir, formats = str(root), manifest.formats
-        for mode in mode_list:
-            if mode.data_format is None:
-                raise UserError(f"mode '{mode.name}' reads no on-disk data yet; drop --data")
-            if mode.data_format not in formats:
-                raise UserError(f"mode '{mode.name}' reads '{mode.data_format}' data; "
-                                f"{root} has {', '.join(formats)}: run 'orch data make "
-                                f"--out {root} --format {mode.data_format}'")
 
-    runs: list[Run] = []
+
+def _check_data(spec: SweepSpec, mode_list: list[modes.Mode]) -> str:
+    """The on-disk data set's directory, once it holds the sweep's dataset in every mode's
+    format."""
+    assert spec.data is not None
+    root, manifest = data.load_manifest(spec.data)
+    if manifest.dataset != spec.dataset:
+        raise UserError(f"--data {spec.data} holds {manifest.dataset} images; the sweep "
+                        f"trains on {spec.dataset} (--dataset)")
+    formats = manifest.formats
+    for mode in mode_list:
+        if mode.data_format is None:
+            raise UserError(f"mode '{mode.name}' reads no on-disk data yet; drop --data")
+        if mode.data_format not in formats:
+            raise UserError(f"mode '{mode.name}' reads '{mode.data_format}' data; "
+                            f"{root} has {', '.join(formats)}: run 'orch data make "
+                            f"--out {root} --format {mode.data_format}'")
+    return str(root)
+
+
+MatrixPoint = tuple[Partition, modes.Mode, str, int, int, bool, int]
+
+
+def matrix(spec: SweepSpec, partitions: list[Partition], mode_list: list[modes.Mode],
+           data_dir: str | None) -> Iterator[MatrixPoint]:
+    """Every (partition, mode, model, nodes, batch size, prefetch, repeat), in sweep order.
+    Prefetch is a dimension only with on-disk data."""
     prefetches = spec.prefetch if data_dir else (True,)
-    for part, mode, model, nodes, batch, prefetch, repeat in itertools.product(
-        partitions, mode_list, spec.models, spec.nodes, spec.batch_sizes, prefetches,
-        range(spec.repeats)
-    ):
-        if nodes > part.nodes:
-            raise UserError(
-                f"--nodes {nodes}: partition '{part.name}' of site '{site.name}' has only "
-                f"{part.nodes} node(s)"
-            )
-        launcher = _launcher(spec.launcher, site, part.launcher, mode)
-        names = {o.name for o in mode.options}
-        given = {k: v for k, v in spec.options.items() if k in names}
-        option_sets = [dict(zip(given, combo, strict=True))
-                       for combo in itertools.product(*given.values())]
-        for opts in option_sets or [{}]:
-            runs.append(
-                Run(
-                    site=site.name,
-                    scheduler=site.scheduler,
-                    partition=part.name,
-                    interconnect=part.interconnect,
-                    mode=mode.name,
-                    framework=mode.framework,
-                    launcher=launcher,
-                    model=model,
-                    dataset=spec.dataset,
-                    nodes=nodes,
-                    tasks_per_node=spec.tasks_per_node or part.gpus_per_node or 1,
-                    batch_size=batch,
-                    iters=spec.iters,
-                    warmup=spec.warmup,
-                    repeat=repeat,
-                    time_limit_min=_time_limit(spec, part.sbatch.time),
-                    options=mode.resolve_options(opts, part.gpus_per_node),
-                    inject_failure=spec.inject_failure,
-                    data=data_dir,
-                    prefetch=prefetch,
-                )
-            )
-    return runs
+    return itertools.product(partitions, mode_list, spec.models, spec.nodes, spec.batch_sizes,
+                             prefetches, range(spec.repeats))
+
+
+def option_sets(spec: SweepSpec, mode: modes.Mode) -> list[dict[str, str]]:
+    """The mode's option combinations the spec asks for ([{}]: none; defaults fill them)."""
+    names = {o.name for o in mode.options}
+    given = {k: v for k, v in spec.options.items() if k in names}
+    sets = [dict(zip(given, combo, strict=True)) for combo in itertools.product(*given.values())]
+    return sets or [{}]
+
+
+def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, mode: modes.Mode,
+            model: str, nodes: int, batch: int, prefetch: bool, repeat: int) -> list[Run]:
+    """The runs of one matrix point: one per option combination."""
+    if nodes > part.nodes:
+        raise UserError(
+            f"--nodes {nodes}: partition '{part.name}' of site '{site.name}' has only "
+            f"{part.nodes} node(s)"
+        )
+    launcher = _launcher(spec.launcher, site, part.launcher, mode)
+    return [build_run(spec, site, part, mode, launcher, opts, model=model, nodes=nodes,
+                      batch=batch, prefetch=prefetch, repeat=repeat, data_dir=data_dir)
+            for opts in option_sets(spec, mode)]
+
+
+def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, launcher: str,
+              opts: dict[str, str], *, model: str, nodes: int, batch: int, prefetch: bool,
+              repeat: int, data_dir: str | None) -> Run:
+    """One Run: the point's values, the spec's constants and the partition's defaults."""
+    return Run(
+        site=site.name,
+        scheduler=site.scheduler,
+        partition=part.name,
+        interconnect=part.interconnect,
+        mode=mode.name,
+        framework=mode.framework,
+        launcher=launcher,
+        model=model,
+        dataset=spec.dataset,
+        nodes=nodes,
+        tasks_per_node=spec.tasks_per_node or part.gpus_per_node or 1,
+        batch_size=batch,
+        iters=spec.iters,
+        warmup=spec.warmup,
+        repeat=repeat,
+        time_limit_min=_time_limit(spec, part.sbatch.time),
+        options=mode.resolve_options(opts, part.gpus_per_node),
+        inject_failure=spec.inject_failure,
+        data=data_dir,
+        prefetch=prefetch,
+    )
 
 
 def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode) -> str:
