@@ -1,0 +1,298 @@
+"""PyTorch FSDP2 rank (``fully_shard``): trains a zoo model on synthetic data, times each phase.
+
+Sharding: ``torch.manual_seed(0)`` then the zoo model; ``fully_shard`` on every *unit* (each
+top-level child that holds parameters, and, for a top-level ``nn.Sequential``, each of its
+children that holds parameters: LeNet-5 ``conv1 conv2 fc1 fc2 fc3``, ResNet ``conv1 bn1
+layer1.0 ... layer4.1 fc``, AlexNet ``features.conv1 ... classifier.fc8``), then on the whole
+model (the root keeps whatever parameters no unit took). One 1-D mesh over all ranks; SGD
+lr=0.01 momentum=0.9 on the sharded (DTensor) parameters, as torch-ddp.
+
+Communication. FSDP2 all-gathers a unit's parameters in its pre-forward, again in its
+pre-backward when ``--reshard-after-forward yes`` (the default, FSDP2's too), and
+reduce-scatters its gradients in its post-backward. Every one of these collectives goes through
+the unit's ``AllGather`` / ``ReduceScatter`` comm object, which FSDP2 lets one replace
+(``FSDPModule.set_custom_all_gather`` / ``set_custom_reduce_scatter`` in torch 2.13). This
+rank installs, on every unit, a subclass of FSDP2's own default comm that times the call and
+delegates to it, so the collectives are exactly the ones FSDP2 would issue. What is timed is
+the collective itself; the copy into the all-gather buffer, the copy out of it into the
+parameters and the gradient copy-in stay compute (the gradient averaging is the
+reduce-scatter's own ``ReduceOp.AVG``, which Gloo in torch 2.13 supports).
+
+* CPU / Gloo (what this machine runs): FSDP2 issues every collective with ``async_op=False``
+  (no ``unshard_async_op``, no explicit prefetch is set), and on the CPU its "streams" are no-ops,
+  so each collective blocks the training thread until it is done; nothing overlaps it. Hence,
+  per iteration, ``t_comm_total`` = the sum of the wall time of every all-gather and
+  reduce-scatter call, and ``t_comm`` (exposed) = the same sum. ``t_f`` = the forward (+ loss)
+  wall time minus the collectives that ran inside it (all-gathers), ``t_b`` = the
+  ``loss.backward()`` wall time minus the collectives inside it (all-gathers when resharded
+  after forward, prefetched all-gathers, reduce-scatters). Waiting for a slower peer inside a
+  collective counts as communication, as in every other mode.
+* CUDA / NCCL (written for GPU partitions, not run on this machine): FSDP2 launches the
+  collectives on its own all-gather / reduce-scatter streams, so the call returns at once. The
+  wrapper records CUDA events around each collective on its stream: ``t_comm_total`` = the sum
+  of those durations. Exposure is measured where the compute stream waits for a collective (the
+  unit's ``wait_for_unshard``, the reduce-scatter buffer recycling at a ``post_backward``, and
+  ``finalize_backward`` at the end of backward): an event is recorded on the compute stream when
+  it reaches the wait, and the stall is ``max(0, end - max(reached, start))`` of the collective
+  waited for. ``t_comm`` = the sum of the stalls (disjoint intervals on one stream, each inside
+  its collective, so ``t_comm <= t_comm_total``); ``t_f`` / ``t_b`` = the forward / backward
+  wall times (each ended by ``cuda.synchronize``) minus the stalls in them.
+
+World size 1: FSDP2 issues no collective at all (unshard copies the local shard, the
+reduce-scatter becomes a copy); the timers are not even installed, so ``t_comm`` =
+``t_comm_total`` = 0. ``t_io``, ``t_h2d`` and ``t_u`` are timed as in torch-ddp, so the six
+phases add up to ``t_iter`` (less the loop's own overhead). ``t_comm_ag`` and ``t_comm_rs``
+split ``t_comm_total`` by kind.
+
+The footer's ``param_checksum`` is over the *unsharded* parameters (each DTensor's
+``full_tensor()``, a collective): equal on every rank iff the ranks agree. BatchNorm running
+statistics are buffers, which FSDP2 neither shards nor synchronises: each rank keeps its own.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from orchestrator.rankside import harness
+from orchestrator.rankside.torch_common import input_batches
+
+from .mode import MODE
+
+
+def shard_units(model):
+    """The submodules given their own ``fully_shard``, in forward order (see the docstring)."""
+    from torch import nn
+
+    def has_params(m):
+        return any(True for _ in m.parameters())
+
+    units = []
+    for child in model.children():
+        if isinstance(child, nn.Sequential):
+            units += [c for c in child.children() if has_params(c)]
+        elif has_params(child):
+            units.append(child)
+    return units
+
+
+class CommTimer:
+    """Times the collectives FSDP2 issues (see the module docstring). ``window`` ("f" or "b")
+    says which phase the training loop is in, so stalls can be taken out of that phase."""
+
+    def __init__(self, cuda: bool) -> None:
+        self.cuda = cuda
+        self.window = "f"
+        self.calls = {"ag": 0, "rs": 0}
+        self.reset()
+
+    def reset(self) -> None:
+        self.total = {"ag": 0.0, "rs": 0.0}
+        self.exposed = {"f": 0.0, "b": 0.0}
+        self._pending = {}  # CUDA: data_ptr of the collective's buffer -> its record
+        self._launched = []  # CUDA: (kind, start event, end event, buffer data_ptr)
+        self._stalls = []  # CUDA: (window, event on the compute stream, record waited for)
+
+    def run(self, kind, key, call):
+        """Run one collective (``call``), keyed by a buffer FSDP later waits on."""
+        import torch
+
+        self.calls[kind] += 1
+        if not self.cuda:
+            start = time.perf_counter()
+            work = call()
+            if work is not None:  # an async_op=True request (not made here): finish it now
+                work.wait()
+            elapsed = time.perf_counter() - start
+            self.total[kind] += elapsed
+            self.exposed[self.window] += elapsed
+            return work
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()  # on FSDP2's all-gather / reduce-scatter stream (the current one here)
+        work = call()
+        end.record()
+        record = (kind, start, end, key.data_ptr())
+        self._launched.append(record)
+        self._pending[record[3]] = record
+        return work
+
+    def reached(self, keys) -> None:
+        """CUDA: the compute stream is about to wait for the collectives on these buffers
+        (``None``: for every collective still pending)."""
+        import torch
+
+        records = (list(self._pending.values()) if keys is None
+                   else [self._pending.get(k.data_ptr()) for k in keys])
+        records = [r for r in records if r is not None]
+        if not records:
+            return
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        for r in records:
+            self._pending.pop(r[3], None)
+        self._stalls += [(self.window, event, r) for r in records]
+
+    def settle(self) -> None:
+        """CUDA, after a device synchronize: turn the events into seconds."""
+        if not self.cuda:
+            return
+        for kind, start, end, _ in self._launched:
+            self.total[kind] += start.elapsed_time(end) / 1e3
+        for window, reach, (_, start, end, _) in self._stalls:
+            stall = min(reach.elapsed_time(end), start.elapsed_time(end)) / 1e3
+            self.exposed[window] += max(0.0, stall)
+        self._launched, self._stalls, self._pending = [], [], {}
+
+
+def install_timers(model, timer: CommTimer) -> None:
+    """Give every FSDP unit timed comm objects; on CUDA also mark the compute stream's waits."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as coll
+
+    class TimedAllGather(coll.DefaultAllGather):
+        def __call__(self, output_tensor, input_tensor, group, async_op=False):
+            return timer.run("ag", output_tensor, lambda: super(TimedAllGather, self).__call__(
+                output_tensor, input_tensor, group, async_op))
+
+    class TimedReduceScatter(coll.DefaultReduceScatter):
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            return timer.run("rs", input_tensor, lambda: super(TimedReduceScatter, self).__call__(
+                output_tensor, input_tensor, group, op, async_op))
+
+    for m in model.modules():
+        if isinstance(m, FSDPModule):
+            m.set_custom_all_gather(TimedAllGather())
+            m.set_custom_reduce_scatter(TimedReduceScatter())
+    if timer.cuda:
+        _mark_cuda_waits(timer)
+
+
+def _mark_cuda_waits(timer: CommTimer) -> None:
+    """CUDA only: record when the compute stream reaches each place where FSDP2 (torch 2.13)
+    makes it wait for a collective. Private internals: an attribute that is missing only loses
+    that wait's stall (it then counts as compute), never the run."""
+    from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+
+    wait_for_unshard = FSDPParamGroup.wait_for_unshard
+    post_backward = FSDPParamGroup.post_backward
+    finalize_backward = FSDPParamGroup.finalize_backward
+
+    def timed_wait_for_unshard(self, *a, **kw):
+        result = getattr(self, "_all_gather_result", None)
+        if result is not None and getattr(result, "all_gather_output", None) is not None:
+            timer.reached([result.all_gather_output])
+        return wait_for_unshard(self, *a, **kw)
+
+    def timed_post_backward(self, *a, **kw):
+        try:  # mirrors the buffer recycling at the top of FSDPParamGroup.post_backward
+            ctx = self.comm_ctx
+            states, cap = ctx.reduce_scatter_states, ctx.reduce_scatter_max_input_buffers
+            if self._param_group_index == self._num_param_groups - 1 and len(states) >= cap:
+                timer.reached([s.reduce_scatter_input for s in states[: len(states) - cap + 1]])
+        except AttributeError:
+            pass
+        return post_backward(self, *a, **kw)
+
+    def timed_finalize_backward(self, *a, **kw):
+        timer.reached(None)  # the end of backward waits for every collective still in flight
+        return finalize_backward(self, *a, **kw)
+
+    FSDPParamGroup.wait_for_unshard = timed_wait_for_unshard
+    FSDPParamGroup.post_backward = timed_post_backward
+    FSDPParamGroup.finalize_backward = timed_finalize_backward
+
+
+def full_parameter_checksum(model) -> float:
+    """Float64 sum of every *unsharded* parameter (a collective: every rank must call it)."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    total = 0.0
+    with torch.no_grad():
+        for p in model.parameters():
+            full = p.full_tensor() if isinstance(p, DTensor) else p
+            total += float(full.detach().double().sum())
+    return total
+
+
+def main(argv=None) -> None:
+    args = harness.mode_parser(MODE).parse_args(argv)
+    with harness.rank_log(args, framework="torch", mode="torch-fsdp") as s:
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        from orchestrator.rankside import models_torch
+
+        torch.manual_seed(0)  # same initial weights everywhere (FSDP2 broadcasts nothing)
+        s.footer["versions"] = harness.versions(torch=torch.__version__)
+        s.footer["threads"] = torch.get_num_threads()
+        info = s.info
+        dist.init_process_group(
+            args.backend, rank=info.rank, world_size=info.world_size, timeout=timedelta(minutes=5)
+        )
+        if args.backend == "nccl":
+            torch.cuda.set_device(info.local_rank)
+            device = torch.device("cuda", info.local_rank)
+        else:
+            device = torch.device("cpu")
+        model = models_torch.build(args.model, args.dataset).to(device)
+        mesh = init_device_mesh(device.type, (info.world_size,))
+        reshard = args.reshard_after_forward == "yes"
+        units = shard_units(model)
+        for unit in units:
+            fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        timer = CommTimer(cuda=device.type == "cuda")
+        if info.world_size > 1:  # at world size 1 FSDP2 issues no collective: nothing to time
+            install_timers(model, timer)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        source = input_batches(args, info, models_torch)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+        for _ in s.iterations():
+            with s.phase("t_io"):
+                x, y = next(source)
+            with s.phase("t_h2d"):
+                x, y = x.to(device, non_blocking=False), y.to(device, non_blocking=False)
+                sync()
+            timer.reset()
+            timer.window = "f"
+            start = time.perf_counter()
+            loss = loss_fn(model(x), y)
+            sync()
+            forward = time.perf_counter() - start
+            timer.window = "b"
+            start = time.perf_counter()
+            loss.backward()
+            sync()
+            backward = time.perf_counter() - start
+            timer.settle()
+            s.add("t_f", forward - timer.exposed["f"])
+            s.add("t_b", backward - timer.exposed["b"])
+            s.add("t_comm", timer.exposed["f"] + timer.exposed["b"])
+            s.add("t_comm_total", timer.total["ag"] + timer.total["rs"])
+            s.add("t_comm_ag", timer.total["ag"])
+            s.add("t_comm_rs", timer.total["rs"])
+            with s.phase("t_u"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                sync()
+        s.footer["param_checksum"] = full_parameter_checksum(model)
+        if device.type == "cuda":  # rendered for GPU partitions; not run on this machine
+            s.footer["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
+        s.footer["fsdp_units"] = len(units)
+        s.footer["reshard_after_forward"] = reshard
+        s.footer["comm_calls"] = {"all_gather": timer.calls["ag"],
+                                  "reduce_scatter": timer.calls["rs"]}
+        s.footer["loss"] = float(loss.detach())
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
