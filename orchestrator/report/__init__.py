@@ -1,0 +1,66 @@
+"""Report: from a result set to answers. Pure functions: DataFrames in, tables/figures/text out.
+
+What a report answers, for every configuration (mode, model, partition, batch, options …):
+
+* how fast: samples/s per node count, speedup and efficiency against the 1-node run;
+* where the time goes: phase breakdown (mean ± std over measured rank-iterations), exposed vs
+  total communication (how much was hidden behind backward);
+* who is slow: per-rank spread of the iteration and of its compute part; a straggler is a rank
+  whose compute is >= 10 % above the run's median rank (the others wait for it in ``t_comm``);
+* why: the performance model (orchestrator/perfmodel.py) predicts every run's speedup from
+  the *1-node* measured breakdown of the same configuration, with communication at N workers
+  either from an α–β fit of the partition (``orch netbench``: ring all-reduce of the model's
+  float32 gradient) or, without one, taken as measured in that run. Measured − predicted is
+  the residual: what the model does not explain (contention, stragglers, oversubscription).
+
+One module per step, data flowing one way:
+
+* ``select``: training runs, configuration keys and labels, the 1-node baseline;
+* ``predict``: the prediction from a baseline (perfmodel's formulas) and its residuals;
+* ``ranks``: per-rank statistics and stragglers;
+* ``fmt``: numbers → table cells;
+* ``tables``: ``Table`` and one builder per question;
+* ``assemble``: ``build``, the whole ``Report`` of one result set (tables, summary, figures);
+* ``plots``: PNG figures (matplotlib's Agg backend, imported only when figures are drawn):
+  throughput vs nodes with the ideal line, measured vs predicted speedup, stacked phase bars,
+  per-rank t_iter boxes;
+* ``render``: ``to_markdown`` links the figures; ``to_html`` embeds them (base64): one
+  self-contained file.
+"""
+
+from __future__ import annotations
+
+from .assemble import Report, build
+from .fmt import as_float, fmt_num, ms
+from .plots import CONFIG_COLORS, PHASE_COLORS
+from .predict import CommModel, gradient_bytes, overlap_of, predict_from_baseline, predictions
+from .ranks import COMPUTE, rank_stats, stragglers
+from .render import to_html, to_markdown
+from .select import baseline, completed, config_labels, config_of, training_runs
+from .tables import Table
+
+# The names orchestrator.cli_analysis uses for these (its rewrite can take the new ones).
+_num, _fmt, _completed = as_float, fmt_num, completed
+
+__all__ = [
+    "COMPUTE",
+    "CONFIG_COLORS",
+    "PHASE_COLORS",
+    "CommModel",
+    "Report",
+    "Table",
+    "baseline",
+    "build",
+    "config_labels",
+    "config_of",
+    "gradient_bytes",
+    "ms",
+    "overlap_of",
+    "predict_from_baseline",
+    "predictions",
+    "rank_stats",
+    "stragglers",
+    "to_html",
+    "to_markdown",
+    "training_runs",
+]

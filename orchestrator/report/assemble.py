@@ -1,0 +1,112 @@
+"""One report from one result set: selection → prediction → per-rank spread → tables, summary
+and (optionally) figures. Pure: DataFrames in, a Report out; writing files is the caller's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from . import plots
+from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
+from .predict import CommModel, predictions
+from .ranks import COMPUTE, rank_stats, stragglers
+from .select import completed, config_labels, config_of, training_runs
+from .tables import (
+    Table,
+    comm_table,
+    netbench_tables,
+    phase_table,
+    prediction_table,
+    rank_table,
+    speedup_table,
+    throughput_table,
+)
+
+
+@dataclass
+class Report:
+    title: str
+    summary: list[str]
+    tables: list[Table]
+    figures: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG
+    figure_titles: dict[str, str] = field(default_factory=dict)
+
+
+def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
+          *, title: str = "orch report", figures: bool = True) -> Report:
+    """Every table (and, with ``figures``, every PNG) of a report on one result set."""
+    train = training_runs(runs)
+    labels = config_labels(train)
+    configs = config_of(train)
+    label_of = {rid: labels[c] for rid, c in zip(train["run_id"], configs, strict=True)}
+    preds = predictions(train, comm)
+    pred_by = preds.set_index("run_id") if not preds.empty else preds
+    rstats = rank_stats(iters[iters["run_id"].isin(set(train["run_id"]))]
+                        if not iters.empty else iters)
+    strag = stragglers(rstats)
+    done = completed(train).copy()
+    done["_label"] = done["run_id"].map(label_of)
+    done = done.sort_values(["_label", "nodes", "repeat"])
+
+    tables = [
+        throughput_table(done),
+        speedup_table(done),
+        prediction_table(train, label_of, pred_by),
+        phase_table(done),
+        comm_table(done),
+        rank_table(done, strag),
+    ]
+    tables += netbench_tables(runs, comm)
+    failed = runs[runs["state"] != "COMPLETED"] if not runs.empty else runs
+    if not failed.empty:
+        tables.append(Table(
+            "failed", "Runs that did not complete (recorded as data, not in the tables above)",
+            ["run", "state", "reason"],
+            [[r["run_id"], r["state"], (str(r["reason"] or "").splitlines() or [""])[0][:120]]
+             for _, r in failed.iterrows()], key_columns=3))
+    report = Report(title=title, summary=_summary(done, pred_by, strag, comm), tables=tables)
+    if figures and not done.empty:
+        report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
+    return report
+
+
+def _summary(done: pd.DataFrame, pred_by: pd.DataFrame, strag: pd.DataFrame,
+             comm: Callable[[str, str], CommModel]) -> list[str]:
+    """A few sentences per configuration: how it scales and where the time went."""
+    lines = []
+    by_strag = strag.set_index("run_id") if not strag.empty else strag
+    for label, g in done.groupby("_label", sort=True):
+        g = g.sort_values("nodes")
+        one, top = g.iloc[0], g.iloc[-1]
+        if len(g) == 1 or int(top["nodes"]) == int(one["nodes"]):
+            lines.append(f"{label}: only {nodes_word(int(one['nodes']))} measured "
+                         f"({fmt_num(one['samples_per_s'], ',.0f')} samples/s).")
+            continue
+        best = g.loc[g["samples_per_s"].astype(float).idxmax()]
+        text = (f"{label}: {fmt_num(one['samples_per_s'], ',.0f')} samples/s on "
+                f"{nodes_word(int(one['nodes']))}, {fmt_num(top['samples_per_s'], ',.0f')} on "
+                f"{nodes_word(int(top['nodes']))} (speedup {fmt_num(top['speedup'], '.2f')}, "
+                f"efficiency {fmt_num(top['efficiency'], '.0%')}); best at "
+                f"{nodes_word(int(best['nodes']))}.")
+        d_iter = float(top["t_iter"] - one["t_iter"])
+        d_comm = float(top["t_comm"] - one["t_comm"])
+        d_comp = float(sum(top[p] - one[p] for p in COMPUTE))
+        text += (f" From {nodes_word(int(one['nodes']))} to {int(top['nodes'])}, t_iter "
+                 f"{ms(one['t_iter'])} → {ms(top['t_iter'])} ms: {d_comm * 1e3:+.2f} ms exposed "
+                 f"communication, {d_comp * 1e3:+.2f} ms compute.")
+        if d_iter > 0.05 * float(one["t_iter"]):
+            cause = "communication" if d_comm >= d_comp else "compute slowing down"
+            text += f" The iteration got longer mostly through {cause}."
+        p = pred_by.loc[top["run_id"]] if top["run_id"] in pred_by.index else None
+        if p is not None and as_float(p["predicted_speedup"]) is not None:
+            text += (f" The model predicts speedup {p['predicted_speedup']:.2f} "
+                     f"(comm {p['comm_model']}); residual "
+                     f"{fmt_signed(p['residual_speedup'], '.2f')}.")
+        if top["run_id"] in by_strag.index and by_strag.loc[top["run_id"]]["straggler"]:
+            s = by_strag.loc[top["run_id"]]
+            text += (f" Straggler at {int(top['nodes'])} nodes: rank {s['slowest_rank']} "
+                     f"({s['slowest_host']}), compute +{s['excess']:.0%}.")
+        lines.append(text)
+    return lines

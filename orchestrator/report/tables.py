@@ -1,0 +1,165 @@
+"""The report's tables: Table and one builder per question (pure: DataFrames in, Tables out)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from .fmt import (
+    PHASE_LABELS,
+    PHASE_ORDER,
+    as_float,
+    fmt_num,
+    fmt_signed,
+    ms,
+    ms_pm,
+    ms_value,
+    nodes_word,
+)
+from .predict import CommModel
+from .ranks import STRAGGLER_THRESHOLD
+
+
+@dataclass
+class Table:
+    """A titled table of preformatted cells (first ``key_columns`` columns are labels)."""
+
+    key: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    key_columns: int = 1
+    text_columns: tuple[int, ...] = ()  # left-aligned besides the key columns
+
+    def is_text(self, i: int) -> bool:
+        return i < self.key_columns or i in self.text_columns
+
+
+def _pivot(done: pd.DataFrame, cell: Callable[[pd.Series], str], title: str, key: str,
+           note: str = "") -> Table:
+    nodes = sorted(done["nodes"].unique()) if not done.empty else []
+    rows = []
+    for label, g in done.groupby("_label", sort=True):
+        row = [label]
+        for n in nodes:
+            at = g[g["nodes"] == n]
+            row.append(" / ".join(cell(r) for _, r in at.iterrows()) if not at.empty else "")
+        rows.append(row)
+    return Table(key, title, ["configuration", *(nodes_word(int(n)) for n in nodes)], rows, note)
+
+
+def throughput_table(done: pd.DataFrame) -> Table:
+    return _pivot(done, lambda r: (f"{r['samples_per_s']:,.0f} ± {r['samples_per_s_std']:,.0f}"
+                                   if as_float(r["samples_per_s"]) is not None else "-"),
+                  "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
+                  "throughput")
+
+
+def speedup_table(done: pd.DataFrame) -> Table:
+    return _pivot(done,
+                  lambda r: f"{fmt_num(r['speedup'], '.2f')} ({fmt_num(r['efficiency'], '.0%')})",
+                  "Speedup vs the 1-node run (efficiency)", "speedup",
+                  "speedup = throughput(N) / throughput(1 node); efficiency = speedup / "
+                  "(ranks(N) / ranks(1 node))")
+
+
+def prediction_table(train: pd.DataFrame, label_of: dict, pred_by: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in train.sort_values(["nodes"]).iterrows():
+        p = pred_by.loc[r["run_id"]] if r["run_id"] in pred_by.index else None
+        if p is None:
+            continue
+        rows.append([label_of.get(r["run_id"], r["run_id"]), str(r["nodes"]), str(r["ranks"]),
+                     fmt_num(r.get("speedup"), ".2f"), fmt_num(p["predicted_speedup"], ".2f"),
+                     fmt_signed(p["residual_speedup"], ".2f"), ms(r["t_iter"]),
+                     ms(p["predicted_t_iter"]), fmt_signed(ms_value(p["residual_t_iter"]), ".2f"),
+                     ms(r["t_comm"]), ms(p["t_comm_predicted"]),
+                     p["comm_model"] or "-", p["overlap"] or "-", p["note"] or ""])
+    rows.sort(key=lambda row: (row[0], int(row[1])))
+    return Table("prediction", "Measured vs predicted (model: 1-node breakdown of the same "
+                 "configuration + communication at N)",
+                 ["configuration", "nodes", "ranks", "speedup", "predicted", "residual",
+                  "t_iter ms", "pred. ms", "resid. ms", "t_comm ms", "pred. comm ms",
+                  "comm", "overlap", "note"], rows,
+                 "residual = measured − predicted. comm α–β: ring all-reduce of the model's "
+                 "float32 gradient with the partition's netbench α, B; comm measured: no netbench "
+                 "result, the run's own exposed t_comm is used, so the residual is what compute "
+                 "lost at N (contention, oversubscription, stragglers). overlap wfbp: "
+                 "exposed = max(0, total − t_b).", text_columns=(11, 12, 13))
+
+
+def phase_table(done: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in done.iterrows():
+        rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]),
+                     *(ms_pm(r[p], r.get(f"{p}_std")) for p in PHASE_ORDER),
+                     ms_pm(r["t_iter"], r.get("t_iter_std")), ms(r.get("t_unaccounted"), 3)])
+    return Table("phases", "Phase breakdown per iteration (ms, mean ± std over measured "
+                 "rank-iterations)",
+                 ["configuration", "nodes", "ranks", *(PHASE_LABELS[p] for p in PHASE_ORDER),
+                  "t_iter", "other"], rows,
+                 "t_iter = I/O + host→device + forward + backward + exposed comm + update + "
+                 "other (loop overhead no phase timer saw)")
+
+
+def comm_table(done: pd.DataFrame) -> Table:
+    rows = []
+    for _, r in done.iterrows():
+        exposed, total = as_float(r["t_comm"]), as_float(r.get("t_comm_total"))
+        hidden = max(0.0, total - exposed) if total is not None and exposed is not None else None
+        share = exposed / r["t_iter"] if exposed is not None and r["t_iter"] else None
+        rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]), ms(exposed), ms(total),
+                     ms(hidden), fmt_num(hidden / total if hidden is not None and total else None,
+                                      ".0%"),
+                     fmt_num(share, ".0%")])
+    return Table("communication", "Communication: exposed vs total (ms per iteration)",
+                 ["configuration", "nodes", "ranks", "exposed", "total", "hidden", "hidden %",
+                  "exposed % of t_iter"], rows,
+                 "exposed = t_comm (after backward compute, on the critical path); total = "
+                 "t_comm_total (every all-reduce from launch to completion, where the mode can "
+                 "see it); hidden = total − exposed, overlapped with backward")
+
+
+def rank_table(done: pd.DataFrame, strag: pd.DataFrame) -> Table:
+    by = strag.set_index("run_id") if not strag.empty else strag
+    rows = []
+    for _, r in done.iterrows():
+        if r["run_id"] not in by.index:
+            continue
+        s = by.loc[r["run_id"]]
+        verdict = (f"rank {s['slowest_rank']} ({s['slowest_host']}): compute "
+                   f"+{s['excess']:.0%} vs median" if s["straggler"] else "none")
+        rows.append([r["_label"], str(r["nodes"]), str(int(s["ranks"])),
+                     f"{ms(s['t_iter_min'])} – {ms(s['t_iter_max'])}",
+                     f"{ms(s['compute_min'])} – {ms(s['compute_max'])}",
+                     fmt_num(s["spread"], ".0%"), verdict])
+    return Table("ranks", "Per-rank spread and stragglers (per-rank means, ms)",
+                 ["configuration", "nodes", "ranks", "t_iter min – max",
+                  "compute min – max", "compute spread", "straggler"], rows,
+                 "compute = I/O + host→device + forward + backward + update of one rank; "
+                 f"spread = (max − min) / median; a straggler's compute is >= "
+                 f"{STRAGGLER_THRESHOLD:.0%} above the median rank's: the others wait for it "
+                 "in their exposed communication", text_columns=(6,))
+
+
+def netbench_tables(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> list[Table]:
+    if runs.empty:
+        return []
+    rows = []
+    for (site, part), _ in runs.groupby(["site", "partition"], sort=True):
+        model = comm(str(site), str(part))
+        if model.alpha_beta is None:
+            rows.append([f"{site}/{part}", "-", "-", model.source])
+        else:
+            ab = model.alpha_beta
+            rows.append([f"{site}/{part}", f"{ab.alpha * 1e6:.1f} µs",
+                         f"{ab.bandwidth / 1e9:.3g} GB/s ({ab.bandwidth * 8 / 1e9:.3g} Gb/s)",
+                         model.source])
+    return [Table("network", "Network model per partition (α–β of a ring all-reduce)",
+                  ["site/partition", "latency α", "bandwidth B", "source"], rows,
+                  "without a netbench result the model uses each run's measured communication "
+                  "('comm measured'); measure one with: orch netbench --site S --partition P",
+                  text_columns=(3,))]
