@@ -41,7 +41,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from . import backends, templating
+from . import backends, files, templating
 from .errors import UserError
 from .resources import data_dir
 from .site import (
@@ -490,9 +490,7 @@ def image_digest(path: Path) -> str:
     cache[str(path)] = {"key": key, "digest": digest, "at": time.time()}
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
-        os.replace(tmp, cache_file)
+        files.write_text_atomic(cache_file, json.dumps(cache, indent=1, sort_keys=True) + "\n")
     except OSError:
         pass  # a read-only home: the digest is still right, just computed again next time
     return digest

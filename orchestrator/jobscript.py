@@ -1,7 +1,8 @@
 """What runs inside a submitted job: execute the rendered job.sbatch and time it.
 
-Kept apart from orchestrator.submit, with stdlib imports only: submitit unpickles this
-function on the node, and every module it drags in is start-up latency of every job.
+Kept apart from the scheduler backends, importing only the stdlib and orch's two stdlib-only
+ground modules (files, protocol): submitit unpickles this function on the node, and every
+module it drags in is start-up latency of every job.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+
+from . import files, protocol
 
 # Grace after SIGTERM before a job's process group is killed.
 KILL_GRACE_S = 10
@@ -50,9 +53,8 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
         finally:
             times = {"job_id": job_id, "process_started_at": process_start(),
                      "script_started_at": started, "script_ended_at": time.time()}
-            tmp = rdir / f".job-times.{os.getpid()}.tmp"
-            tmp.write_text(json.dumps(times, indent=2) + "\n")
-            os.replace(tmp, rdir / "job-times.json")
+            files.write_text_atomic(rdir / protocol.JOB_TIMES_FILE,
+                                    json.dumps(times, indent=2) + "\n")
     if code != 0:
         raise RuntimeError(f"job.sbatch exited with status {code}")
     return code

@@ -457,7 +457,7 @@ def test_export_parquet_opens_in_pandas_and_duckdb(real_sweep, tmp_path):
     assert csv.splitlines()[0].startswith("run_id,")
     proc = run_orch("export", out, "--format", "xlsx")
     assert proc.returncode == 2 and "valid: parquet, csv, json" in proc.stderr
-    duckdb = pytest.importorskip("duckdb")
+    import duckdb  # a test dependency (pyproject [test]): this check always runs
     con = duckdb.connect()
     n, modes = con.execute(f"SELECT count(*), count(DISTINCT mode) FROM '{target}'").fetchone()
     assert (n, modes) == (3, 2)
