@@ -1,7 +1,4 @@
-"""``orch container generate|build|list``, ``orch show`` and ``orch rerun``: reproducible runs.
-
-Registered on the main app by ``orchestrator.cli`` (one line, ``register(app)``).
-"""
+"""``orch container generate|build|list``, ``orch show`` and ``orch rerun``: reproducible runs."""
 
 from __future__ import annotations
 
@@ -11,22 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from . import containers, execute, provenance, results, rundir
-from .errors import UserError
+from ..errors import UserError
+from ._common import group, out_console
+from ._common import log as _log
 
-out_console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True)
-
-container_app = typer.Typer(
-    help="Framework environment images: generate their Apptainer/Charliecloud build files "
-    "from containers/specs/, build them, list them.", no_args_is_help=True)
-
-
-def _log(message: str) -> None:
-    err_console.print(message, highlight=False, markup=False)
+container_app = group("Framework environment images: generate their Apptainer/Charliecloud "
+                      "build files from containers/specs/, build them, list them.")
 
 
 @container_app.command("generate")
@@ -35,6 +23,8 @@ def generate(
                                         "file differs from its spec.")] = False,
 ) -> None:
     """Write containers/<name>.def and containers/<name>.charliecloud.sh from every spec."""
+    from .. import containers
+
     changed = containers.generate_all(check=check)
     for path in changed:
         _log(f"{'differs' if check else 'wrote'}: {path}")
@@ -58,6 +48,8 @@ def build(
     force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
 ) -> None:
     """Build an image where its runtime exists; print its path and digest."""
+    from .. import containers
+
     if runtime not in containers.RUNTIMES:
         raise UserError(f"--runtime {runtime}: valid: {', '.join(containers.RUNTIMES)}")
     spec = containers.load_spec(name)
@@ -75,6 +67,10 @@ def list_images(
                                              "~/.cache/orch/images.")] = None,
 ) -> None:
     """The image specs, their hashes, and whether the current Charliecloud build exists."""
+    from rich.table import Table
+
+    from .. import containers
+
     table = Table("image", "framework", "spec sha256", "charliecloud image", box=None)
     for name in containers.spec_names():
         spec = containers.load_spec(name)
@@ -86,6 +82,8 @@ def list_images(
 
 
 def _find(run_id: str, directory: Path | None) -> Path:
+    from .. import rundir
+
     return rundir.find_run(run_id, directory)
 
 
@@ -96,6 +94,8 @@ def show(
     as_json: Annotated[bool, typer.Option("--json", help="Everything, as JSON.")] = False,
 ) -> None:
     """A run's provenance: image and digest, orch commit, site config hash, scripts, ranks."""
+    from .. import provenance
+
     info = provenance.show(_find(run_id, directory))
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
@@ -113,6 +113,8 @@ def rerun(
     = True,
 ) -> None:
     """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it)."""
+    from .. import execute, provenance, results
+
     src = _find(run_id, directory)
     prepared, site = provenance.prepare_rerun(src, out)
     sweep_dir = prepared.rdir.parent
@@ -135,10 +137,3 @@ def rerun(
 def _event(run, record) -> None:
     job = f" job {record.job_id}" if record.job_id else ""
     _log(f"  {run.run_id}{job} {record.state}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``container``, ``show`` and ``rerun`` to the orch command line."""
-    app.add_typer(container_app, name="container")
-    app.command("show")(show)
-    app.command("rerun")(rerun)

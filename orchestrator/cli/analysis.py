@@ -1,5 +1,5 @@
 """``orch report``, ``orch predict``, ``orch netbench`` and ``orch export``: from result sets to
-answers. ``register(app)`` adds them to the main ``orch`` app (orchestrator/cli.py).
+answers.
 
 The work is done by pure functions (orchestrator/report.py, perfmodel.py, netbench.py); this
 module parses options, reads and writes files, prints, and turns bad input into one line and
@@ -15,23 +15,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table as RichTable
 
-from . import netbench as nb
-from .errors import UserError
-
-out_console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the analysis commands to ``app``."""
-    app.command("report")(report_cmd)
-    app.command("predict")(predict_cmd)
-    app.command("netbench")(netbench_cmd)
-    app.command("export")(export_cmd)
-
+from ..errors import UserError
+from ._common import err_console, out_console
 
 # --- loading a result set ------------------------------------------------------------------
 
@@ -45,7 +31,7 @@ def load_result_set(directory: Path):
     """
     import pandas as pd
 
-    from . import results, rundir
+    from .. import results, rundir
 
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory; give a sweep directory (orch sweep "
@@ -74,7 +60,8 @@ def load_result_set(directory: Path):
 
 def comm_lookup(sweep: Path | None, explicit: Path | None):
     """``(site, partition) -> CommModel``: netbench α–β (cached), or none and why."""
-    from .report import CommModel
+    from .. import netbench as nb
+    from ..report import CommModel
 
     cache: dict[tuple[str, str], CommModel] = {}
 
@@ -89,6 +76,8 @@ def comm_lookup(sweep: Path | None, explicit: Path | None):
 
 def print_table(table) -> None:
     """A report.Table on the terminal."""
+    from rich.table import Table as RichTable
+
     rich = RichTable(title=table.title, title_justify="left", title_style="bold",
                      header_style="bold", box=None, padding=(0, 1))
     for i, col in enumerate(table.columns):
@@ -124,7 +113,7 @@ def report_cmd(
     communication; per-rank spread and stragglers; and, for every run, the speedup the
     performance model predicts from the 1-node breakdown, next to the measured one.
     """
-    from . import report as rep
+    from .. import report as rep
 
     runs, iters, sweep = load_result_set(directory)
     if netbench_file is not None and not netbench_file.exists():
@@ -152,7 +141,7 @@ def report_cmd(
 
 
 def _workers(text: str | None, default: list[int]) -> list[int]:
-    from .sweep import parse_int_list
+    from ..sweep import parse_int_list
 
     return list(parse_int_list(text, "--workers")) if text else default
 
@@ -160,7 +149,8 @@ def _workers(text: str | None, default: list[int]) -> list[int]:
 def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | None,
                 sweep: Path | None, bandwidth: str | None, latency: str | None):
     """(AlphaBeta or None, description): netbench result, then the what-if overrides."""
-    from .perfmodel import AlphaBeta
+    from .. import netbench as nb
+    from ..perfmodel import AlphaBeta
 
     result, source = None, "no netbench result given (--netbench FILE, or --site and --partition)"
     if netbench_file is not None:
@@ -197,8 +187,8 @@ def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | N
 
 
 def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int | None:
-    from .modes.netbench import parse_bytes
-    from .report import gradient_bytes
+    from ..modes.netbench import parse_bytes
+    from ..report import gradient_bytes
 
     if grad_bytes is not None:
         value = parse_bytes(grad_bytes, "--grad-bytes")
@@ -208,7 +198,7 @@ def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int 
     if model is not None:
         value = gradient_bytes(model, dataset)
         if value is None:
-            from . import zoo
+            from .. import zoo
 
             raise UserError(f"--model {model} --dataset {dataset}: not in the model zoo; valid: "
                             f"{', '.join(zoo.MODELS)} (or give --grad-bytes)")
@@ -218,7 +208,7 @@ def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int 
 
 def _select_config(runs, run_id: str | None, mode: str | None, model: str | None,
                    partition: str | None, batch_size: int | None, directory: Path):
-    from . import report as rep
+    from .. import report as rep
 
     train = rep.training_runs(runs)
     if run_id is not None:
@@ -298,7 +288,7 @@ def predict_cmd(
     input's own, or the α–β all-reduce model from a netbench result (--netbench, or the
     partition's stored one) with what-if overrides --bandwidth / --latency.
     """
-    from . import perfmodel
+    from .. import perfmodel
 
     given = [name for name, v in (("--results", results_dir), ("--breakdown", breakdown),
                                   ("--trace", trace)) if v is not None]
@@ -341,7 +331,7 @@ def predict_cmd(
         ab, ab_desc = _alpha_beta(netbench_file, site, partition, None, bandwidth, latency)
         bucket = None
         if bucket_size is not None:
-            from .modes.netbench import parse_bytes
+            from ..modes.netbench import parse_bytes
 
             bucket = parse_bytes(bucket_size, "--bucket-size")
         counts = _workers(workers, [1, 2, 4, 8])
@@ -367,7 +357,7 @@ def _add_ab(rows: list[dict], ab, desc: str) -> None:
 
 def _predict_results(directory, run_id, mode, model, partition, batch_size, workers, overlap,
                      prefetch, bandwidth, latency, netbench_file, grad_bytes, measured):
-    from . import report as rep
+    from .. import report as rep
 
     runs, _iters, sweep = load_result_set(directory)
     sel = _select_config(runs, run_id, mode, model, partition, batch_size, directory)
@@ -420,7 +410,9 @@ def _predict_results(directory, run_id, mode, model, partition, batch_size, work
 
 
 def _print_predictions(rows: list[dict], with_measured: bool) -> None:
-    from .report import _fmt, ms
+    from rich.table import Table as RichTable
+
+    from ..report import _fmt, ms
 
     table = RichTable(box=None, header_style="bold")
     cols = ["workers", "t_iter ms", "speedup", "efficiency", "comm exposed ms",
@@ -479,10 +471,13 @@ def netbench_cmd(
     --nodes nodes, fits the ring all-reduce model 2(N-1)·α + 2(N-1)/N·m/B, and stores it as
     <store>/<site>-<partition>.json for orch report and orch predict.
     """
-    from . import envs, execute, results
-    from . import site as sitemod
-    from . import sweep as sweepmod
-    from .modes.netbench import MODE, parse_sizes
+    from rich.table import Table as RichTable
+
+    from .. import envs, execute, results
+    from .. import netbench as nb
+    from .. import site as sitemod
+    from .. import sweep as sweepmod
+    from ..modes.netbench import MODE, parse_sizes
 
     if format not in ("table", "json"):
         raise UserError(f"--format {format}: valid: table, json")
