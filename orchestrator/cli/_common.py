@@ -1,5 +1,5 @@
-"""What the command modules share: the two consoles (created on first use) and the
-sweep-directory and run-table helpers.
+"""What the command modules share: the two consoles (created on first use), the vocabulary
+helpers for deprecated spellings, and the sweep-directory and run-table helpers.
 
 Nothing here imports rich, pandas or another orch module at import time: ``orch --help`` and
 ``orch --version`` load this module and must stay fast (benchmarks/cli_startup.py).
@@ -59,6 +59,43 @@ err_console = LazyConsole(stderr=True)
 def log(message: str) -> None:
     """One plain line on stderr (no markup, no highlighting)."""
     err_console.print(message, highlight=False, markup=False)
+
+
+# --- one vocabulary ------------------------------------------------------------------------
+# An output file or directory is --out (-o; on orch sweep, whose -o is --option, only --out).
+# A sweep directory is a positional argument, SWEEP: the first one of results, gather, status,
+# cancel, report and export, an optional one after RUN_ID for show, trace and rerun. The old
+# spellings (--output; --dir) keep working, hidden from --help, with one warning line each.
+
+def warn(message: str) -> None:
+    """One 'orch: warning: ...' line on stderr."""
+    sys.stderr.write(f"orch: warning: {message}\n")
+    sys.stderr.flush()
+
+
+def renamed(new: Any, old: Any, new_name: str, old_name: str, use: str | None = None) -> Any:
+    """The value given under the new or the deprecated spelling of an option (not both).
+
+    The deprecated spelling prints one line: ``orch: warning: OLD is deprecated; use USE``.
+    """
+    if old is None:
+        return new
+    warn(f"{old_name} is deprecated; use {use or new_name}")
+    if new is not None and new != old:
+        raise UserError(f"{old_name} {old} and {new_name} {new}: give only {new_name}")
+    return old
+
+
+def find_run(command: str, run_id: str, directory: Path | None, old_dir: Path | None) -> Path:
+    """A run's directory from ``orch COMMAND RUN_ID [SWEEP]`` (or the deprecated --dir)."""
+    from .. import rundir
+
+    directory = renamed(directory, old_dir, "SWEEP", "--dir",
+                        use=f"orch {command} RUN_ID SWEEP")
+    try:
+        return rundir.find_run(run_id, directory)
+    except UserError as exc:  # its message predates the positional SWEEP
+        raise UserError(str(exc).replace("with --dir", "after RUN_ID")) from None
 
 
 # --- sweep directories and run tables ------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ._common import err_console, out_console
+from ._common import err_console, out_console, renamed
 
 # --- loading a result set ------------------------------------------------------------------
 
@@ -96,9 +96,10 @@ def print_table(table) -> None:
 
 
 def report_cmd(
-    directory: Annotated[Path, typer.Argument(help="Sweep directory (or its results/).")],
-    out: Annotated[Path | None, typer.Option("--out", help="Where to write report.md, "
-                                             "report.html and the PNGs; default DIR/report.")]
+    directory: Annotated[Path, typer.Argument(metavar="SWEEP", help="Sweep directory (or its "
+                                              "results/).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write report.md, "
+                                             "report.html and the PNGs; default SWEEP/report.")]
     = None,
     netbench_file: Annotated[Path | None, typer.Option(
         "--netbench", help="α–β from this netbench result file (or a directory of "
@@ -455,8 +456,8 @@ def netbench_cmd(
     model: Annotated[str, typer.Option(help="Also measure this zoo model's gradient size "
                                        "(float32).")] = "lenet5",
     dataset: Annotated[str, typer.Option(help="Dataset of --model.")] = "cifar",
-    out: Annotated[Path | None, typer.Option(help="Sweep directory for the job; default "
-                                             "runs/<site>.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Sweep directory for the job; "
+                                             "default runs/<site>.")] = None,
     store: Annotated[Path | None, typer.Option(
         help="Directory of netbench results; default $ORCH_NETBENCH_DIR, else "
         "$XDG_CACHE_HOME/orch/netbench (~/.cache/orch/netbench).")] = None,
@@ -542,14 +543,15 @@ def _print_event(run, record) -> None:
 
 
 def export_cmd(
-    directory: Annotated[Path, typer.Argument(help="Sweep directory (or its results/).")],
+    directory: Annotated[Path, typer.Argument(metavar="SWEEP", help="Sweep directory (or its "
+                                              "results/).")],
     format: Annotated[str, typer.Option("--format", "-f", help="parquet, csv or json.")]
     = "parquet",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write; "
-                                                "default standard output (csv, json).")]
-    = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default "
+                                             "standard output (csv, json).")] = None,
     table: Annotated[str, typer.Option(help="runs (one row per run) or iterations (one row "
                                        "per run, rank and iteration).")] = "runs",
+    old_output: Annotated[Path | None, typer.Option("--output", hidden=True)] = None,
 ) -> None:
     """Write the result set (runs or iterations) as Parquet, CSV or JSON.
 
@@ -557,12 +559,13 @@ def export_cmd(
     """
     import pandas as pd
 
+    output = renamed(out, old_output, "--out", "--output")
     if format not in ("parquet", "csv", "json"):
         raise UserError(f"--format {format}: valid: parquet, csv, json")
     if table not in ("runs", "iterations"):
         raise UserError(f"--table {table}: valid: runs, iterations")
     if format == "parquet" and output is None:
-        raise UserError("--format parquet: give --output FILE (Parquet is binary)")
+        raise UserError("--format parquet: give --out FILE (Parquet is binary)")
     load_result_set(directory)  # merges a sweep directory, checks everything is there
     d = directory.resolve()
     res = d / "results" if (d / "results" / "runs.parquet").is_file() else d

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ._common import group, out_console
+from ._common import find_run, group, out_console
 from ._common import log as _log
 
 container_app = group("Framework environment images: generate their Apptainer/Charliecloud "
@@ -41,8 +41,8 @@ def build(
     name: Annotated[str, typer.Argument(help="Image spec (containers/specs/NAME.yaml).")],
     runtime: Annotated[str, typer.Option(help="charliecloud, apptainer or singularity.")]
     = "charliecloud",
-    out: Annotated[Path | None, typer.Option(help="Directory for the image; default "
-                                             "~/.cache/orch/images.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for the image; "
+                                             "default ~/.cache/orch/images.")] = None,
     squash: Annotated[bool, typer.Option(help="Charliecloud: also write a SquashFS file "
                                          "(IMAGE.sqfs) next to the directory.")] = False,
     force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
@@ -63,7 +63,7 @@ def build(
 
 @container_app.command("list")
 def list_images(
-    out: Annotated[Path | None, typer.Option(help="Image directory; default "
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Image directory; default "
                                              "~/.cache/orch/images.")] = None,
 ) -> None:
     """The image specs, their hashes, and whether the current Charliecloud build exists."""
@@ -81,22 +81,18 @@ def list_images(
     out_console.print(table)
 
 
-def _find(run_id: str, directory: Path | None) -> Path:
-    from .. import rundir
-
-    return rundir.find_run(run_id, directory)
-
-
 def show(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
-    directory: Annotated[Path | None, typer.Option("--dir", help="Sweep directory; default: "
-                                                   "search runs/*/.")] = None,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],
+    directory: Annotated[Path | None, typer.Argument(
+        metavar="SWEEP", help="Its sweep directory; default: search runs/*/.",
+        show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Everything, as JSON.")] = False,
+    old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
     """A run's provenance: image and digest, orch commit, site config hash, scripts, ranks."""
     from .. import provenance
 
-    info = provenance.show(_find(run_id, directory))
+    info = provenance.show(find_run("show", run_id, directory, old_dir))
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
     else:
@@ -104,18 +100,20 @@ def show(
 
 
 def rerun(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
-    directory: Annotated[Path | None, typer.Option("--dir", help="Sweep directory of the run; "
-                                                   "default: search runs/*/.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Sweep directory for the rerun; default "
-                                             "<sweep>/reruns/<n>.")] = None,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],
+    directory: Annotated[Path | None, typer.Argument(
+        metavar="SWEEP", help="Its sweep directory; default: search runs/*/.",
+        show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Sweep directory for the "
+                                             "rerun; default <sweep>/reruns/<n>.")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the run (Slurm).")]
     = True,
+    old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
     """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it)."""
     from .. import execute, provenance, results
 
-    src = _find(run_id, directory)
+    src = find_run("rerun", run_id, directory, old_dir)
     prepared, site = provenance.prepare_rerun(src, out)
     sweep_dir = prepared.rdir.parent
     _log(f"rerun of {src} -> {prepared.rdir}")

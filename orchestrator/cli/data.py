@@ -14,7 +14,8 @@ app = group("On-disk data sets in each framework's native format.")
 
 @app.command("make")
 def data_make(
-    out: Annotated[Path, typer.Option(help="Directory to write (manifest + one dir per format).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write (manifest + one "
+                                      "dir per format).")],
     dataset: Annotated[str, typer.Option(help="cifar (32x32) or imagenet (224x224).")] = "cifar",
     samples: Annotated[int, typer.Option(help="Number of images.")] = 10000,
     format: Annotated[str, typer.Option("--format", help="Formats, comma-separated: raw "

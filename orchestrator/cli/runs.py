@@ -10,23 +10,35 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ._common import STATE_STYLE, err_console, out_console, print_runs, schedulers, sweep_dir
+from ._common import (
+    STATE_STYLE,
+    err_console,
+    out_console,
+    print_runs,
+    renamed,
+    schedulers,
+    sweep_dir,
+)
+
+SWEEP = typer.Argument(metavar="SWEEP", help="Sweep directory.", show_default=False)
 
 
 def results_cmd(
-    directory: Annotated[Path, typer.Argument(help="Sweep directory.")],
+    directory: Annotated[Path, SWEEP],
     format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")]
     = "table",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file "
-                                                "(required for parquet).")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file "
+                                             "(required for parquet).")] = None,
+    old_output: Annotated[Path | None, typer.Option("--output", hidden=True)] = None,
 ) -> None:
     """One record per run: parameters, state, samples/s, speedup, efficiency, phases."""
     from .. import results
 
+    output = renamed(out, old_output, "--out", "--output")
     if format not in ("table", "csv", "json", "parquet"):
         raise UserError(f"--format {format}: valid: table, csv, json, parquet")
     if format == "parquet" and output is None:
-        raise UserError("--format parquet needs --output FILE")
+        raise UserError("--format parquet needs --output to a file: give --out FILE")
     runs_df = results.merge(sweep_dir(directory))
     if output is not None:
         if format == "parquet":
@@ -46,7 +58,7 @@ def results_cmd(
         print_runs(recs)
 
 
-def gather(directory: Annotated[Path, typer.Argument(help="Sweep directory.")]) -> None:
+def gather(directory: Annotated[Path, SWEEP]) -> None:
     """Update states from the scheduler, then merge every run into results/*.parquet."""
     from .. import execute, results
 
@@ -58,7 +70,7 @@ def gather(directory: Annotated[Path, typer.Argument(help="Sweep directory.")]) 
     print_runs(results.records(runs_df))
 
 
-def status(directory: Annotated[Path, typer.Argument(help="Sweep directory.")]) -> None:
+def status(directory: Annotated[Path, SWEEP]) -> None:
     """Each run's state from the ledger and the scheduler, with job ids."""
     from rich.table import Table
 
@@ -78,9 +90,9 @@ def status(directory: Annotated[Path, typer.Argument(help="Sweep directory.")]) 
 
 
 def cancel(
-    directory: Annotated[Path, typer.Argument(help="Sweep directory.")],
-    run_ids: Annotated[list[str] | None, typer.Argument(help="Runs to cancel (default: all "
-                                                         "unfinished).")] = None,
+    directory: Annotated[Path, SWEEP],
+    run_ids: Annotated[list[str] | None, typer.Argument(
+        metavar="RUN_ID", help="Runs to cancel (default: all unfinished).")] = None,
 ) -> None:
     """Cancel unfinished runs of a sweep."""
     from .. import execute, rundir

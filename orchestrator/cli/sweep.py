@@ -46,8 +46,8 @@ def sweep(
                                           "a loader process or not).")] = "yes",
     time_limit: Annotated[int | None, typer.Option(help="Hard time limit per run, minutes.")]
     = None,
-    out: Annotated[Path | None, typer.Option(help="Sweep directory; default runs/<site>.")]
-    = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Sweep directory; default "
+                                             "runs/<site>. (-o is --option here.)")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the rendered scripts of "
                                           "every run; write and submit nothing.")] = False,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the runs (Slurm).")]
@@ -62,6 +62,10 @@ def sweep(
     from .. import site as sitemod
     from .. import sweep as sweepmod
 
+    for text in option or []:
+        if "=" not in text:  # -o is --option here: 'orch sweep -o DIR' must not look valid
+            raise UserError(f"--option '{text}': expected NAME=VALUE[,VALUE...] (-o is --option "
+                            "in orch sweep; the sweep directory is --out DIR)")
     site_obj, _path = sitemod.load(site)
     spec = sweepmod.SweepSpec(
         nodes=sweepmod.parse_int_list(nodes, "--nodes"),
