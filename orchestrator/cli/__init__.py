@@ -17,11 +17,10 @@ from collections.abc import Iterator, MutableMapping
 from typing import Annotated, NamedTuple
 
 import typer
-from typer.core import TyperGroup
 
 from .. import __version__
 from ..errors import UserError
-from ._common import RICH_MARKUP_MODE
+from ._common import RICH_MARKUP_MODE, Group
 
 
 class Entry(NamedTuple):
@@ -117,7 +116,7 @@ class LazyCommands(MutableMapping):
         return self._entries[name].help
 
 
-class LazyGroup(TyperGroup):
+class LazyGroup(Group):
     """The ``orch`` group: commands from :data:`COMMANDS`, each loaded when used."""
 
     def __init__(self, **attrs) -> None:
