@@ -96,6 +96,9 @@ def sweep(
                                                "files move to attempts/).")] = False,
     inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK@ITER makes that "
                                                        "rank fail at that iteration.")] = None,
+    require_fabric: Annotated[bool, typer.Option(
+        "--require-fabric", help="A run whose ranks did not use the partition's declared "
+        "fabric (verdict 'mismatch') is FAILED.")] = False,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     site_obj, _path = sitemod.load(site)
@@ -137,7 +140,8 @@ def sweep(
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
-    execute.execute(prepared, site_obj, wait=wait, on_event=_print_event)
+    execute.execute(prepared, site_obj, wait=wait, on_event=_print_event,
+                    require_fabric=require_fabric)
     if not wait and site_obj.scheduler == "slurm":
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         return
@@ -145,6 +149,7 @@ def sweep(
     ids = {r.run_id for r in runs}
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     _print_runs(results.records(shown))
+    _print_fabric_mismatches(results.records(shown))
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
 
@@ -265,7 +270,7 @@ def _print_runs(recs: list[dict]) -> None:
     for c in cols:
         if c in multi:
             table.add_column(c)
-    for c in ("nodes", "ranks", "samples/s", "speedup", "efficiency", "state", "run"):
+    for c in ("nodes", "ranks", "samples/s", "speedup", "efficiency", "fabric", "state", "run"):
         table.add_column(c, justify="right" if c in ("nodes", "ranks", "samples/s", "speedup",
                                                     "efficiency") else "left")
     for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["nodes"])):
@@ -275,9 +280,33 @@ def _print_runs(recs: list[dict]) -> None:
         row = [str(r[c]) if c != "options" else ",".join(f"{k}={v}" for k, v in
                                                         r[c].items()) for c in cols if c in multi]
         row += [str(r["nodes"]), str(r["ranks"]), rate_s, _fmt(r.get("speedup"), ".2f"),
-                _fmt(r.get("efficiency"), ".0%"), f"[{style}]{r['state']}[/]", r["run_id"]]
+                _fmt(r.get("efficiency"), ".0%"), _fabric_cell(r), f"[{style}]{r['state']}[/]",
+                r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
+
+FABRIC_STYLE = {"verified": "green", "mismatch": "bold red", "unverified": "yellow"}
+
+
+def _fabric_cell(r: dict) -> str:
+    verdict = r.get("fabric")
+    if not verdict:
+        return "-"
+    where = f" {r['fabric_iface']}" if r.get("fabric_iface") else ""
+    return f"[{FABRIC_STYLE.get(verdict, '')}]{verdict}{where}[/]"
+
+
+def _print_fabric_mismatches(recs: list[dict]) -> None:
+    """At the end of a sweep, loudly: runs whose bytes did not cross the declared fabric."""
+    bad = [r for r in recs if r.get("fabric") == "mismatch"]
+    if not bad:
+        return
+    err_console.print(f"[bold red]FABRIC MISMATCH in {len(bad)} run(s): their ranks did not use "
+                      "the fabric their partition declares[/]")
+    for r in bad:
+        err_console.print(f"  [red]{r['run_id']}[/] (partition {r['partition']}, "
+                          f"{r['interconnect']}): {r.get('fabric_reason')}")
+
 
 # --- site ----------------------------------------------------------------------------------
 
