@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import backends, containers, provenance, rundir, verdict
+from . import backends, containers, fabric, provenance, rundir, verdict
 from .render import Rendered, render_run, sbatch_options
 from .rundir import TERMINAL, JobRecord, Prepared
 from .site import Site
@@ -90,9 +90,15 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) 
 
 
 def execute(prepared: list[Prepared], site: Site, wait: bool = True,
-            on_event: Event | None = None) -> list[JobRecord]:
-    """Submit the runs that need it; with ``wait``, follow every run to a terminal state."""
+            on_event: Event | None = None, require_fabric: bool = False) -> list[JobRecord]:
+    """Submit the runs that need it; with ``wait``, follow every run to a terminal state.
+
+    ``require_fabric``: a run whose fabric verdict is ``mismatch`` is FAILED (the requirement
+    is kept in the run directory, so a later ``orch status``/``gather`` finalizes alike)."""
     on_event = on_event or (lambda run, record: None)
+    for p in prepared:
+        if p.action == "submit":
+            fabric.set_required(p.rdir, require_fabric)
     sched = backends.scheduler(site.scheduler)
     for name in sorted({p.run.partition for p in prepared if p.action != "skip"}):
         sched.check(site.partition(name))
@@ -159,6 +165,11 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
         ok, why = verdict.verdict(run, rdir, logs)
         if not ok:
             state, reason = "FAILED", why or "rank logs incomplete"
+        elif fabric.is_required(rdir):
+            facts = fabric.attest(run, rdir, logs)
+            if facts["fabric"] == fabric.MISMATCH:
+                state, reason = "FAILED", f"fabric mismatch (--require-fabric): " \
+                                          f"{facts['fabric_reason']}"
     elif state == "FAILED":
         # The scheduler's word (e.g. NODE_FAIL, a reused job id) and the root cause in the logs.
         found = verdict.failure_reason(rdir, run, logs)

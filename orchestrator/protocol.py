@@ -9,7 +9,16 @@ A rank log, ``<run dir>/ranks/rank-<task>.jsonl``, is one JSON object per line:
 * a ``header`` (who, where, versions, environment),
 * one ``iter`` record per iteration (warm-up included and flagged) with ``iter``, ``warmup``,
   ``t_start`` (epoch seconds), ``t_iter``, ``samples`` and the phases below,
-* a ``footer`` (status ``ok`` or ``error``, peak memory, parameter checksum, versions).
+* a ``footer`` (status ``ok`` or ``error``, peak memory, parameter checksum, versions, and
+  ``fabric``: the evidence of which interfaces the rank's bytes crossed, see below).
+
+The footer's ``fabric`` object (``rankside.fabric.record``; absent where it could not be read):
+``schema``, ``basis`` (``window``: the measured window; ``lifetime``: a task without one, from
+its start), ``seconds``, ``host``, ``netns`` (kernel boot id + network namespace inode: ranks
+with the same one share interface counters), ``tcp`` (per interface this process's TCP
+connections used: ``iface``, ``type``, ``tx``/``rx`` payload bytes, ``conns``, ``peers``,
+``host_local``), ``netdev`` and ``ib`` (the host's interface and InfiniBand port counters over
+the same span, ``{name: {"tx", "rx"}}`` in bytes), ``ifaces`` (name -> type).
 
 Phases (seconds, after the source papers; see DESIGN.md), in the order of one iteration:
 ``t_io`` input not hidden by prefetch, ``t_h2d`` host-to-device copy, ``t_f`` forward and loss,
@@ -31,6 +40,7 @@ ITER = "iter"
 FOOTER = "footer"
 RECORD_KINDS = (HEADER, ITER, FOOTER)
 STATUS_OK = "ok"
+FABRIC = "fabric"  # the footer field holding a rank's fabric evidence
 STATUS_ERROR = "error"
 
 # Files of a run directory (DESIGN.md): the Run record, the ledger entry, the job's timing,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analyze, files, gather, rundir
+from . import analyze, fabric, files, gather, rundir
 
 RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
               "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
@@ -34,7 +34,7 @@ def merge(out: Path) -> pd.DataFrame:
         run = rundir.read_run(rdir)
         record = rundir.read_record(rdir)
         logs = gather.scan_run_logs(rdir) if (rdir / "ranks").is_dir() else []
-        scanned.append((run, logs))
+        scanned.append((run, logs, rdir))
         entry = {f: getattr(run, f) for f in RUN_FIELDS}
         entry.update(
             ranks=run.ranks,
@@ -45,12 +45,13 @@ def merge(out: Path) -> pd.DataFrame:
             attempt=record.attempt if record else 0,
         )
         runs.append(entry)
-    table, counts = gather.merged_iteration_table(scanned)
+    table, counts = gather.merged_iteration_table([(run, logs) for run, logs, _ in scanned])
     frame = table.select(list(analyze.ITER_COLUMNS)).to_pandas()
     start = 0
-    for entry, (_, logs), count in zip(runs, scanned, counts, strict=True):
+    for entry, (run, logs, rdir), count in zip(runs, scanned, counts, strict=True):
         entry.update(analyze.run_metrics(frame.iloc[start:start + count]))
         entry.update(gather.footer_facts([s.log for s in logs]))
+        entry.update(fabric.attest(run, rdir, [s.log for s in logs]))
         start += count
     gather.write_parquet(table, out / "results" / "iterations.parquet")
     runs_df = analyze.add_scaling(pd.DataFrame(runs))

@@ -38,7 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan", ("orchestrator.sweep",)),
     ("render", ("orchestrator.render", "orchestrator.containers")),
     ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
-              "orchestrator.execute")),
+              "orchestrator.fabric", "orchestrator.execute")),
     ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
                   "orchestrator.zoo_counts")),

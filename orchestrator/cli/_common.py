@@ -157,7 +157,7 @@ def print_runs(recs: list[dict]) -> None:
     for c in cols:
         if c in multi:
             table.add_column(c)
-    for c in ("nodes", "ranks", "samples/s", "speedup", "efficiency", "state", "run"):
+    for c in ("nodes", "ranks", "samples/s", "speedup", "efficiency", "fabric", "state", "run"):
         table.add_column(c, justify="right" if c in ("nodes", "ranks", "samples/s", "speedup",
                                                     "efficiency") else "left")
     for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["nodes"])):
@@ -167,6 +167,30 @@ def print_runs(recs: list[dict]) -> None:
         row = [str(r[c]) if c != "options" else ",".join(f"{k}={v}" for k, v in
                                                         r[c].items()) for c in cols if c in multi]
         row += [str(r["nodes"]), str(r["ranks"]), rate_s, fmt(r.get("speedup"), ".2f"),
-                fmt(r.get("efficiency"), ".0%"), f"[{style}]{r['state']}[/]", r["run_id"]]
+                fmt(r.get("efficiency"), ".0%"), _fabric_cell(r), f"[{style}]{r['state']}[/]",
+                r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
+
+
+FABRIC_STYLE = {"verified": "green", "mismatch": "bold red", "unverified": "yellow"}
+
+
+def _fabric_cell(r: dict) -> str:
+    verdict = r.get("fabric")
+    if not verdict:
+        return "-"
+    where = f" {r['fabric_iface']}" if r.get("fabric_iface") else ""
+    return f"[{FABRIC_STYLE.get(verdict, '')}]{verdict}{where}[/]"
+
+
+def print_fabric_mismatches(recs: list[dict]) -> None:
+    """At the end of a sweep, loudly: runs whose bytes did not cross the declared fabric."""
+    bad = [r for r in recs if r.get("fabric") == "mismatch"]
+    if not bad:
+        return
+    err_console.print(f"[bold red]FABRIC MISMATCH in {len(bad)} run(s): their ranks did not use "
+                      "the fabric their partition declares[/]")
+    for r in bad:
+        err_console.print(f"  [red]{r['run_id']}[/] (partition {r['partition']}, "
+                          f"{r['interconnect']}): {r.get('fabric_reason')}")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ._common import err_console, print_event, print_runs
+from ._common import err_console, print_event, print_fabric_mismatches, print_runs
 
 
 def sweep(
@@ -56,6 +56,9 @@ def sweep(
                                                "files move to attempts/).")] = False,
     inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK@ITER makes that "
                                                        "rank fail at that iteration.")] = None,
+    require_fabric: Annotated[bool, typer.Option(
+        "--require-fabric", help="A run whose ranks did not use the partition's declared "
+        "fabric (verdict 'mismatch') is FAILED.")] = False,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     from .. import backends, envs, execute, results
@@ -105,7 +108,8 @@ def sweep(
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
-    execute.execute(prepared, site_obj, wait=wait, on_event=print_event)
+    execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
+                    require_fabric=require_fabric)
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         return
@@ -113,6 +117,7 @@ def sweep(
     ids = {r.run_id for r in runs}
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))
+    print_fabric_mismatches(results.records(shown))
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
 

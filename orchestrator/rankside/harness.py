@@ -23,11 +23,16 @@ from contextlib import contextmanager
 
 from orchestrator import protocol
 from orchestrator.protocol import LOG_SCHEMA, PHASES
+from orchestrator.rankside import fabric
 
 # Environment variables worth keeping beside every measurement: they change what is measured.
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
                  "HOROVOD_", "CUDA_VISIBLE_DEVICES", "MASTER_", "SLURM_JOB_", "SLURM_NNODES",
                  "SLURM_NTASKS", "SLURM_PARTITION", "ORCH_")
+
+
+# Set for every rank unless the site sets them: NCCL's choice of network, printed at init.
+NCCL_EVIDENCE_ENV = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"))
 
 
 def mode_parser(mode) -> argparse.ArgumentParser:
@@ -137,6 +142,10 @@ class Session:
         # one task times steps that others compute (a TensorFlow PS chief).
         self.samples = args.batch_size
         self._phases: dict = {}
+        # Fabric evidence (rankside.fabric): snapshots at the harness' start and around the
+        # measured window, taken outside every timed iteration.
+        self._fabric_born = fabric.safe(fabric.Snapshot, with_sockets=False)
+        self._fabric_start = None
 
     @contextmanager
     def phase(self, name: str):
@@ -156,6 +165,8 @@ class Session:
         for it in range(total):
             if self.failure and self.failure == (self.info.task, it):
                 raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
+            if it == self.args.warmup:  # the measured window starts
+                self._fabric_start = fabric.safe(fabric.Snapshot)
             self._phases = {}
             wall = time.time()
             t0 = time.perf_counter()
@@ -168,6 +179,20 @@ class Session:
             for name, value in self._phases.items():
                 record.setdefault(name, value)
             self.log.write(record)
+        if self._fabric_start is not None:  # the measured window has ended
+            end = fabric.safe(fabric.Snapshot)
+            if end is not None:
+                self.footer[protocol.FABRIC] = fabric.safe(fabric.record, self._fabric_start, end)
+            self._fabric_start = None
+
+    def fabric_lifetime(self) -> None:
+        """For a task without a measured window (a server): its evidence since it started."""
+        if protocol.FABRIC in self.footer or self._fabric_born is None:
+            return
+        end = fabric.safe(fabric.Snapshot)
+        if end is not None:
+            self.footer[protocol.FABRIC] = fabric.safe(fabric.record, self._fabric_born, end,
+                                                       basis="lifetime")
 
 
 def versions(**extra: str) -> dict:
@@ -226,6 +251,10 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
     active exception", seen on the test cluster), turning a finished rank into a failed job.
     """
     info = RankInfo()
+    # NCCL says which network module, HCAs or socket interface it chose (gather parses the
+    # rank's output); its INIT/NET lines are written once, at communicator creation.
+    for name, value in NCCL_EVIDENCE_ENV:
+        os.environ.setdefault(name, value)
     os.makedirs(args.log_dir, exist_ok=True)
     log = RankLogWriter(os.path.join(args.log_dir, protocol.rank_log_name(info.task)))
     header = {
@@ -250,6 +279,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         error = ("".join(lines[-6:]))[-2000:]
         print(error, file=sys.stderr)
+    session.fabric_lifetime()
     footer = {"type": protocol.FOOTER, "status": status, "error": error,
               "peak_rss_bytes": peak_rss_bytes(), "ended_at": time.time()}
     footer.update(session.footer)

@@ -59,6 +59,9 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
         rank_table(done, strag),
     ]
     tables += netbench_tables(runs, comm)
+    fab = fabric_table(runs)
+    if fab is not None:
+        tables.append(fab)
     failed = runs[runs["state"] != "COMPLETED"] if not runs.empty else runs
     if not failed.empty:
         tables.append(Table(
@@ -70,6 +73,31 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
     return report
+
+
+def fabric_table(runs: pd.DataFrame) -> Table | None:
+    """Fabric attestation (orchestrator.fabric): per multi-node run, the verdict, the
+    transport and interface really used, the bytes sent in the measured window against the
+    bytes its pattern must move, and why."""
+    if runs.empty or "fabric" not in runs.columns:
+        return None
+    multi = runs[runs["nodes"] > 1].sort_values(["fabric", "partition", "mode", "nodes"])
+    if multi.empty:
+        return None
+
+    def num(value) -> str:
+        value = as_float(value)
+        return "-" if value is None else f"{value:,.0f}"
+
+    rows = [[r["run_id"], str(r["interconnect"]), str(r.get("fabric") or "-"),
+             str(r.get("fabric_transport") or "-"), str(r.get("fabric_iface") or "-"),
+             num(r.get("fabric_bytes_measured")), num(r.get("fabric_bytes_expected")),
+             str(r.get("fabric_reason") or "")[:160]] for _, r in multi.iterrows()]
+    return Table("fabric", "Fabric: the transport and interface each run really used "
+                 "(verified / mismatch / unverified), bytes sent in the measured window vs "
+                 "the bytes its pattern must move",
+                 ["run", "declared", "fabric", "transport", "interface", "bytes sent",
+                  "bytes expected", "why"], rows, key_columns=3, text_columns=(3, 4, 7))
 
 
 def _summary(done: pd.DataFrame, pred_by: pd.DataFrame, strag: pd.DataFrame,
