@@ -282,12 +282,17 @@ def _wheel_glob(req: str) -> str:
     return f"{re.sub(r'[-.]+', '_', name.split('[')[0])}-{version}-*.whl"
 
 
+def _jinja():
+    """The one Jinja environment (templating): shell-safe delimiters, q/qall filters."""
+    return templating.environment()
+
+
 def generate(spec: ImageSpec) -> dict[str, str]:
     """The generated files of one spec: {file name under containers/: text}."""
     ctx = {"spec": spec, "spec_sha256": spec_hash(spec), "marker": marker(spec),
            "wheels": [_wheel_glob(r) for r in spec.pip.local],
            "files": sorted(spec.files.items()), "image_env": spec.image_env()}
-    env = templating.environment()
+    env = _jinja()
     install = env.get_template("containers/_install.sh.j2").render(**ctx)
     ctx["install"] = install
     return {
