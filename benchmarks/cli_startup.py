@@ -6,7 +6,8 @@ exit, interpreter start-up included), next to a bare ``python -c pass`` (what no
 program can go below) and, where git can still produce it, the same command on the CLI before
 it became a lazily loaded package (``--before REV``; default: the parent of the commit that
 removed orchestrator/cli.py). Runs alternate between all variants, so drift on a shared
-machine hits each alike; reported: min, median and max seconds, and median ratios.
+machine hits each alike; reported: min, median and max wall seconds, the median CPU seconds
+(user + system: less inflated by a busy machine) and median ratios.
 
 Run: ``.venv/bin/python -m benchmarks.cli_startup [--runs 15] [--before REV]``.
 Where the time goes: ``python -X importtime -m orchestrator --help 2> imports.txt``.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,14 +52,21 @@ def before_tree(rev: str | None, dest: Path) -> tuple[str, Path] | None:
     return sha, dest
 
 
-def time_once(argv: list[str], env: dict[str, str], cwd: Path) -> float:
-    t0 = time.perf_counter()
+def _cpu_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_once(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """(wall, cpu) seconds of one process: cpu = its user + system time, which a busy
+    machine inflates much less than wall time."""
+    c0, t0 = _cpu_children(), time.perf_counter()
     proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                           cwd=cwd)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, _cpu_children() - c0
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr.decode()}")
-    return elapsed
+    return elapsed, cpu
 
 
 def main() -> None:
@@ -89,32 +98,39 @@ def main() -> None:
                 variants.append((f"orch {' '.join(args)}", label,
                                  [sys.executable, "-m", "orchestrator", *args], env))
         times: dict[int, list[float]] = {i: [] for i in range(len(variants))}
+        cpus: dict[int, list[float]] = {i: [] for i in range(len(variants))}
         for _, _, argv, env in variants:  # warm-up: page cache, .pyc files
             time_once(argv, env, cwd)
         for _ in range(a.runs):
             for i, (_, _, argv, env) in enumerate(variants):
-                times[i].append(time_once(argv, env, cwd))
+                wall, cpu = time_once(argv, env, cwd)
+                times[i].append(wall)
+                cpus[i].append(cpu)
 
     med = {i: statistics.median(t) for i, t in times.items()}
     base = med[0]
     by_key = {(v[0], v[1]): i for i, v in enumerate(variants)}
     before_label = next((k for k in trees if k != "now"), None)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"{a.runs} alternated runs of each, whole processes, seconds "
-          f"(python {sys.version.split()[0]}, {os.cpu_count()} cores)")
-    head = f"{'command':22}{'cli':20}{'min':>8}{'median':>8}{'max':>8}{'- python':>10}"
+          f"(python {sys.version.split()[0]}, {os.cpu_count()} cores, load {load:.1f})")
+    head = (f"{'command':22}{'cli':20}{'min':>8}{'median':>8}{'max':>8}{'- python':>10}"
+            f"{'cpu':>8}")
     head += f"{'before/now':>12}" if before_label else ""
     print(head)
     for i, (name, label, _, _) in enumerate(variants):
         t = times[i]
         row = (f"{name:22}{label:20}{min(t):8.3f}{med[i]:8.3f}{max(t):8.3f}"
-               f"{med[i] - base if i else 0.0:10.3f}")
+               f"{med[i] - base if i else 0.0:10.3f}{statistics.median(cpus[i]):8.3f}")
         if before_label and label == "now":
             row += f"{med[by_key[(name, before_label)]] / med[i]:11.1f}x"
         print(row)
     for args in COMMANDS[:2]:
         m = med[by_key[(f"orch {' '.join(args)}", "now")]]
-        print(f"orch {' '.join(args)}: median {m:.3f} s (target <= {TARGET_S} s: "
+        print(f"orch {' '.join(args)}: median {m:.3f} s wall (target <= {TARGET_S} s: "
               f"{'met' if m <= TARGET_S else 'NOT met'})")
+    print("wall: start to exit, median; cpu: user + system, median; '- python': median wall "
+          "minus python -c pass; before/now: median wall ratio")
 
 
 if __name__ == "__main__":
