@@ -368,3 +368,25 @@ def summary(run: Run) -> dict[str, Any]:
         "batch_size": run.batch_size,
         "launcher": run.launcher,
     }
+
+
+def plan_row(run: Run) -> dict[str, Any]:
+    """One run of a plan (``orch sweep --dry-run``): its dimensions, size and task roles."""
+    roles: dict[str, int] = {}
+    for task in run.task_table:
+        roles[task.role] = roles.get(task.role, 0) + 1
+    return {
+        "mode": run.mode,
+        "model": run.model,
+        "partition": run.partition,
+        "batch_size": run.batch_size,
+        "options": ",".join(f"{k}={v}" for k, v in sorted(run.options.items())),
+        "prefetch": run.prefetch if run.data else None,
+        "repeat": run.repeat,
+        "nodes": run.nodes,
+        "tasks_per_node": run.tasks_per_node,
+        "ranks": run.ranks,
+        "tasks": len(run.task_table),
+        "roles": ", ".join(f"{n} {role}" for role, n in roles.items()),
+        "run_id": run.run_id,
+    }
