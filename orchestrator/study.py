@@ -327,9 +327,11 @@ def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
           ) -> list[SweepSpec]:
     """One SweepSpec per (mode, point of the zipped groups). ``overrides``: SweepSpec fields
     given on the command line; they replace the study's (a zip group loses a dimension the
-    command line gave)."""
-    overrides = overrides or {}
+    command line gave); ``options`` replace the study's options of the same names only."""
+    overrides = dict(overrides or {})
+    cli_options = overrides.pop("options", {})  # per option name, over the file's and per_mode
     fields = {**spec_fields(ls.study), **overrides}
+    fields["options"] = {**fields["options"], **cli_options}
     _check_semantics(ls, site, fields, set(overrides))
     groups = [[d for d in g if d not in overrides] for g in ls.study.zip]
     groups = [g for g in groups if g]
@@ -339,7 +341,8 @@ def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
         base = {**fields, "modes": (mode,)}
         if per is not None:
             base["options"] = {**base["options"], **{k: tuple(_opt_text(v) for v in vs)
-                                                     for k, vs in per.options.items()}}
+                                                     for k, vs in per.options.items()},
+                               **cli_options}
             if per.models and "models" not in overrides:
                 base["models"] = tuple(per.models)
             if per.batch_sizes and "batch_sizes" not in overrides:
