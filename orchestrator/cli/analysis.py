@@ -1,7 +1,7 @@
 """``orch report``, ``orch predict``, ``orch netbench`` and ``orch export``: from result sets to
-answers. ``register(app)`` adds them to the main ``orch`` app (orchestrator/cli.py).
+answers.
 
-The work is done by pure functions (orchestrator/report.py, perfmodel.py, netbench.py); this
+The work is done by pure functions (orchestrator/report/, perfmodel.py, netbench.py); this
 module parses options, reads and writes files, prints, and turns bad input into one line and
 exit code 2 (:class:`~orchestrator.errors.UserError`).
 """
@@ -15,23 +15,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table as RichTable
 
-from . import netbench as nb
-from .errors import UserError
-
-out_console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True)
-
-
-def register(app: typer.Typer) -> None:
-    """Add the analysis commands to ``app``."""
-    app.command("report")(report_cmd)
-    app.command("predict")(predict_cmd)
-    app.command("netbench")(netbench_cmd)
-    app.command("export")(export_cmd)
-
+from ..errors import UserError
+from ._common import err_console, out_console, renamed
 
 # --- loading a result set ------------------------------------------------------------------
 
@@ -45,7 +31,7 @@ def load_result_set(directory: Path):
     """
     import pandas as pd
 
-    from . import results, rundir
+    from .. import results, rundir
 
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory; give a sweep directory (orch sweep "
@@ -74,7 +60,8 @@ def load_result_set(directory: Path):
 
 def comm_lookup(sweep: Path | None, explicit: Path | None):
     """``(site, partition) -> CommModel``: netbench α–β (cached), or none and why."""
-    from .report import CommModel
+    from .. import netbench as nb
+    from ..report import CommModel
 
     cache: dict[tuple[str, str], CommModel] = {}
 
@@ -89,6 +76,8 @@ def comm_lookup(sweep: Path | None, explicit: Path | None):
 
 def print_table(table) -> None:
     """A report.Table on the terminal."""
+    from rich.table import Table as RichTable
+
     rich = RichTable(title=table.title, title_justify="left", title_style="bold",
                      header_style="bold", box=None, padding=(0, 1))
     for i, col in enumerate(table.columns):
@@ -107,9 +96,10 @@ def print_table(table) -> None:
 
 
 def report_cmd(
-    directory: Annotated[Path, typer.Argument(help="Sweep directory (or its results/).")],
-    out: Annotated[Path | None, typer.Option("--out", help="Where to write report.md, "
-                                             "report.html and the PNGs; default DIR/report.")]
+    directory: Annotated[Path, typer.Argument(metavar="SWEEP", help="Sweep directory (or its "
+                                              "results/).")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where to write report.md, "
+                                             "report.html and the PNGs; default SWEEP/report.")]
     = None,
     netbench_file: Annotated[Path | None, typer.Option(
         "--netbench", help="α–β from this netbench result file (or a directory of "
@@ -124,7 +114,7 @@ def report_cmd(
     communication; per-rank spread and stragglers; and, for every run, the speedup the
     performance model predicts from the 1-node breakdown, next to the measured one.
     """
-    from . import report as rep
+    from .. import report as rep
 
     runs, iters, sweep = load_result_set(directory)
     if netbench_file is not None and not netbench_file.exists():
@@ -152,7 +142,7 @@ def report_cmd(
 
 
 def _workers(text: str | None, default: list[int]) -> list[int]:
-    from .sweep import parse_int_list
+    from ..sweep import parse_int_list
 
     return list(parse_int_list(text, "--workers")) if text else default
 
@@ -160,7 +150,8 @@ def _workers(text: str | None, default: list[int]) -> list[int]:
 def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | None,
                 sweep: Path | None, bandwidth: str | None, latency: str | None):
     """(AlphaBeta or None, description): netbench result, then the what-if overrides."""
-    from .perfmodel import AlphaBeta
+    from .. import netbench as nb
+    from ..perfmodel import AlphaBeta
 
     result, source = None, "no netbench result given (--netbench FILE, or --site and --partition)"
     if netbench_file is not None:
@@ -197,8 +188,8 @@ def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | N
 
 
 def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int | None:
-    from .modes.allreduce_bench.mode import parse_bytes
-    from .report import gradient_bytes
+    from ..modes.allreduce_bench.mode import parse_bytes
+    from ..report import gradient_bytes
 
     if grad_bytes is not None:
         value = parse_bytes(grad_bytes, "--grad-bytes")
@@ -208,7 +199,7 @@ def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int 
     if model is not None:
         value = gradient_bytes(model, dataset)
         if value is None:
-            from . import zoo
+            from .. import zoo
 
             raise UserError(f"--model {model} --dataset {dataset}: not in the model zoo; valid: "
                             f"{', '.join(zoo.MODELS)} (or give --grad-bytes)")
@@ -218,7 +209,7 @@ def _grad_bytes(grad_bytes: str | None, model: str | None, dataset: str) -> int 
 
 def _select_config(runs, run_id: str | None, mode: str | None, model: str | None,
                    partition: str | None, batch_size: int | None, directory: Path):
-    from . import report as rep
+    from .. import report as rep
 
     train = rep.training_runs(runs)
     if run_id is not None:
@@ -298,7 +289,7 @@ def predict_cmd(
     input's own, or the α–β all-reduce model from a netbench result (--netbench, or the
     partition's stored one) with what-if overrides --bandwidth / --latency.
     """
-    from . import perfmodel
+    from .. import perfmodel
 
     given = [name for name, v in (("--results", results_dir), ("--breakdown", breakdown),
                                   ("--trace", trace)) if v is not None]
@@ -341,7 +332,7 @@ def predict_cmd(
         ab, ab_desc = _alpha_beta(netbench_file, site, partition, None, bandwidth, latency)
         bucket = None
         if bucket_size is not None:
-            from .modes.allreduce_bench.mode import parse_bytes
+            from ..modes.allreduce_bench.mode import parse_bytes
 
             bucket = parse_bytes(bucket_size, "--bucket-size")
         counts = _workers(workers, [1, 2, 4, 8])
@@ -367,7 +358,7 @@ def _add_ab(rows: list[dict], ab, desc: str) -> None:
 
 def _predict_results(directory, run_id, mode, model, partition, batch_size, workers, overlap,
                      prefetch, bandwidth, latency, netbench_file, grad_bytes, measured):
-    from . import report as rep
+    from .. import report as rep
 
     runs, _iters, sweep = load_result_set(directory)
     sel = _select_config(runs, run_id, mode, model, partition, batch_size, directory)
@@ -420,7 +411,9 @@ def _predict_results(directory, run_id, mode, model, partition, batch_size, work
 
 
 def _print_predictions(rows: list[dict], with_measured: bool) -> None:
-    from .report import _fmt, ms
+    from rich.table import Table as RichTable
+
+    from ..report import _fmt, ms
 
     table = RichTable(box=None, header_style="bold")
     cols = ["workers", "t_iter ms", "speedup", "efficiency", "comm exposed ms",
@@ -463,8 +456,8 @@ def netbench_cmd(
     model: Annotated[str, typer.Option(help="Also measure this zoo model's gradient size "
                                        "(float32).")] = "lenet5",
     dataset: Annotated[str, typer.Option(help="Dataset of --model.")] = "cifar",
-    out: Annotated[Path | None, typer.Option(help="Sweep directory for the job; default "
-                                             "runs/<site>.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Sweep directory for the job; "
+                                             "default runs/<site>.")] = None,
     store: Annotated[Path | None, typer.Option(
         help="Directory of netbench results; default $ORCH_NETBENCH_DIR, else "
         "$XDG_CACHE_HOME/orch/netbench (~/.cache/orch/netbench).")] = None,
@@ -479,10 +472,13 @@ def netbench_cmd(
     --nodes nodes, fits the ring all-reduce model 2(N-1)·α + 2(N-1)/N·m/B, and stores it as
     <store>/<site>-<partition>.json for orch report and orch predict.
     """
-    from . import envs, execute, results
-    from . import site as sitemod
-    from . import sweep as sweepmod
-    from .modes.allreduce_bench.mode import MODE, parse_sizes
+    from rich.table import Table as RichTable
+
+    from .. import envs, execute, results
+    from .. import netbench as nb
+    from .. import site as sitemod
+    from .. import sweep as sweepmod
+    from ..modes.allreduce_bench.mode import MODE, parse_sizes
 
     if format not in ("table", "json"):
         raise UserError(f"--format {format}: valid: table, json")
@@ -547,14 +543,15 @@ def _print_event(run, record) -> None:
 
 
 def export_cmd(
-    directory: Annotated[Path, typer.Argument(help="Sweep directory (or its results/).")],
+    directory: Annotated[Path, typer.Argument(metavar="SWEEP", help="Sweep directory (or its "
+                                              "results/).")],
     format: Annotated[str, typer.Option("--format", "-f", help="parquet, csv or json.")]
     = "parquet",
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write; "
-                                                "default standard output (csv, json).")]
-    = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="File to write; default "
+                                             "standard output (csv, json).")] = None,
     table: Annotated[str, typer.Option(help="runs (one row per run) or iterations (one row "
                                        "per run, rank and iteration).")] = "runs",
+    old_output: Annotated[Path | None, typer.Option("--output", hidden=True)] = None,
 ) -> None:
     """Write the result set (runs or iterations) as Parquet, CSV or JSON.
 
@@ -562,12 +559,13 @@ def export_cmd(
     """
     import pandas as pd
 
+    output = renamed(out, old_output, "--out", "--output")
     if format not in ("parquet", "csv", "json"):
         raise UserError(f"--format {format}: valid: parquet, csv, json")
     if table not in ("runs", "iterations"):
         raise UserError(f"--table {table}: valid: runs, iterations")
     if format == "parquet" and output is None:
-        raise UserError("--format parquet: give --output FILE (Parquet is binary)")
+        raise UserError("--format parquet: give --out FILE (Parquet is binary)")
     load_result_set(directory)  # merges a sweep directory, checks everything is there
     d = directory.resolve()
     res = d / "results" if (d / "results" / "runs.parquet").is_file() else d

@@ -1,7 +1,4 @@
-"""``orch container generate|build|list``, ``orch show`` and ``orch rerun``: reproducible runs.
-
-Registered on the main app by ``orchestrator.cli`` (one line, ``register(app)``).
-"""
+"""``orch container generate|build|list``, ``orch show`` and ``orch rerun``: reproducible runs."""
 
 from __future__ import annotations
 
@@ -11,22 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from . import containers, execute, provenance, results, rundir
-from .errors import UserError
+from ..errors import UserError
+from ._common import find_run, group, out_console
+from ._common import log as _log
 
-out_console = Console(width=None if sys.stdout.isatty() else 200)
-err_console = Console(stderr=True, soft_wrap=True)
-
-container_app = typer.Typer(
-    help="Framework environment images: generate their Apptainer/Charliecloud build files "
-    "from containers/specs/, build them, list them.", no_args_is_help=True)
-
-
-def _log(message: str) -> None:
-    err_console.print(message, highlight=False, markup=False)
+container_app = group("Framework environment images: generate their Apptainer/Charliecloud "
+                      "build files from containers/specs/, build them, list them.")
 
 
 @container_app.command("generate")
@@ -35,6 +23,8 @@ def generate(
                                         "file differs from its spec.")] = False,
 ) -> None:
     """Write containers/<name>.def and containers/<name>.charliecloud.sh from every spec."""
+    from .. import containers
+
     changed = containers.generate_all(check=check)
     for path in changed:
         _log(f"{'differs' if check else 'wrote'}: {path}")
@@ -51,13 +41,15 @@ def build(
     name: Annotated[str, typer.Argument(help="Image spec (containers/specs/NAME.yaml).")],
     runtime: Annotated[str, typer.Option(help="charliecloud, apptainer or singularity.")]
     = "charliecloud",
-    out: Annotated[Path | None, typer.Option(help="Directory for the image; default "
-                                             "~/.cache/orch/images.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Directory for the image; "
+                                             "default ~/.cache/orch/images.")] = None,
     squash: Annotated[bool, typer.Option(help="Charliecloud: also write a SquashFS file "
                                          "(IMAGE.sqfs) next to the directory.")] = False,
     force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
 ) -> None:
     """Build an image where its runtime exists; print its path and digest."""
+    from .. import containers
+
     if runtime not in containers.RUNTIMES:
         raise UserError(f"--runtime {runtime}: valid: {', '.join(containers.RUNTIMES)}")
     spec = containers.load_spec(name)
@@ -71,10 +63,14 @@ def build(
 
 @container_app.command("list")
 def list_images(
-    out: Annotated[Path | None, typer.Option(help="Image directory; default "
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Image directory; default "
                                              "~/.cache/orch/images.")] = None,
 ) -> None:
     """The image specs, their hashes, and whether the current Charliecloud build exists."""
+    from rich.table import Table
+
+    from .. import containers
+
     table = Table("image", "framework", "spec sha256", "charliecloud image", box=None)
     for name in containers.spec_names():
         spec = containers.load_spec(name)
@@ -85,18 +81,18 @@ def list_images(
     out_console.print(table)
 
 
-def _find(run_id: str, directory: Path | None) -> Path:
-    return rundir.find_run(run_id, directory)
-
-
 def show(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
-    directory: Annotated[Path | None, typer.Option("--dir", help="Sweep directory; default: "
-                                                   "search runs/*/.")] = None,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],
+    directory: Annotated[Path | None, typer.Argument(
+        metavar="SWEEP", help="Its sweep directory; default: search runs/*/.",
+        show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Everything, as JSON.")] = False,
+    old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
     """A run's provenance: image and digest, orch commit, site config hash, scripts, ranks."""
-    info = provenance.show(_find(run_id, directory))
+    from .. import provenance
+
+    info = provenance.show(find_run("show", run_id, directory, old_dir))
     if as_json:
         sys.stdout.write(json.dumps(info, indent=2, default=str) + "\n")
     else:
@@ -104,21 +100,25 @@ def show(
 
 
 def rerun(
-    run_id: Annotated[str, typer.Argument(help="Run id.")],
-    directory: Annotated[Path | None, typer.Option("--dir", help="Sweep directory of the run; "
-                                                   "default: search runs/*/.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Sweep directory for the rerun; default "
-                                             "<sweep>/reruns/<n>.")] = None,
+    run_id: Annotated[str, typer.Argument(metavar="RUN_ID", help="Run id.")],
+    directory: Annotated[Path | None, typer.Argument(
+        metavar="SWEEP", help="Its sweep directory; default: search runs/*/.",
+        show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Sweep directory for the "
+                                             "rerun; default <sweep>/reruns/<n>.")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for the run (Slurm).")]
     = True,
+    old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
     """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it)."""
-    src = _find(run_id, directory)
+    from .. import backends, execute, provenance, results
+
+    src = find_run("rerun", run_id, directory, old_dir)
     prepared, site = provenance.prepare_rerun(src, out)
     sweep_dir = prepared.rdir.parent
     _log(f"rerun of {src} -> {prepared.rdir}")
     execute.execute([prepared], site, wait=wait, on_event=_event)
-    if not wait and site.scheduler == "slurm":
+    if not wait and not backends.scheduler(site.scheduler).sequential:
         _log(f"submitted; follow with: orch status {sweep_dir}")
         return
     recs = results.records(results.merge(sweep_dir))
@@ -135,10 +135,3 @@ def rerun(
 def _event(run, record) -> None:
     job = f" job {record.job_id}" if record.job_id else ""
     _log(f"  {run.run_id}{job} {record.state}")
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``container``, ``show`` and ``rerun`` to the orch command line."""
-    app.add_typer(container_app, name="container")
-    app.command("show")(show)
-    app.command("rerun")(rerun)

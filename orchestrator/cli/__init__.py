@@ -1,0 +1,166 @@
+"""The ``orch`` command line: the edge where input is parsed, files are written, and errors
+become one clear line with exit code 2 (never a traceback).
+
+Every command and command group is listed once, explicitly, in :data:`COMMANDS` (name, where
+it lives, its one-line help). Nothing registers itself by being imported: a command missing
+from the list is missing from ``orch``, and tests/test_cli.py checks the list against the
+README. A command's module is imported only when that command runs or prints its own help, so
+``orch --help`` and ``orch --version`` import none of them, nor pandas, pyarrow, numpy,
+pydantic models or rich (benchmarks/cli_startup.py; target <= 0.3 s).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator, MutableMapping
+from typing import Annotated, NamedTuple
+
+import typer
+
+from .. import __version__
+from ..errors import UserError
+from ._common import RICH_MARKUP_MODE, Group
+
+
+class Entry(NamedTuple):
+    """One command (a function) or command group (a ``typer.Typer``) of ``orch``."""
+
+    name: str
+    target: str  # "module:attribute" inside orchestrator.cli
+    help: str  # what 'orch --help' lists: the first line of the command's own help
+
+
+COMMANDS: tuple[Entry, ...] = (
+    Entry("sweep", "sweep:sweep", "Expand a matrix of runs, render their scripts, submit "
+          "them, and print the scaling table."),
+    Entry("status", "runs:status", "Each run's state from the ledger and the scheduler, with "
+          "job ids."),
+    Entry("cancel", "runs:cancel", "Cancel unfinished runs of a sweep."),
+    Entry("gather", "runs:gather", "Update states from the scheduler, then merge every run "
+          "into results/*.parquet."),
+    Entry("results", "runs:results_cmd", "One record per run: parameters, state, samples/s, "
+          "speedup, efficiency, phases."),
+    Entry("site", "site:app", "List, show, validate site configs; print their JSON schema."),
+    Entry("env", "env:app", "Framework environments of a site: list them, build them."),
+    Entry("data", "data:app", "On-disk data sets in each framework's native format."),
+    Entry("trace", "trace:trace", "A run's layer-wise trace (id, name, forward_us, "
+          "backward_us, comm_us, size_bytes)."),
+    Entry("models", "models:models", "The model zoo and each model's parameter count, "
+          "expected and per framework."),
+    Entry("report", "analysis:report_cmd", "Tables on the terminal, PNG plots, and a Markdown "
+          "+ self-contained HTML report."),
+    Entry("predict", "analysis:predict_cmd", "Speedup and iteration time at given worker "
+          "counts, from the performance model."),
+    Entry("netbench", "analysis:netbench_cmd", "Measure all-reduce latency α and bandwidth B "
+          "of a partition with a real job."),
+    Entry("export", "analysis:export_cmd", "Write the result set (runs or iterations) as "
+          "Parquet, CSV or JSON."),
+    Entry("container", "container:container_app", "Framework environment images: generate "
+          "their Apptainer/Charliecloud build files from containers/specs/, build them, list "
+          "them."),
+    Entry("show", "container:show", "A run's provenance: image and digest, orch commit, site "
+          "config hash, scripts, ranks."),
+    Entry("rerun", "container:rerun", "Submit a run again from its record alone, into "
+          "<sweep>/reruns/<n>/ (never over it)."),
+)
+
+
+def load(entry: Entry):
+    """The click command of ``entry``: imports its module and builds it with typer."""
+    module_name, attribute = entry.target.split(":")
+    target = getattr(importlib.import_module(f"{__name__}.{module_name}"), attribute)
+    if isinstance(target, typer.Typer):
+        command = typer.main.get_group(target)
+    else:
+        single = typer.Typer(rich_markup_mode=RICH_MARKUP_MODE, add_completion=False)
+        single.command(entry.name)(target)
+        command = typer.main.get_command(single)
+    command.name = entry.name
+    return command
+
+
+class LazyCommands(MutableMapping):
+    """The name -> command table of the ``orch`` group: every name of :data:`COMMANDS` is in
+    it from the start (for 'No such command', 'Did you mean'), a command is built on first
+    access."""
+
+    def __init__(self, entries: tuple[Entry, ...]) -> None:
+        self._entries = {e.name: e for e in entries}
+        self._loaded: dict = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._loaded:
+            entry = self._entries[name]  # KeyError: no such command
+            self._loaded[name] = load(entry)
+        return self._loaded[name]
+
+    def __setitem__(self, name: str, command) -> None:
+        self._loaded[name] = command
+        self._entries.setdefault(name, Entry(name, "", command.get_short_help_str()))
+
+    def __delitem__(self, name: str) -> None:
+        del self._entries[name]
+        self._loaded.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def help(self, name: str) -> str:
+        return self._entries[name].help
+
+
+class LazyGroup(Group):
+    """The ``orch`` group: commands from :data:`COMMANDS`, each loaded when used."""
+
+    def __init__(self, **attrs) -> None:
+        super().__init__(**attrs)
+        self.commands = LazyCommands(COMMANDS)
+
+    def list_commands(self, ctx) -> list[str]:
+        return list(self.commands)
+
+    def format_commands(self, ctx, formatter) -> None:
+        # The one-line help from the list, whole: no command module is imported to print it.
+        rows = [(name, self.commands.help(name)) for name in self.commands]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+app = typer.Typer(
+    cls=LazyGroup,
+    help="Run distributed deep-learning training benchmarks and explain how they scale.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=RICH_MARKUP_MODE,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"orch {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """orch: sweeps of distributed training runs on Slurm clusters or this machine."""
+
+
+def main() -> None:
+    try:
+        app(prog_name="orch")  # also under 'python -m orchestrator'
+    except UserError as exc:
+        sys.stdout.flush()
+        sys.stderr.write(f"orch: error: {exc}\n")
+        sys.exit(exc.exit_code)

@@ -1,0 +1,172 @@
+"""What the command modules share: the two consoles (created on first use), the vocabulary
+helpers for deprecated spellings, and the sweep-directory and run-table helpers.
+
+Nothing here imports rich, pandas or another orch module at import time: ``orch --help`` and
+``orch --version`` load this module and must stay fast (benchmarks/cli_startup.py).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+from ..errors import UserError
+
+# Plain (click-style) help: typer's rich help formatter imports most of rich (~0.15 s), more
+# than the rest of an 'orch --help' together (benchmarks/cli_startup.py).
+RICH_MARKUP_MODE = None
+
+
+class Group(TyperGroup):
+    """A typer group whose unused --help flag is False, not None: typer coerces a non-bool
+    flag value through pydantic, whose import alone costs ~0.1 s of 'orch sweep --help'."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None and option.default is None:
+            option.default = False
+        return option
+
+
+def group(help: str) -> typer.Typer:
+    """A command group (orch site, env, data, container) with orch's settings."""
+    return typer.Typer(cls=Group, help=help, no_args_is_help=True,
+                       rich_markup_mode=RICH_MARKUP_MODE, add_completion=False)
+
+STATE_STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "red",
+               "RUNNING": "cyan", "PENDING": "blue", "NEW": "dim"}
+
+
+class LazyConsole:
+    """A rich Console made on first use (importing rich costs ~0.1 s of every ``orch`` start)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console = None
+
+    def _get(self):
+        if self._console is None:
+            from rich.console import Console
+
+            if self._stderr:
+                self._console = Console(stderr=True, soft_wrap=True)
+            else:
+                # Not a terminal (a pipe, CI's log): do not wrap paths and run ids at 80 columns.
+                self._console = Console(width=None if sys.stdout.isatty() else 200)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+
+out_console = LazyConsole(stderr=False)
+err_console = LazyConsole(stderr=True)
+
+
+def log(message: str) -> None:
+    """One plain line on stderr (no markup, no highlighting)."""
+    err_console.print(message, highlight=False, markup=False)
+
+
+# --- one vocabulary ------------------------------------------------------------------------
+# An output file or directory is --out (-o; on orch sweep, whose -o is --option, only --out).
+# A sweep directory is a positional argument, SWEEP: the first one of results, gather, status,
+# cancel, report and export, an optional one after RUN_ID for show, trace and rerun. The old
+# spellings (--output; --dir) keep working, hidden from --help, with one warning line each.
+
+def warn(message: str) -> None:
+    """One 'orch: warning: ...' line on stderr."""
+    sys.stderr.write(f"orch: warning: {message}\n")
+    sys.stderr.flush()
+
+
+def renamed(new: Any, old: Any, new_name: str, old_name: str, use: str | None = None) -> Any:
+    """The value given under the new or the deprecated spelling of an option (not both).
+
+    The deprecated spelling prints one line: ``orch: warning: OLD is deprecated; use USE``.
+    """
+    if old is None:
+        return new
+    warn(f"{old_name} is deprecated; use {use or new_name}")
+    if new is not None and new != old:
+        raise UserError(f"{old_name} {old} and {new_name} {new}: give only {new_name}")
+    return old
+
+
+def find_run(command: str, run_id: str, directory: Path | None, old_dir: Path | None) -> Path:
+    """A run's directory from ``orch COMMAND RUN_ID [SWEEP]`` (or the deprecated --dir)."""
+    from .. import rundir
+
+    directory = renamed(directory, old_dir, "SWEEP", "--dir",
+                        use=f"orch {command} RUN_ID SWEEP")
+    try:
+        return rundir.find_run(run_id, directory)
+    except UserError as exc:  # its message predates the positional SWEEP
+        raise UserError(str(exc).replace("with --dir", "after RUN_ID")) from None
+
+
+# --- sweep directories and run tables ------------------------------------------------------
+
+
+def sweep_dir(path: Path) -> Path:
+    from .. import rundir
+
+    if not path.is_dir():
+        raise UserError(f"{path}: no such sweep directory")
+    if not rundir.run_dirs(path):
+        raise UserError(f"{path}: not a sweep directory (no <run-id>/run.json inside)")
+    return path.resolve()
+
+
+def schedulers(d: Path) -> list[str]:
+    from .. import rundir
+
+    found = set()
+    for rdir in rundir.run_dirs(d):
+        record = rundir.read_record(rdir)
+        if record is not None:
+            found.add(record.scheduler)
+    return sorted(found)
+
+
+def fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_event(run, record) -> None:
+    style = STATE_STYLE.get(record.state, "")
+    job = f" job {record.job_id}" if record.job_id else ""
+    reason = f": {record.reason.splitlines()[0]}" if record.reason else ""
+    err_console.print(f"  {run.run_id}{job} [{style}]{record.state}[/]{reason}", highlight=False)
+
+
+def print_runs(recs: list[dict]) -> None:
+    from rich.table import Table
+
+    if not recs:
+        out_console.print("no runs")
+        return
+    cols = ["mode", "model", "partition", "batch_size", "options", "prefetch"]
+    multi = {k for k in cols if len({json.dumps(r.get(k), sort_keys=True) for r in recs}) > 1}
+    table = Table(box=None, header_style="bold")
+    for c in cols:
+        if c in multi:
+            table.add_column(c)
+    for c in ("nodes", "ranks", "samples/s", "speedup", "efficiency", "state", "run"):
+        table.add_column(c, justify="right" if c in ("nodes", "ranks", "samples/s", "speedup",
+                                                    "efficiency") else "left")
+    for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["nodes"])):
+        rate = r.get("samples_per_s")
+        rate_s = "-" if rate is None else f"{rate:,.0f} ± {r.get('samples_per_s_std') or 0:,.0f}"
+        style = STATE_STYLE.get(r["state"], "")
+        row = [str(r[c]) if c != "options" else ",".join(f"{k}={v}" for k, v in
+                                                        r[c].items()) for c in cols if c in multi]
+        row += [str(r["nodes"]), str(r["ranks"]), rate_s, fmt(r.get("speedup"), ".2f"),
+                fmt(r.get("efficiency"), ".0%"), f"[{style}]{r['state']}[/]", r["run_id"]]
+        table.add_row(*row)
+    out_console.print(table)

@@ -1,0 +1,108 @@
+"""``orch results``, ``gather``, ``status`` and ``cancel``: what a sweep directory holds."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from ._common import (
+    STATE_STYLE,
+    err_console,
+    out_console,
+    print_runs,
+    renamed,
+    schedulers,
+    sweep_dir,
+)
+
+SWEEP = typer.Argument(metavar="SWEEP", help="Sweep directory.", show_default=False)
+
+
+def results_cmd(
+    directory: Annotated[Path, SWEEP],
+    format: Annotated[str, typer.Option("--format", "-f", help="table, csv, json or parquet.")]
+    = "table",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write to this file "
+                                             "(required for parquet).")] = None,
+    old_output: Annotated[Path | None, typer.Option("--output", hidden=True)] = None,
+) -> None:
+    """One record per run: parameters, state, samples/s, speedup, efficiency, phases."""
+    from .. import results
+
+    output = renamed(out, old_output, "--out", "--output")
+    if format not in ("table", "csv", "json", "parquet"):
+        raise UserError(f"--format {format}: valid: table, csv, json, parquet")
+    if format == "parquet" and output is None:
+        raise UserError("--format parquet needs --output to a file: give --out FILE")
+    runs_df = results.merge(sweep_dir(directory))
+    if output is not None:
+        if format == "parquet":
+            runs_df.to_parquet(output, index=False)
+        elif format == "csv":
+            runs_df.to_csv(output, index=False)
+        else:
+            output.write_text(json.dumps(results.records(runs_df), indent=2, default=str) + "\n")
+        err_console.print(f"wrote {len(runs_df)} run(s) to {output}")
+        return
+    recs = results.records(runs_df)
+    if format == "json":
+        sys.stdout.write(json.dumps(recs, indent=2, default=str) + "\n")
+    elif format == "csv":
+        runs_df.to_csv(sys.stdout, index=False)
+    else:
+        print_runs(recs)
+
+
+def gather(directory: Annotated[Path, SWEEP]) -> None:
+    """Update states from the scheduler, then merge every run into results/*.parquet."""
+    from .. import execute, results
+
+    d = sweep_dir(directory)
+    for scheduler in schedulers(d):
+        execute.refresh(d, scheduler)
+    runs_df = results.merge(d)
+    err_console.print(f"merged {len(runs_df)} run(s) into {d / 'results'}")
+    print_runs(results.records(runs_df))
+
+
+def status(directory: Annotated[Path, SWEEP]) -> None:
+    """Each run's state from the ledger and the scheduler, with job ids."""
+    from rich.table import Table
+
+    from .. import execute
+
+    d = sweep_dir(directory)
+    table = Table("run", "job", "state", "reason", box=None)
+    counts: dict[str, int] = {}
+    for scheduler in schedulers(d):
+        for run, record, _ in execute.refresh(d, scheduler):
+            counts[record.state] = counts.get(record.state, 0) + 1
+            style = STATE_STYLE.get(record.state, "")
+            reason = (record.reason or "").splitlines()[0][:80] if record.reason else ""
+            table.add_row(run.run_id, record.job_id or "-", f"[{style}]{record.state}[/]", reason)
+    out_console.print(table)
+    out_console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+
+def cancel(
+    directory: Annotated[Path, SWEEP],
+    run_ids: Annotated[list[str] | None, typer.Argument(
+        metavar="RUN_ID", help="Runs to cancel (default: all unfinished).")] = None,
+) -> None:
+    """Cancel unfinished runs of a sweep."""
+    from .. import execute, rundir
+
+    d = sweep_dir(directory)
+    known = {p.name for p in rundir.run_dirs(d)}
+    for rid in run_ids or []:
+        if rid not in known:
+            raise UserError(f"{d}: no run '{rid}'")
+    done: list[str] = []
+    for scheduler in schedulers(d):
+        done += execute.cancel(d, scheduler, run_ids)
+    err_console.print(f"cancelled {len(done)} run(s)" + (": " + ", ".join(done) if done else ""))

@@ -1,0 +1,294 @@
+"""The command line itself: every documented command is registered and has --help, help and
+--version import no heavy library, and one vocabulary (--out, positional SWEEP) with the old
+spellings still working behind one deprecation line.
+
+No timings here: start-up time is measured by benchmarks/cli_startup.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator import __version__
+from orchestrator.cli import COMMANDS, app, load
+
+from .conftest import ROOT, run_orch
+
+README = ROOT / "README.md"
+NAME = re.compile(r"^[a-z][a-z0-9-]*$")
+HEAVY = ("pandas", "pyarrow", "numpy", "matplotlib", "submitit", "torch", "tensorflow",
+         "mxnet", "yaml", "jinja2")
+
+
+def _is_group(name: str) -> bool:
+    return hasattr(load(next(e for e in COMMANDS if e.name == name)), "list_commands")
+
+
+def readme_command_lines() -> list[str]:
+    """Every ``orch ...`` command line of the README: in its ```sh blocks (comments cut) and in
+    inline code spans, split at ';'."""
+    text = README.read_text()
+    lines = [line.split(" #", 1)[0] for block in re.findall(r"```sh\n(.*?)```", text, re.S)
+             for line in block.splitlines()]
+    lines += re.findall(r"`(orch [^`]+)`", text)
+    return [part.strip() for line in lines for part in line.split(";")
+            if part.strip().startswith("orch ")]
+
+
+def readme_commands() -> list[tuple[str, ...]]:
+    """(command,) or (group, subcommand) for every command the README shows. 'orch site list |
+    show NAME | validate FILE' names three subcommands."""
+    registered = {e.name for e in COMMANDS}
+    found: dict[tuple[str, ...], None] = {}
+    for line in readme_command_lines():
+        first, *alternatives = line.split(" | ")
+        words = first.split()
+        if len(words) < 2 or not NAME.match(words[1]):
+            continue
+        command = words[1]
+        found[(command,)] = None
+        if command not in registered or not _is_group(command):
+            continue  # an unregistered command fails test_every_documented_command_has_help
+        subs = [words[2] if len(words) > 2 else ""] + [a.split()[0] for a in alternatives]
+        for sub in subs:
+            if NAME.match(sub):
+                found[(command, sub)] = None
+    return list(found)
+
+
+DOCUMENTED = readme_commands()
+
+
+def test_the_readme_parser_finds_the_commands():
+    # A guard on the parser itself: these are in the README today.
+    for path in [("sweep",), ("results",), ("site", "list"), ("site", "schema"),
+                 ("env", "build"), ("data", "make"), ("container", "generate"), ("rerun",),
+                 ("trace",)]:
+        assert path in DOCUMENTED
+
+
+@pytest.mark.parametrize("path", DOCUMENTED, ids=" ".join)
+def test_every_documented_command_has_help(path):
+    result = CliRunner().invoke(app, [*path, "--help"], prog_name="orch")
+    assert result.exit_code == 0, f"orch {' '.join(path)} --help: {result.output}"
+    assert result.output.startswith(f"Usage: orch {' '.join(path)} ")
+
+
+def test_every_registered_command_is_listed_by_orch_help_and_documented():
+    proc = run_orch("--help", check=True)
+    assert proc.stdout.startswith("Usage: orch ")
+    listed = re.findall(r"^  (\S+)\s", proc.stdout.split("\nCommands:\n", 1)[1], re.M)
+    assert listed == [e.name for e in COMMANDS]
+    flat = re.sub(r"(\w-) (\w)", r"\1\2", " ".join(proc.stdout.split()))  # 'self- contained'
+    documented = {path[0] for path in DOCUMENTED}
+    for entry in COMMANDS:
+        assert f"{entry.name} {entry.help}" in flat, entry.name
+        assert entry.name in documented, f"orch {entry.name} is not in the README"
+
+
+def test_the_listed_help_is_the_commands_own():
+    # 'orch --help' prints the one-line help of the list without importing the commands: it
+    # must say what the command's own help says.
+    for entry in COMMANDS:
+        command = load(entry)
+        assert command.name == entry.name
+        first = (command.help or "").strip().split("\n\n")[0]
+        assert " ".join(first.split()) == entry.help, entry.name
+
+
+def test_command_names_are_unique_and_every_group_has_subcommands():
+    names = [e.name for e in COMMANDS]
+    assert len(names) == len(set(names))
+    for name in names:
+        if _is_group(name):
+            result = CliRunner().invoke(app, [name, "--help"], prog_name="orch")
+            assert "Commands:" in result.output, name
+
+
+def test_version():
+    proc = run_orch("--version", check=True)
+    assert proc.stdout == f"orch {__version__}\n" and proc.stderr == ""
+
+
+def test_unknown_command_and_user_error_are_one_line():
+    proc = run_orch("swep")
+    assert proc.returncode == 2 and "No such command 'swep'" in proc.stderr
+    assert "Did you mean 'sweep'" in proc.stderr
+    proc = run_orch("sweep", "--nodes", "1,x")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == ["orch: error: --nodes: 'x' is not a whole number "
+                                        "(in '1,x')"]
+
+
+# --- import hygiene ------------------------------------------------------------------------
+
+HYGIENE = """
+import contextlib, io, json, sys
+import orchestrator.cli as cli
+for args in ARGS:
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        try:
+            cli.app(args, prog_name="orch")
+        except SystemExit as exc:
+            assert exc.code in (0, None), (args, exc.code)
+    assert out.getvalue().startswith(("Usage: orch", "orch ")), (args, out.getvalue())
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def loaded_modules(args: list[list[str]]) -> list[str]:
+    """sys.modules of a fresh interpreter after ``orch ARGS`` for each ARGS."""
+    code = HYGIENE.replace("ARGS", repr(args))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, env=os.environ, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def heavy(modules: list[str]) -> list[str]:
+    return sorted({m.split(".")[0] for m in modules} & set(HEAVY))
+
+
+def test_orch_help_and_version_import_nothing_heavy():
+    modules = loaded_modules([["--help"], ["--version"]])
+    assert heavy(modules) == []
+    # Not even one command module, nor another orch module (their pydantic models).
+    assert sorted(m for m in modules if m.startswith("orchestrator")) == [
+        "orchestrator", "orchestrator.cli", "orchestrator.cli._common", "orchestrator.errors"]
+
+
+def test_every_commands_help_imports_nothing_heavy():
+    paths = [[*path, "--help"] for path in DOCUMENTED]
+    modules = loaded_modules(paths)
+    assert heavy(modules) == []
+    # Command modules import other orch modules only inside the commands.
+    assert [m for m in modules if m.startswith("orchestrator.")
+            and not m.startswith("orchestrator.cli") and m != "orchestrator.errors"] == []
+
+
+# --- one vocabulary: --out (-o), positional SWEEP; --output and --dir deprecated -------------
+
+
+def warnings_of(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("orch: warning:")]
+
+
+@pytest.fixture
+def fake_trace_run(tmp_path):
+    """A sweep directory with one run that has a layer-wise trace (trace needs nothing else)."""
+    sweep = tmp_path / "sweep"
+    ranks = sweep / "run-a" / "ranks"
+    ranks.mkdir(parents=True)
+    (sweep / "run-a" / "run.json").write_text("{}\n")
+    (ranks / "trace.csv").write_text("id,name,forward_us,backward_us,comm_us,size_bytes\n"
+                                     "0,data,10,0,0,0\n1,fc,1,2,3,40\n")
+    return sweep, "run-a"
+
+
+def test_trace_new_spellings(fake_trace_run, tmp_path):
+    sweep, run_id = fake_trace_run
+    proc = run_orch("trace", run_id, sweep, check=True)
+    assert proc.stdout.startswith("id,name,") and warnings_of(proc.stderr) == []
+    for flag in ("--out", "-o"):
+        target = tmp_path / f"copy{flag}.csv"
+        proc = run_orch("trace", run_id, sweep, flag, target, check=True)
+        assert target.read_text() == (sweep / run_id / "ranks/trace.csv").read_text()
+        assert warnings_of(proc.stderr) == []
+
+
+def test_trace_old_spellings_warn_once_each(fake_trace_run, tmp_path):
+    sweep, run_id = fake_trace_run
+    target = tmp_path / "old.csv"
+    proc = run_orch("trace", run_id, "--dir", sweep, "--output", target, check=True)
+    assert target.read_text() == (sweep / run_id / "ranks/trace.csv").read_text()
+    assert warnings_of(proc.stderr) == [
+        "orch: warning: --output is deprecated; use --out",
+        "orch: warning: --dir is deprecated; use orch trace RUN_ID SWEEP"]
+    proc = run_orch("trace", run_id, "--dir", sweep, check=True)
+    assert warnings_of(proc.stderr) == [
+        "orch: warning: --dir is deprecated; use orch trace RUN_ID SWEEP"]
+    assert proc.stdout == (sweep / run_id / "ranks/trace.csv").read_text()
+
+
+def test_old_and_new_spelling_together_must_agree(fake_trace_run, tmp_path):
+    sweep, run_id = fake_trace_run
+    proc = run_orch("trace", run_id, sweep, "--dir", tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines()[-1] == (f"orch: error: --dir {tmp_path} and SWEEP {sweep}: "
+                                            "give only SWEEP")
+    proc = run_orch("trace", run_id, sweep, "--dir", sweep, check=True)  # the same: fine
+    assert len(warnings_of(proc.stderr)) == 1
+
+
+@pytest.mark.parametrize("args,warning", [
+    (["results", "NOSWEEP", "--output", "x.csv"], "--output is deprecated; use --out"),
+    (["export", "NOSWEEP", "--output", "x.csv"], "--output is deprecated; use --out"),
+    (["show", "run-a", "--dir", "NOSWEEP"], "--dir is deprecated; use orch show RUN_ID SWEEP"),
+    (["rerun", "run-a", "--dir", "NOSWEEP"], "--dir is deprecated; use orch rerun RUN_ID SWEEP"),
+], ids=["results --output", "export --output", "show --dir", "rerun --dir"])
+def test_deprecated_spellings_still_parse(tmp_path, args, warning):
+    args = [str(tmp_path / "missing") if a == "NOSWEEP" else a for a in args]
+    proc = run_orch(*args)
+    # Accepted (not a usage error), one warning, then the command's own error: no such sweep.
+    assert proc.returncode == 2 and "No such option" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"orch: warning: {warning}" and len(lines) == 2
+    assert lines[1].startswith("orch: error: ") and "missing" in lines[1]
+
+
+def test_deprecated_spellings_are_hidden_from_help():
+    for path in (["results"], ["export"], ["trace"], ["show"], ["rerun"]):
+        result = CliRunner().invoke(app, [*path, "--help"], prog_name="orch")
+        assert "--output" not in result.output and "--dir" not in result.output
+        assert "SWEEP" in result.output
+
+
+def test_every_output_option_is_out_with_short_o():
+    # The vocabulary, checked on the built commands: no --output anywhere visible, and --out
+    # has -o wherever -o is free (orch sweep uses -o for --option).
+    for entry in COMMANDS:
+        command = load(entry)
+        subs = list(command.commands.values()) if hasattr(command, "commands") else [command]
+        for sub in subs:
+            for param in sub.params:
+                opts = [*param.opts, *param.secondary_opts]
+                if "--output" in opts or "--dir" in opts:
+                    assert param.hidden, f"{entry.name} {sub.name}: {opts}"
+                if "--out" in opts and entry.name != "sweep":
+                    assert "-o" in opts, f"{entry.name} {sub.name}: {opts}"
+
+
+def test_sweep_minus_o_is_option_and_says_so(tmp_path):
+    proc = run_orch("sweep", "-o", tmp_path / "runs", "--dry-run")
+    assert proc.returncode == 2
+    assert "-o is --option in orch sweep; the sweep directory is --out DIR" in proc.stderr
+
+
+@pytest.mark.ranks
+def test_new_and_old_spellings_on_a_real_run(tmp_path):
+    sweep = tmp_path / "sweep"
+    run_orch("sweep", "--nodes", "1", "--iters", 2, "--warmup", 0, "--out", sweep, check=True)
+    run_id = next(p.name for p in sweep.iterdir() if p.name.startswith("torch-ddp"))
+    new = run_orch("results", sweep, "-f", "json", "-o", tmp_path / "new.json", check=True)
+    old = run_orch("results", sweep, "-f", "json", "--output", tmp_path / "old.json",
+                   check=True)
+    assert warnings_of(new.stderr) == []
+    assert warnings_of(old.stderr) == ["orch: warning: --output is deprecated; use --out"]
+    [rec] = json.loads((tmp_path / "new.json").read_text())
+    assert rec["run_id"] == run_id and rec["state"] == "COMPLETED"
+    assert (tmp_path / "new.json").read_text() == (tmp_path / "old.json").read_text()
+    run_orch("export", sweep, "--out", tmp_path / "runs.parquet", check=True)
+    assert (tmp_path / "runs.parquet").stat().st_size > 0
+    shown = run_orch("show", run_id, sweep, "--json", check=True)
+    shown_old = run_orch("show", run_id, "--dir", sweep, "--json", check=True)
+    assert warnings_of(shown.stderr) == [] and len(warnings_of(shown_old.stderr)) == 1
+    assert json.loads(shown.stdout)["provenance"] == json.loads(shown_old.stdout)["provenance"]
+    proc = run_orch("trace", run_id, sweep)
+    assert proc.returncode == 2 and "--option trace=yes" in proc.stderr

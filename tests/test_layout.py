@@ -1,0 +1,314 @@
+"""The layout holds: data flows one way, nothing is named where it does not belong.
+
+* Every module of the package has a place in LAYERS, and imports only modules of its own layer
+  or below it — imports inside functions included (that is where cycles used to hide).
+* The import graph has no cycle, and every control-plane module imports alone.
+* Rank-side code imports only the rank-side floor (protocol, errors, zoo, rankside, modes), and
+  the code CNTK's Python 3.6 runs compiles there.
+* A mode is one folder: no module outside ``orchestrator/modes/`` names a mode; no module
+  outside ``orchestrator/backends/`` (nor a template) compares a scheduler or launcher name.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator import modes
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "orchestrator"
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+# The pipeline, ground floor first (DESIGN.md): a module may import its own layer and below.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("ground", ("orchestrator", "orchestrator.errors", "orchestrator.protocol",
+                "orchestrator.files", "orchestrator.resources", "orchestrator.zoo",
+                "orchestrator.jobscript")),
+    ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
+                    "orchestrator.staging")),
+    ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",
+                "orchestrator.data")),
+    ("plan", ("orchestrator.sweep",)),
+    ("render", ("orchestrator.render", "orchestrator.containers")),
+    ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
+              "orchestrator.execute")),
+    ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze")),
+    ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
+                  "orchestrator.zoo_counts")),
+    ("cli", ("orchestrator.cli", "orchestrator.__main__")),
+]
+# What rank-side code may import from orch (it runs with any framework environment's Python).
+RANK_FLOOR = ("orchestrator", "orchestrator.errors", "orchestrator.protocol", "orchestrator.zoo",
+              "orchestrator.rankside", "orchestrator.modes")
+# The code a CNTK rank imports: it must compile under Python 3.6.
+PY36 = ("__init__.py", "errors.py", "protocol.py", "modes/__init__.py", "modes/base.py",
+        "modes/cntk/mode.py", "modes/cntk/rank.py", "modes/cntk/__init__.py",
+        "rankside/__init__.py", "rankside/harness.py", "rankside/models_cntk.py")
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def all_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def is_rank_side(name: str) -> bool:
+    return name.startswith("orchestrator.rankside") or bool(
+        re.fullmatch(r"orchestrator\.modes\.\w+\.rank", name))
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """Every orch module this file imports, wherever the import statement is."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("orchestrator"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if not target.startswith("orchestrator"):
+                continue
+            found.add(target)
+            for alias in node.names:  # "from . import sweep" imports the module sweep
+                if f"{target}.{alias.name}" in all_modules():
+                    found.add(f"{target}.{alias.name}")
+    found.discard(name)
+    return found
+
+
+def layer_of(name: str) -> int | None:
+    best = None
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            inside = name.startswith(prefix + ".") and prefix != "orchestrator"
+            if (name == prefix or inside) and (
+                    best is None or len(prefix) > len(best[1])):
+                best = (index, prefix)
+    return None if best is None else best[0]
+
+
+def test_every_module_has_a_layer():
+    missing = [n for n in all_modules() if not is_rank_side(n) and layer_of(n) is None]
+    assert not missing, f"place these modules in LAYERS (tests/test_layout.py): {missing}"
+
+
+def test_no_module_imports_one_above_it():
+    upward = []
+    for name, path in all_modules().items():
+        if is_rank_side(name):
+            continue
+        mine = layer_of(name)
+        for target in imports_of(name, path):
+            theirs = layer_of(target)
+            if theirs is not None and theirs > mine:
+                upward.append(f"{name} ({LAYERS[mine][0]}) imports {target} "
+                              f"({LAYERS[theirs][0]})")
+    assert not upward, "imports against the flow:\n" + "\n".join(upward)
+
+
+def test_import_graph_has_no_cycle():
+    graph = {name: imports_of(name, path) for name, path in all_modules().items()}
+    # Package __init__ files that only re-export their submodules are not part of a cycle
+    # through them (importing a submodule runs its package first); drop the edges from a
+    # submodule to its own package.
+    for name, targets in graph.items():
+        targets -= {t for t in set(targets) if name.startswith(t + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_every_control_plane_module_imports_alone():
+    """Each module imported in a fresh interpreter state: none relies on another having been
+    imported first (the symptom of a cycle broken by an import inside a function)."""
+    names = [n for n in all_modules() if not is_rank_side(n) and n != "orchestrator.__main__"]
+    script = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    for loaded in [m for m in sys.modules if m.startswith('orchestrator')]:\n"
+        "        del sys.modules[loaded]\n"
+        "    importlib.import_module(name)\n"
+        "heavy = [m for m in ('torch', 'tensorflow', 'mxnet', 'cntk', 'chainer') "
+        "if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_rank_side_imports_only_the_rank_floor():
+    bad = []
+    for name, path in all_modules().items():
+        if not is_rank_side(name):
+            continue
+        for target in imports_of(name, path):
+            if not any(target == f or target.startswith(f + ".") for f in RANK_FLOOR):
+                bad.append(f"{name} imports {target}")
+            others = target.startswith("orchestrator.modes.") and not (
+                target.endswith(".mode") or target == "orchestrator.modes.base")
+            if others and not target.startswith(name.rpartition(".")[0]):
+                bad.append(f"{name} imports another mode's code: {target}")
+    assert not bad, "\n".join(bad)
+
+
+def _python36() -> str | None:
+    from orchestrator import envs
+    from orchestrator.errors import UserError
+
+    try:
+        return envs.find_python("3.6")
+    except UserError:
+        return None
+
+
+def test_cntk_rank_code_compiles_under_python36(tmp_path):
+    python = _python36()
+    if python is None:
+        if IN_CI:
+            pytest.fail("CI: Python 3.6 (CNTK's) is not installed")
+        pytest.skip("no Python 3.6 here")
+    files = [str(PKG / f) for f in PY36]
+    script = ("import py_compile, sys\n"
+              "for f in sys.argv[2:]:\n"
+              "    py_compile.compile(f, cfile=sys.argv[1], doraise=True)\n")
+    proc = subprocess.run([python, "-c", script, str(tmp_path / "out.pyc"), *files],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    # ... and imports there: the registry and the CNTK descriptor (no framework needed).
+    proc = subprocess.run([python, "-c", "from orchestrator.modes.cntk.mode import MODE; "
+                           "from orchestrator import protocol; print(MODE.name)"],
+                          capture_output=True, text=True, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0 and proc.stdout.strip() == "cntk", proc.stderr
+
+
+def _code_files(exclude: str) -> list[Path]:
+    out = []
+    for p in sorted(PKG.rglob("*.py")):
+        rel = p.relative_to(PKG).as_posix()
+        if not rel.startswith(exclude):
+            out.append(p)
+    return out
+
+
+def _string_literals(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    docstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc:
+                docstrings.add(doc)
+    return {n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)} - docstrings
+
+
+def test_no_mode_is_named_outside_its_folder():
+    """Only the default of ``--mode`` may name a mode outside orchestrator/modes/."""
+    names = set(modes.registry())
+    allowed = {"sweep.py": {"torch-ddp"}, "cli": {"torch-ddp"}}
+    found = []
+    for path in _code_files("modes/"):
+        rel = path.relative_to(PKG).as_posix()
+        if rel.startswith("rankside/"):  # rank side names its library (cntk), not modes
+            continue
+        named = _string_literals(path) & names
+        ok = allowed.get(rel) or allowed.get(rel.split("/")[0]) or set()
+        if named - ok:
+            found.append(f"{rel}: {sorted(named - ok)}")
+    assert not found, "mode names outside their folders:\n" + "\n".join(found)
+
+
+COMPARISON = re.compile(
+    r"(scheduler|launcher)\s*(==|!=)|(==|!=)\s*[\"'](slurm|local|srun|mpirun)[\"']")
+
+
+def test_no_scheduler_or_launcher_name_is_compared_outside_backends():
+    found = []
+    for path in _code_files("backends/"):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if COMPARISON.search(code) and "rec.scheduler == scheduler" not in code:
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    for path in sorted([*(ROOT / "templates").rglob("*.j2"), *PKG.rglob("*.j2")]):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"(scheduler|launcher)\b[^%}]*(==|!=)", line):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert not found, "scheduler/launcher names compared outside backends:\n" + "\n".join(found)
+
+
+def test_every_mode_folder_is_complete_and_declares_what_others_ask():
+    for mode in modes.registry().values():
+        folder = PKG / "modes" / mode.package
+        for f in modes.REQUIRED_FILES:
+            assert (folder / f).is_file(), f"{folder}: {f} missing"
+        assert mode.pattern in modes.PATTERNS
+        for backend in ("nccl", "gloo"):  # the overlap a run gets is one of the policies
+            assert mode.overlap_for({"backend": backend}) in modes.OVERLAPS
+        assert mode.library and mode.framework and mode.launchers
+
+
+def test_registry_names_what_an_incomplete_mode_folder_lacks(tmp_path, monkeypatch):
+    """A mode folder without its rank.py is an error naming the missing file."""
+    import shutil
+
+    copy = tmp_path / "orchestrator"
+    shutil.copytree(PKG, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "modes" / "horovod" / "rank.py").unlink()
+    proc = subprocess.run([sys.executable, "-c", "from orchestrator import modes; "
+                           "modes.registry()"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert proc.returncode != 0
+    assert "orchestrator/modes/horovod/ lacks rank.py" in proc.stderr
