@@ -305,7 +305,7 @@ def test_fuzz_has_at_least_40_cases():
 
 @pytest.mark.parametrize("i", [0, 20, 24, 32, 37])
 def test_malformed_study_submits_nothing_without_dry_run(tmp_path, i):
-    text, _, phrase = BAD[i]
+    text = BAD[i][0]
     path = _study_file(tmp_path, i, text)
     out = tmp_path / "out"
     proc = run_orch("sweep", "--study", path, "--site", "local", "--out", out)
