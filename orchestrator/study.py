@@ -196,6 +196,7 @@ def _check_zip(ls: LoadedStudy) -> None:
             if getattr(s, dim) is None:
                 raise UserError(f"{ls.at('zip', g, i)}: zip[{g}][{i}]: '{dim}' is not given "
                                 f"in the study; give it as a list")
+    for g, group in enumerate(s.zip):
         lengths = {dim: len(getattr(s, dim)) for dim in group}
         if len(set(lengths.values())) > 1:
             shown = ", ".join(f"{d} has {n}" for d, n in lengths.items())
@@ -221,6 +222,9 @@ def _check_semantics(ls: LoadedStudy, site: Site, fields: dict[str, Any],
     def where(*loc: Any) -> str:
         return ls.at(*loc)
 
+    if "dataset" not in from_cli and s.dataset not in zoo.DATASETS:
+        raise UserError(f"{where('dataset')}: dataset: unknown dataset '{s.dataset}'; valid: "
+                        f"{', '.join(zoo.DATASETS)}")
     mode_objs = []
     if "modes" not in from_cli:
         for i, name in enumerate(s.modes):

@@ -260,7 +260,7 @@ BAD = [
     ("name: fuzz\nrepeats: many\n", 2, "repeats: Input should be a valid integer"),
     ("name: fuzz\nprefetch: [maybe]\n", 2, "prefetch[0]: Input should be a valid boolean"),
     ("name: fuzz\nlauncher: slurm\n", 2, "launcher: 'slurm' is not a launcher; valid:"),
-    ("name: fuzz\ndataset: mnist\n", None, "unknown dataset 'mnist'"),
+    ("name: fuzz\ndataset: mnist\n", 2, "dataset: unknown dataset 'mnist'; valid:"),
     ("nodes: [1, 2]\n", 1, "name: required field is missing"),
     ("name: bad name!\n", 1, "name: String should match pattern"),
     ("name: fuzz\ndescription: [a, b]\n", 2, "description: Input should be a valid string"),
