@@ -67,7 +67,8 @@ class Study(_Strict):
     tasks_per_node: list[Count] | None = Field(
         None, min_length=1, description="ranks per node (GPUs, or CPU ranks); default one per "
         "GPU, else one")
-    modes: list[Name] = Field(["torch-ddp"], min_length=1, description="distributed modes")
+    modes: list[Name] = Field(list(SweepSpec.model_fields["modes"].default), min_length=1,
+                              description="distributed modes (default: orch sweep's)")
     models: list[Name] = Field(["lenet5"], min_length=1, description="models from the zoo")
     dataset: Name = Field("cifar", description="cifar or imagenet")
     batch_sizes: list[Count] = Field([32], min_length=1, description="samples per rank")
