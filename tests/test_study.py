@@ -355,3 +355,17 @@ def test_command_line_flags_override_the_study(tmp_path):
                     check=True)
     head = proc.stdout.split("# =====", 1)[0]
     assert len([ln for ln in head.splitlines() if "-lenet5-" in ln]) == 2
+
+
+def test_prepared_runs_record_the_study_and_the_result_set_names_it(tmp_path, local):
+    from orchestrator import execute, results
+
+    ls = study.load("gpu-scaling")
+    runs = study.expand(ls, local)[:2]
+    prepared = execute.prepare(runs, local, tmp_path, study=ls.provenance())
+    for p in prepared:
+        prov = json.loads((p.rdir / "provenance.json").read_text())
+        assert prov["study"] == ls.provenance()
+    merged = results.merge(tmp_path)
+    assert list(merged["study"]) == ["gpu-scaling", "gpu-scaling"]
+    assert set(merged["state"]) == {"NEW"}
