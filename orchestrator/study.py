@@ -152,7 +152,7 @@ def _duplicate_keys(path: Path, node: yaml.Node | None, trail: tuple = ()) -> No
     if isinstance(node, yaml.MappingNode):
         seen: dict[Any, int] = {}
         for key, value in node.value:
-            name = key.value
+            name = key.value if isinstance(key, yaml.ScalarNode) else repr(key.value)
             if name in seen:
                 field = ".".join(map(str, (*trail, name)))
                 raise UserError(f"{path}:{key.start_mark.line + 1}: {field}: duplicate key "
@@ -246,13 +246,19 @@ def _check_semantics(ls: LoadedStudy, site: Site, fields: dict[str, Any],
                             f"{', '.join(m.name for m in mode_objs)} has it; valid: "
                             f"{', '.join(valid) or '(none)'}")
         for j, value in enumerate(values):
-            try:
-                owners[0].option(name).check(owners[0].name, _opt_text(value))
-            except UserError as exc:
+            problems = []
+            for owner in owners:  # valid if one of the modes that have the option takes it
+                try:
+                    owner.option(name).check(owner.name, _opt_text(value))
+                except UserError as exc:
+                    problems.append(str(exc))
+            if len(problems) == len(owners):
                 raise UserError(f"{where('options', name, j)}: options.{name}[{j}]: "
-                                f"{exc}") from None
+                                f"{problems[0]}")
     names = [m.name for m in mode_objs]
     for mode_name, per in s.per_mode.items():
+        if "modes" in from_cli and mode_name not in names:
+            continue  # --mode chose other modes: this mode's overrides are not used
         if mode_name not in names:
             raise UserError(f"{where('per_mode', mode_name)}: per_mode.{mode_name}: not one of "
                             f"the study's modes ({', '.join(names)}); fix the name or add it "
@@ -342,7 +348,7 @@ def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
     groups = [g for g in groups if g]
     out = []
     for mode in fields["modes"]:
-        per = ls.study.per_mode.get(mode) if "modes" not in overrides else None
+        per = ls.study.per_mode.get(mode)
         base = {**fields, "modes": (mode,)}
         if per is not None:
             base["options"] = {**base["options"], **{k: tuple(_opt_text(v) for v in vs)

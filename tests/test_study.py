@@ -369,3 +369,19 @@ def test_prepared_runs_record_the_study_and_the_result_set_names_it(tmp_path, lo
     merged = results.merge(tmp_path)
     assert list(merged["study"]) == ["gpu-scaling", "gpu-scaling"]
     assert set(merged["state"]) == {"NEW"}
+
+
+def test_mode_flag_keeps_that_modes_own_options(cluster):
+    runs = study.expand(study.load("cpu-cluster"), cluster, {"modes": ("tf-ps",)})
+    assert {r.mode for r in runs} == {"tf-ps"}
+    assert sorted({r.options["servers"] for r in runs}) == ["1", "2"]
+
+
+def test_complex_yaml_key_is_an_error_not_a_crash(tmp_path):
+    path = write(tmp_path, """
+        name: fuzz
+        ? [a, b]
+        : 1
+        """)
+    with pytest.raises(UserError, match=r"s\.yaml:2: not valid YAML"):
+        study.load(str(path))
