@@ -7,8 +7,10 @@ Definitions (DESIGN.md, from the source papers):
 - Its spread (``samples_per_s_std``) is the standard deviation of the per-iteration global rate:
   the global batch of iteration k over the slowest rank's time for k.
 - Phase means and standard deviations are over every measured (rank, iteration).
-- Speedup S(N) = throughput(N) / throughput(1 node) of the same configuration; efficiency
-  = S(N) / (ranks(N) / ranks(1)). Repeats of the baseline are averaged.
+- Speedup S(N) = throughput(N) / throughput(baseline) of the same configuration, the baseline
+  being its run(s) with the fewest ranks (the papers' one-GPU run: 1 node x 1 task when the
+  sweep has it, else the 1-node run); efficiency = S(N) / (ranks(N) / ranks(baseline)).
+  Repeats of the baseline are averaged; ``baseline_ranks`` names it in every row.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ import pandas as pd
 
 from .protocol import PHASES
 
-# What makes two runs "the same configuration" apart from their size.
-GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "tasks_per_node",
-              "launcher", "options", "data", "prefetch")
+# What makes two runs "the same configuration" apart from their size (nodes x tasks per node:
+# ranks per node is a size dimension, so 1, 2, 4 ranks on one node and 8 on 4 nodes scale from
+# the same 1-rank baseline).
+GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "launcher",
+              "options", "data", "prefetch")
 
 
 # Every column run_metrics can fill: a run with no measured iteration has them all as None.
@@ -81,17 +85,25 @@ def run_metrics(iters: pd.DataFrame) -> dict:
 
 
 def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
-    """Speedup and efficiency against the 1-node run of each configuration."""
+    """Speedup and efficiency against the smallest run (fewest ranks) of each configuration.
+
+    The baseline is the configuration's run(s) with the fewest ranks; if none of them
+    completed with a throughput, the configuration has no speedup (a failed 1-rank run is not
+    replaced by a bigger one). ``baseline_ranks`` says which size each speedup is relative to.
+    """
     runs = runs.copy()
     runs["speedup"] = None
     runs["efficiency"] = None
+    runs["baseline_ranks"] = None
     if runs.empty:
         return runs
     # str() each value: pandas' string dtype would keep None (in-memory data) as missing.
-    key = runs[list(GROUP_KEYS)].apply(lambda row: "|".join(map(str, row)), axis=1)
+    keys = [k for k in GROUP_KEYS if k in runs.columns]
+    key = runs[keys].apply(lambda row: "|".join(map(str, row)), axis=1)
     for _, idx in runs.groupby(key).groups.items():
         group = runs.loc[idx]
-        base = group[(group["nodes"] == 1) & (group["state"] == "COMPLETED")]
+        smallest = group[group["ranks"] == group["ranks"].min()]
+        base = smallest[smallest["state"] == "COMPLETED"]
         base = base[base["samples_per_s"].notna() & (base["samples_per_s"] > 0)]
         if base.empty:
             continue
@@ -104,4 +116,5 @@ def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
             speedup = float(rate) / base_rate
             runs.at[i, "speedup"] = speedup
             runs.at[i, "efficiency"] = speedup / (runs.at[i, "ranks"] / base_ranks)
+            runs.at[i, "baseline_ranks"] = int(base_ranks)
     return runs

@@ -60,7 +60,10 @@ def dry_run(runs: list[Run], site: Site, out: Path) -> list[tuple[Run, Rendered]
             for run in runs]
 
 
-def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) -> list[Prepared]:
+def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
+            study: dict | None = None) -> list[Prepared]:
+    """Run directories for the runs that need submitting (``study``: the study file that
+    planned them, recorded in each run's provenance)."""
     # Container images (exist, runtime installed, binds possible): before anything is written.
     images = containers.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
@@ -84,7 +87,7 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) 
         record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler)
         rundir.materialise(rdir, run, scripts,
                            provenance.build(run, site, rdir, lib, scripts,
-                                            images.get(run.framework)), record)
+                                            images.get(run.framework), study=study), record)
         prepared.append(Prepared(run, rdir, record, "submit"))
     return prepared
 

@@ -10,6 +10,7 @@ Written when a run is prepared, before it is submitted: what a result was produc
                  replaced by a placeholder (equal for a run and its reruns)
     env          the variables job.sbatch sets (transport + environment)
     lib_dir      the staged rank-side code the ranks import (content-addressed)
+    study        the study file that planned the run (name, file, sha256, content), or None
 
 The rank logs complete it: each header has the rank's environment and container facts, each
 footer the framework and library versions (``orch show`` prints them together).
@@ -95,7 +96,8 @@ def rendered_files(rendered: Rendered) -> dict[str, str]:
 
 
 def build(run: Run, site: Site, rdir: Path, lib: Path, files: dict[str, str],
-          image: containers.ImageFacts | None, rerun_of: dict | None = None) -> dict:
+          image: containers.ImageFacts | None, rerun_of: dict | None = None,
+          study: dict | None = None) -> dict:
     env = site.environment(run.framework)
     partition = site.partition(run.partition)
     rdir = rdir.resolve()
@@ -114,6 +116,7 @@ def build(run: Run, site: Site, rdir: Path, lib: Path, files: dict[str, str],
         "env": dict([*transport_env(partition), *sorted(env.env.items())]),
         "lib_dir": str(lib),
         "rerun_of": rerun_of,
+        "study": study,
     }
 
 
@@ -186,6 +189,9 @@ def format_show(info: dict) -> str:
     lines.append(f"rank code    {p['lib_dir']}")
     if p.get("rerun_of"):
         lines.append(f"rerun of     {p['rerun_of']['run_dir']}")
+    if p.get("study"):
+        lines.append(f"study        {p['study']['name']}  {p['study']['file']}  sha256 "
+                     f"{p['study']['sha256']}")
     lines.append("env          " + " ".join(f"{k}={v}" for k, v in sorted(p["env"].items())))
     ranks = info["ranks"]
     if ranks:
@@ -264,7 +270,7 @@ def prepare_rerun(src: Path, out: Path | None = None):
     copied = {name: text.replace(str(src), str(new)) for name, text in files.items()}
     rerun_of = {"run_dir": str(src), "provenance_sha256":
                 hashlib.sha256((src / FILE).read_bytes()).hexdigest()}
-    data = build(run, site, new, lib, copied, image, rerun_of=rerun_of)
+    data = build(run, site, new, lib, copied, image, rerun_of=rerun_of, study=prov.get("study"))
     data["site"]["file"] = prov["site"].get("file")
     record = JobRecord(run_id=run.run_id, attempt=1, scheduler=site.scheduler)
     new.mkdir(parents=True)

@@ -14,7 +14,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_dir(name: str) -> Path:
-    """Directory ``name`` ('templates', 'site-configs', 'frameworks'), installed copy first."""
+    """Directory ``name`` (templates, site-configs, frameworks, studies), installed copy first."""
     for candidate in (_PACKAGE / "_data" / name, _PACKAGE.parent / name):
         if candidate.is_dir():
             return candidate

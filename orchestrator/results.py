@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import analyze, fabric, files, gather, rundir
+from . import analyze, fabric, files, gather, protocol, rundir
 
 RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
               "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
@@ -43,6 +43,7 @@ def merge(out: Path) -> pd.DataFrame:
             reason=record.reason if record else None,
             job_id=record.job_id if record else None,
             attempt=record.attempt if record else 0,
+            study=_study_of(rdir),
         )
         runs.append(entry)
     table, counts = gather.merged_iteration_table([(run, logs) for run, logs, _ in scanned])
@@ -59,6 +60,16 @@ def merge(out: Path) -> pd.DataFrame:
         files.replace_with(out / "results" / "runs.parquet",
                            lambda tmp: runs_df.to_parquet(tmp, index=False))
     return runs_df
+
+
+def _study_of(rdir: Path) -> str | None:
+    """The name of the study file that planned a run (its provenance.json), or None."""
+    try:
+        prov = json.loads((rdir / protocol.PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    study = prov.get("study") if isinstance(prov, dict) else None
+    return study.get("name") if isinstance(study, dict) else None
 
 
 def records(runs: pd.DataFrame) -> list[dict]:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from . import backends, data, modes, zoo
 from .errors import UserError
@@ -111,7 +111,8 @@ class SweepSpec(BaseModel):
     dataset: str = "cifar"
     partitions: tuple[str | None, ...] = (None,)
     batch_sizes: tuple[int, ...] = (32,)
-    tasks_per_node: int | None = None  # default: one rank per GPU, else one per node
+    # A dimension (--tasks-per-node 1,2,4); None: one rank per GPU, else one per node.
+    tasks_per_node: tuple[int, ...] | None = None
     iters: int = 20
     warmup: int = 5
     repeats: int = 1
@@ -121,6 +122,12 @@ class SweepSpec(BaseModel):
     inject_failure: str | None = None
     data: str | None = None
     prefetch: tuple[bool, ...] = (True,)
+
+    @field_validator("tasks_per_node", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        """One integer (the old form, e.g. netbench's) is a list of one."""
+        return (v,) if isinstance(v, int) and not isinstance(v, bool) else v
 
 
 def parse_int_list(text: str, what: str, minimum: int = 1) -> tuple[int, ...]:
@@ -212,7 +219,8 @@ def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partit
 
 def _check_numbers(spec: SweepSpec) -> None:
     positive = {"--iters": spec.iters, "--batch-size": min(spec.batch_sizes, default=0),
-                "--tasks-per-node": spec.tasks_per_node or 1, "--repeats": spec.repeats}
+                "--tasks-per-node": min(spec.tasks_per_node or (1,), default=0),
+                "--repeats": spec.repeats}
     for what, value in positive.items():
         if value < 1:
             raise UserError(f"{what}: must be at least 1")
@@ -257,16 +265,18 @@ def _check_data(spec: SweepSpec, mode_list: list[modes.Mode]) -> str:
     return str(root)
 
 
-MatrixPoint = tuple[Partition, modes.Mode, str, int, int, bool, int]
+MatrixPoint = tuple[Partition, modes.Mode, str, int, int | None, int, bool, int]
 
 
 def matrix(spec: SweepSpec, partitions: list[Partition], mode_list: list[modes.Mode],
            data_dir: str | None) -> Iterator[MatrixPoint]:
-    """Every (partition, mode, model, nodes, batch size, prefetch, repeat), in sweep order.
-    Prefetch is a dimension only with on-disk data."""
+    """Every (partition, mode, model, nodes, tasks per node, batch size, prefetch, repeat), in
+    sweep order. Prefetch is a dimension only with on-disk data; tasks per node None: the
+    partition's default (one per GPU, else one)."""
     prefetches = spec.prefetch if data_dir else (True,)
-    return itertools.product(partitions, mode_list, spec.models, spec.nodes, spec.batch_sizes,
-                             prefetches, range(spec.repeats))
+    return itertools.product(partitions, mode_list, spec.models, spec.nodes,
+                             spec.tasks_per_node or (None,), spec.batch_sizes, prefetches,
+                             range(spec.repeats))
 
 
 def option_sets(spec: SweepSpec, mode: modes.Mode) -> list[dict[str, str]]:
@@ -278,7 +288,8 @@ def option_sets(spec: SweepSpec, mode: modes.Mode) -> list[dict[str, str]]:
 
 
 def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, mode: modes.Mode,
-            model: str, nodes: int, batch: int, prefetch: bool, repeat: int) -> list[Run]:
+            model: str, nodes: int, tasks_per_node: int | None, batch: int, prefetch: bool,
+            repeat: int) -> list[Run]:
     """The runs of one matrix point: one per option combination."""
     if nodes > part.nodes:
         raise UserError(
@@ -287,13 +298,14 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
         )
     launcher = _launcher(spec.launcher, site, part.launcher, mode)
     return [build_run(spec, site, part, mode, launcher, opts, model=model, nodes=nodes,
-                      batch=batch, prefetch=prefetch, repeat=repeat, data_dir=data_dir)
+                      tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
+                      repeat=repeat, data_dir=data_dir)
             for opts in option_sets(spec, mode)]
 
 
 def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, launcher: str,
               opts: dict[str, str], *, model: str, nodes: int, batch: int, prefetch: bool,
-              repeat: int, data_dir: str | None) -> Run:
+              repeat: int, data_dir: str | None, tasks_per_node: int | None = None) -> Run:
     """One Run: the point's values, the spec's constants and the partition's defaults."""
     return Run(
         site=site.name,
@@ -306,7 +318,7 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         model=model,
         dataset=spec.dataset,
         nodes=nodes,
-        tasks_per_node=spec.tasks_per_node or part.gpus_per_node or 1,
+        tasks_per_node=tasks_per_node or part.gpus_per_node or 1,
         batch_size=batch,
         iters=spec.iters,
         warmup=spec.warmup,
@@ -355,4 +367,26 @@ def summary(run: Run) -> dict[str, Any]:
         "ranks": run.ranks,
         "batch_size": run.batch_size,
         "launcher": run.launcher,
+    }
+
+
+def plan_row(run: Run) -> dict[str, Any]:
+    """One run of a plan (``orch sweep --dry-run``): its dimensions, size and task roles."""
+    roles: dict[str, int] = {}
+    for task in run.task_table:
+        roles[task.role] = roles.get(task.role, 0) + 1
+    return {
+        "mode": run.mode,
+        "model": run.model,
+        "partition": run.partition,
+        "batch_size": run.batch_size,
+        "options": ",".join(f"{k}={v}" for k, v in sorted(run.options.items())),
+        "prefetch": run.prefetch if run.data else None,
+        "repeat": run.repeat,
+        "nodes": run.nodes,
+        "tasks_per_node": run.tasks_per_node,
+        "ranks": run.ranks,
+        "tasks": len(run.task_table),
+        "roles": ", ".join(f"{n} {role}" for role, n in roles.items()),
+        "run_id": run.run_id,
     }

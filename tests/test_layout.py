@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                     "orchestrator.staging")),
     ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",
                 "orchestrator.data")),
-    ("plan", ("orchestrator.sweep",)),
+    ("plan", ("orchestrator.sweep", "orchestrator.study")),
     ("render", ("orchestrator.render", "orchestrator.containers")),
     ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
               "orchestrator.fabric", "orchestrator.execute")),

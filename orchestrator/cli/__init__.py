@@ -41,6 +41,8 @@ COMMANDS: tuple[Entry, ...] = (
           "into results/*.parquet."),
     Entry("results", "runs:results_cmd", "One record per run: parameters, state, samples/s, "
           "speedup, efficiency, phases."),
+    Entry("study", "study:app", "Study files (a sweep as a file): list, validate them; print "
+          "their JSON schema."),
     Entry("site", "site:app", "List, show, validate site configs; print their JSON schema."),
     Entry("env", "env:app", "Framework environments of a site: list them, build them."),
     Entry("data", "data:app", "On-disk data sets in each framework's native format."),

@@ -157,18 +157,28 @@ def print_runs(recs: list[dict]) -> None:
     for c in cols:
         if c in multi:
             table.add_column(c)
-    for c in ("nodes", "ranks", "samples/s", "speedup", "efficiency", "fabric", "state", "run"):
-        table.add_column(c, justify="right" if c in ("nodes", "ranks", "samples/s", "speedup",
-                                                    "efficiency") else "left")
-    for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["nodes"])):
+    # Ranks per node a dimension: show it, and which run each speedup is relative to.
+    per_node = len({r.get("tasks_per_node") for r in recs}) > 1
+    sizes = ("nodes", "tasks/node", "ranks") if per_node else ("nodes", "ranks")
+    tail = ("baseline",) if per_node else ()
+    for c in (*sizes, "samples/s", "speedup", "efficiency", *tail, "fabric", "state", "run"):
+        table.add_column(c, justify="right" if c in ("nodes", "tasks/node", "ranks",
+                                                    "samples/s", "speedup", "efficiency",
+                                                    "baseline") else "left")
+    for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["ranks"],
+                                         r["nodes"])):
         rate = r.get("samples_per_s")
         rate_s = "-" if rate is None else f"{rate:,.0f} ± {r.get('samples_per_s_std') or 0:,.0f}"
         style = STATE_STYLE.get(r["state"], "")
         row = [str(r[c]) if c != "options" else ",".join(f"{k}={v}" for k, v in
                                                         r[c].items()) for c in cols if c in multi]
-        row += [str(r["nodes"]), str(r["ranks"]), rate_s, fmt(r.get("speedup"), ".2f"),
-                fmt(r.get("efficiency"), ".0%"), _fabric_cell(r), f"[{style}]{r['state']}[/]",
-                r["run_id"]]
+        base = r.get("baseline_ranks")
+        row += [str(r["nodes"]), *([str(r.get("tasks_per_node"))] if per_node else []),
+                str(r["ranks"]), rate_s, fmt(r.get("speedup"), ".2f"),
+                fmt(r.get("efficiency"), ".0%"),
+                *([f"{int(base)} rank{'s' if base != 1 else ''}" if base is not None
+                   else "-"] if per_node else []),
+                _fabric_cell(r), f"[{style}]{r['state']}[/]", r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
 

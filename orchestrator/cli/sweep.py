@@ -1,4 +1,8 @@
-"""``orch sweep``: expand a matrix of runs, render, submit, wait, print the scaling table."""
+"""``orch sweep``: expand a matrix of runs, render, submit, wait, print the scaling table.
+
+With ``--study FILE`` the matrix comes from a study file (orchestrator/study.py); a flag given
+on the command line replaces the study's value of that dimension, and ``--dry-run`` prints the
+plan (one row per run: dimensions, nodes, ranks, roles) before the scripts."""
 
 from __future__ import annotations
 
@@ -9,10 +13,14 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
-from ._common import err_console, print_event, print_fabric_mismatches, print_runs
+from ._common import err_console, out_console, print_event, print_fabric_mismatches, print_runs
 
 
 def sweep(
+    ctx: typer.Context,
+    study: Annotated[str | None, typer.Option(help="Study file (studies/NAME.yaml, or a shipped "
+                                              "study's name): the sweep's dimensions; flags "
+                                              "given here override it.")] = None,
     site: Annotated[str, typer.Option(help="Site name (site-configs/) or path to a site YAML.")]
     = "local",
     nodes: Annotated[str, typer.Option(help="Node counts, comma-separated.")] = "1,2,4",
@@ -24,7 +32,8 @@ def sweep(
     partition: Annotated[str | None, typer.Option(help="Partition(s), comma-separated; "
                                                   "default: the site's default.")] = None,
     batch_size: Annotated[str, typer.Option(help="Samples per rank, comma-separated.")] = "32",
-    tasks_per_node: Annotated[int | None, typer.Option(help="Ranks per node; default: one per "
+    tasks_per_node: Annotated[str | None, typer.Option(help="Ranks per node, comma-separated "
+                                                       "(a dimension: 1,2,4); default: one per "
                                                        "GPU, or 1 on CPU partitions.")] = None,
     iters: Annotated[int, typer.Option(help="Measured iterations.")] = 20,
     warmup: Annotated[int, typer.Option(help="Warm-up iterations (run, not measured).")] = 5,
@@ -69,34 +78,55 @@ def sweep(
         if "=" not in text:  # -o is --option here: 'orch sweep -o DIR' must not look valid
             raise UserError(f"--option '{text}': expected NAME=VALUE[,VALUE...] (-o is --option "
                             "in orch sweep; the sweep directory is --out DIR)")
-    site_obj, _path = sitemod.load(site)
-    spec = sweepmod.SweepSpec(
-        nodes=sweepmod.parse_int_list(nodes, "--nodes"),
-        modes=sweepmod.parse_name_list(mode),
-        models=sweepmod.parse_name_list(model),
-        dataset=dataset,
-        partitions=sweepmod.parse_name_list(partition) if partition else (None,),
-        batch_sizes=sweepmod.parse_int_list(batch_size, "--batch-size"),
-        tasks_per_node=tasks_per_node,
-        iters=iters,
-        warmup=warmup,
-        repeats=repeats,
-        launcher=launcher,
-        time_limit_min=time_limit,
-        options=sweepmod.parse_options([*(option or []), *(
+    fields = dict(
+        nodes=lambda: sweepmod.parse_int_list(nodes, "--nodes"),
+        modes=lambda: sweepmod.parse_name_list(mode),
+        models=lambda: sweepmod.parse_name_list(model),
+        dataset=lambda: dataset,
+        partitions=lambda: sweepmod.parse_name_list(partition) if partition else (None,),
+        batch_sizes=lambda: sweepmod.parse_int_list(batch_size, "--batch-size"),
+        tasks_per_node=lambda: (sweepmod.parse_int_list(tasks_per_node, "--tasks-per-node")
+                                if tasks_per_node else None),
+        iters=lambda: iters,
+        warmup=lambda: warmup,
+        repeats=lambda: repeats,
+        launcher=lambda: launcher,
+        time_limit_min=lambda: time_limit,
+        options=lambda: sweepmod.parse_options([*(option or []), *(
             f"{name}={value}" for name, value in (("overlap", overlap),
                                                   ("bucket_size", bucket_size),
                                                   ("kvstore", kvstore)) if value)]),
-        inject_failure=inject_failure,
-        data=data,
-        prefetch=_yes_no_list(prefetch, "--prefetch"),
+        data=lambda: data,
+        prefetch=lambda: _yes_no_list(prefetch, "--prefetch"),
     )
-    runs = sweepmod.expand(spec, site_obj)
+    loaded = None
+    if study is not None:
+        from .. import study as studymod
+
+        loaded = studymod.load(study)
+        given = _given(ctx)
+        site_obj, _path = sitemod.load(site if "site" in given or not loaded.study.site
+                                       else loaded.study.site)
+        overrides = {name: make() for name, make in fields.items()
+                     if _FLAG_OF.get(name, name) in given
+                     or (name == "options" and given & _OPTION_FLAGS)}
+        if inject_failure is not None:
+            overrides["inject_failure"] = inject_failure
+        runs = studymod.expand(loaded, site_obj, overrides)
+    else:
+        site_obj, _path = sitemod.load(site)
+        spec = sweepmod.SweepSpec(**{name: make() for name, make in fields.items()},
+                                  inject_failure=inject_failure)
+        runs = sweepmod.expand(spec, site_obj)
     out_dir = (out or Path("runs") / site_obj.name).resolve()
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
-        for run, rendered in execute.dry_run(runs, site_obj, out_dir):
+        rendered_runs = execute.dry_run(runs, site_obj, out_dir)
+        if loaded is not None:
+            print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
+                       f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
+        for run, rendered in rendered_runs:
             rdir = out_dir / run.run_id
             sys.stdout.write(f"# ===== {rdir}/job.sbatch\n{rendered.job_script}\n")
             sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
@@ -104,7 +134,8 @@ def sweep(
                 sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
-    prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed)
+    prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
+                               study=loaded.provenance() if loaded is not None else None)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
@@ -130,3 +161,38 @@ def _yes_no_list(text: str, what: str) -> tuple[bool, ...]:
     if bad or not values:
         raise UserError(f"{what} {text}: expected yes, no or yes,no")
     return tuple(v == "yes" for v in values)
+
+
+# SweepSpec field -> the command-line parameter that sets it (where the names differ).
+_FLAG_OF = {"modes": "mode", "models": "model", "partitions": "partition",
+            "batch_sizes": "batch_size", "time_limit_min": "time_limit"}
+_OPTION_FLAGS = {"option", "overlap", "bucket_size", "kvstore"}
+
+
+def _given(ctx: typer.Context) -> set[str]:
+    """The parameters given on the command line (or the environment), not defaulted."""
+    return {name for name in ctx.params
+            if getattr(ctx.get_parameter_source(name), "name", None) in ("COMMANDLINE",
+                                                                         "ENVIRONMENT")}
+
+
+def print_plan(runs, title: str) -> None:
+    """The plan of a sweep, one row per run: what it varies, its size and its tasks' roles."""
+    from rich.table import Table
+
+    from .. import sweep as sweepmod
+
+    rows = [sweepmod.plan_row(r) for r in runs]
+    varying = [k for k in ("mode", "model", "partition", "batch_size", "options", "prefetch",
+                           "repeat") if len({str(r[k]) for r in rows}) > 1]
+    table = Table(title=title, title_justify="left", box=None, header_style="bold")
+    heads = {"batch_size": "batch", "tasks_per_node": "tasks/node"}
+    for k in ("run_id", *varying, "nodes", "tasks_per_node", "ranks", "tasks", "roles"):
+        table.add_column(heads.get(k, k.replace("_id", "")),
+                         justify="right" if k in ("nodes", "tasks_per_node", "ranks",
+                                                  "tasks") else "left")
+    for r in rows:
+        table.add_row(*(str(r[k]) for k in ("run_id", *varying, "nodes", "tasks_per_node",
+                                            "ranks", "tasks", "roles")))
+    out_console.print(table, highlight=False)
+    out_console.print()

@@ -92,6 +92,26 @@ def workers_only(nodes, tasks_per_node, options):
             for n in range(nodes) for t in range(tasks_per_node)]
 
 
+def server_nodes(nodes, options, total="servers", per_node="servers_per_node"):
+    """The node of each server, by server index: ``total`` servers round-robin over the nodes
+    when that option is set, else ``per_node`` on every node (node-major)."""
+    if options.get(total):
+        return [s % nodes for s in range(int(options[total]))]
+    per = int(options.get(per_node, "1"))
+    return [n for n in range(nodes) for _ in range(per)]
+
+
+def one_server_count(mode, given, out, total, per_node):
+    """``total`` (servers in all) replaces ``per_node`` (its default then leaves the run's
+    options, so runs without ``total`` keep their ids); both given is an error."""
+    if total in given:
+        if per_node in given:
+            raise UserError(f"mode '{mode.name}': give {total}=N (servers in all, round-robin "
+                            f"over the nodes) or {per_node}=N, not both")
+        out.pop(per_node, None)
+    return out
+
+
 class Mode:
     """What a framework's distributed mode needs from orch to be planned, rendered, run and
     interpreted. Fields (keyword arguments):

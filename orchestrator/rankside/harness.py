@@ -39,7 +39,8 @@ def mode_parser(mode) -> argparse.ArgumentParser:
     """The arguments of a mode's rank: :func:`base_parser` plus the mode's options, taken
     from its descriptor (``orchestrator/modes/<name>/mode.py``), defaults included, so a rank
     and the control plane can never disagree on them. An option whose default the partition
-    decides (``default=None``) is required: job scripts always pass it."""
+    decides (``default=None`` with choices) is required: job scripts always pass it; a
+    numeric one without a default (e.g. ``servers``) is optional: set only when given."""
     p = base_parser(mode.description)
     for opt in mode.options:
         numeric = not opt.choices and getattr(opt, "numeric", True)
@@ -47,7 +48,7 @@ def mode_parser(mode) -> argparse.ArgumentParser:
                        type=int if numeric else str,
                        default=(int(opt.default) if numeric else opt.default)
                        if opt.default is not None else None,
-                       required=opt.default is None, help=opt.help)
+                       required=opt.default is None and bool(opt.choices), help=opt.help)
     return p
 
 

@@ -104,30 +104,40 @@ def _plot_throughput(done: pd.DataFrame, color: dict, marker: dict) -> bytes:
 
 def _plot_speedup(done: pd.DataFrame, pred_by: pd.DataFrame, color: dict,
                   marker: dict) -> bytes:
+    """Speedup against nodes, or against ranks when the sweep varies tasks per node (then
+    relative to each configuration's baseline, its run with the fewest ranks)."""
+    from .tables import by_ranks
+
+    size = "ranks" if by_ranks(done) else "nodes"
     fig = _figure(12.0 if done["_label"].nunique() > 4 else 7.5, 4.8)
     ax = fig.subplots()
-    nodes = sorted(int(n) for n in done["nodes"].unique())
+    sizes = sorted(int(n) for n in done[size].unique())
     top = 1.0
     for label, g in done.groupby("_label", sort=True):
-        g = g.sort_values("nodes")
+        g = g.sort_values([size, "nodes"])
         s = g["speedup"].astype(float)
-        ax.plot(g["nodes"], s, marker=marker[label], color=color[label], linewidth=2,
+        ax.plot(g[size], s, marker=marker[label], color=color[label], linewidth=2,
                 label=f"{label} measured")
         pred = [(as_float(pred_by.loc[r]["predicted_speedup"]) if r in pred_by.index else None)
                 for r in g["run_id"]]
-        px = [n for n, p in zip(g["nodes"], pred, strict=True) if p is not None]
+        px = [n for n, p in zip(g[size], pred, strict=True) if p is not None]
         py = [p for p in pred if p is not None]
         if py:
             ax.plot(px, py, marker=marker[label], markerfacecolor="white", linestyle=":",
                     linewidth=1.5,
                     color=color[label], label=f"{label} predicted")
-        ideal = g["ranks"].astype(float) / float(g["ranks"].iloc[0]) * float(g["nodes"].iloc[0])
+        ideal = g["ranks"].astype(float) / float(g["ranks"].iloc[0]) * float(g[size].iloc[0])
         top = max(top, float(np.nanmax(s)) if s.notna().any() else 1.0, float(ideal.max()),
                   max(py) if py else 1.0)
-    xs = np.array(nodes, dtype=float)
-    ax.plot(xs, xs, color="black", linestyle="--", linewidth=1, alpha=0.6, label="ideal")
-    _node_axis(ax, nodes)
-    ax.set_ylabel("speedup vs 1 node")
+    xs = np.array(sizes, dtype=float)
+    ax.plot(xs, xs / (xs.min() if size == "ranks" else 1.0), color="black", linestyle="--",
+            linewidth=1, alpha=0.6, label="ideal")
+    _node_axis(ax, sizes)
+    if size == "ranks":
+        ax.set_xlabel("ranks (nodes x tasks per node)")
+        ax.set_ylabel(f"speedup vs {sizes[0]} rank{'s' if sizes[0] > 1 else ''}")
+    else:
+        ax.set_ylabel("speedup vs 1 node")
     ax.set_ylim(0, top * 1.1)
     ax.set_title("Speedup: measured (filled) vs predicted (hollow)")
     _legend(ax)

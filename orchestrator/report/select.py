@@ -1,5 +1,6 @@
-"""Which runs a report is about: training runs, their configurations, labels and the 1-node
-baseline of each configuration (pure: DataFrames in, DataFrames/dicts out)."""
+"""Which runs a report is about: training runs, their configurations, labels and the baseline
+of each configuration, its run(s) with the fewest ranks (pure: DataFrames in, DataFrames/dicts
+out)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def config_labels(runs: pd.DataFrame) -> dict[str, str]:
     first = runs.groupby(configs, sort=True).head(1).copy()
     first["_config"] = configs.loc[first.index]
     shown = ["mode", "model"] + [
-        k for k in ("dataset", "partition", "batch_size", "tasks_per_node", "options",
+        k for k in ("dataset", "partition", "batch_size", "options",
                     "launcher", "site", "data", "prefetch")
         if k in first.columns and first[k].astype(str).nunique() > 1]
     labels = {}
@@ -54,8 +55,6 @@ def config_labels(runs: pd.DataFrame) -> dict[str, str]:
                 value = ",".join(f"{a}={b}" for a, b in sorted(opts.items())) or "-"
             elif k == "batch_size":
                 value = f"batch {value}"
-            elif k == "tasks_per_node":
-                value = f"{value}/node"
             elif k == "prefetch":
                 value = "prefetch" if value else "no prefetch"
             parts.append(str(value))
@@ -69,9 +68,13 @@ def completed(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def baseline(group: pd.DataFrame) -> tuple[dict[str, float], int] | None:
-    """Mean phases of a configuration's completed 1-node run(s), and its worker count."""
+    """Mean phases of a configuration's baseline, its completed run(s) with the fewest ranks
+    (the 1-node run when every run has the same tasks per node), and its worker count."""
     base = completed(group)
-    base = base[base["nodes"] == 1]
+    if base.empty:
+        return None
+    smallest = group["ranks"].min() if "ranks" in group else base["ranks"].min()
+    base = base[base["ranks"] == smallest]
     if base.empty:
         return None
     phases = {p: float(base[p].mean()) for p in PHASES}

@@ -38,17 +38,48 @@ class Table:
         return i < self.key_columns or i in self.text_columns
 
 
+def by_ranks(done: pd.DataFrame) -> bool:
+    """Does the sweep vary ranks per node? Then tables and plots go by ranks, not nodes."""
+    return "tasks_per_node" in done.columns and done["tasks_per_node"].nunique() > 1
+
+
+def ranks_word(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
 def _pivot(done: pd.DataFrame, cell: Callable[[pd.Series], str], title: str, key: str,
            note: str = "") -> Table:
-    nodes = sorted(done["nodes"].unique()) if not done.empty else []
+    """One row per configuration, one column per node count (per rank count when the sweep
+    varies tasks per node: each cell then says its layout, nodes x tasks per node)."""
+    size = "ranks" if by_ranks(done) else "nodes"
+    sizes = sorted(done[size].unique()) if not done.empty else []
+    word = ranks_word if size == "ranks" else nodes_word
+
+    def text(r: pd.Series) -> str:
+        return (f"{r['nodes']}x{r['tasks_per_node']}: {cell(r)}" if size == "ranks"
+                else cell(r))
+
     rows = []
     for label, g in done.groupby("_label", sort=True):
         row = [label]
-        for n in nodes:
-            at = g[g["nodes"] == n]
-            row.append(" / ".join(cell(r) for _, r in at.iterrows()) if not at.empty else "")
+        for n in sizes:
+            at = g[g[size] == n]
+            row.append(" / ".join(text(r) for _, r in at.iterrows()) if not at.empty else "")
         rows.append(row)
-    return Table(key, title, ["configuration", *(nodes_word(int(n)) for n in nodes)], rows, note)
+    return Table(key, title, ["configuration", *(word(int(n)) for n in sizes)], rows, note)
+
+
+def _baseline_words(done: pd.DataFrame) -> str:
+    """The baseline all speedups are relative to, named: '1-node run' as before when it is
+    the 1-node run of every configuration, else '1-rank baseline' (or 'N-rank')."""
+    if done.empty or "baseline_ranks" not in done.columns:
+        return "the 1-node run"
+    base = {int(b) for b in done["baseline_ranks"].dropna()}
+    if not by_ranks(done):
+        return "the 1-node run"
+    if len(base) == 1:
+        return f"the {base.pop()}-rank baseline"
+    return "the smallest run of each configuration"
 
 
 def throughput_table(done: pd.DataFrame) -> Table:
@@ -59,11 +90,26 @@ def throughput_table(done: pd.DataFrame) -> Table:
 
 
 def speedup_table(done: pd.DataFrame) -> Table:
-    return _pivot(done,
-                  lambda r: f"{fmt_num(r['speedup'], '.2f')} ({fmt_num(r['efficiency'], '.0%')})",
-                  "Speedup vs the 1-node run (efficiency)", "speedup",
-                  "speedup = throughput(N) / throughput(1 node); efficiency = speedup / "
-                  "(ranks(N) / ranks(1 node))")
+    """Speedup and efficiency per size; the last column names each configuration's baseline
+    (its run with the fewest ranks: analyze.add_scaling)."""
+    table = _pivot(done,
+                   lambda r: f"{fmt_num(r['speedup'], '.2f')} ({fmt_num(r['efficiency'], '.0%')})",
+                   f"Speedup vs {_baseline_words(done)} (efficiency)", "speedup",
+                   "speedup = throughput(N) / throughput(baseline); efficiency = speedup / "
+                   "(ranks(N) / ranks(baseline)); baseline = the configuration's run with the "
+                   "fewest ranks")
+    table.columns.append("baseline")
+    table.text_columns = (len(table.columns) - 1,)
+    for row, (_, g) in zip(table.rows, done.groupby("_label", sort=True), strict=True):
+        base = (g["baseline_ranks"].dropna() if "baseline_ranks" in g.columns
+                else g["ranks"][g["speedup"].notna()].nsmallest(1))
+        at = g[g["ranks"] == int(base.iloc[0])] if not base.empty else g[:0]
+        if at.empty:
+            row.append("-")
+            continue
+        row.append(f"{ranks_word(int(base.iloc[0]))} ({nodes_word(int(at['nodes'].iloc[0]))} "
+                   f"x {int(at['tasks_per_node'].iloc[0])})")
+    return table
 
 
 def prediction_table(train: pd.DataFrame, label_of: dict, pred_by: pd.DataFrame) -> Table:

@@ -4,7 +4,8 @@ ps-lite (MXNet's parameter server) takes every role from ``DMLC_*`` variables, w
 ``templates/modes/mxnet-kvstore.sh.j2`` sets per task from the task table below:
 
 * task 0: the **scheduler**, on the first node (``DMLC_PS_ROOT_URI``/``_PORT`` point at it);
-* then ``servers_per_node`` **servers** on every node (keys are spread over all servers);
+* then the **servers**: ``servers_per_node`` on every node, or ``servers`` in all, placed
+  round-robin over the nodes (server s on node s mod nodes; keys are spread over all servers);
 * then ``tasks_per_node`` **workers** on every node: the only tasks that train and log
   iterations.
 
@@ -19,16 +20,17 @@ dist_sync defaults to ``worker``.
 """
 
 from ...errors import UserError
-from ..base import Mode, Option, Task
+from ..base import Mode, Option, Task, one_server_count, server_nodes
 
 KVSTORES = ("dist_sync", "dist_async")
 
 
 def placement(nodes, tasks_per_node, options):
     """Scheduler (node 0), then the servers, then the workers, each group node-major."""
-    servers = int(options.get("servers_per_node", "1"))
+    where = server_nodes(nodes, options)
     tasks = [Task("scheduler", 0, 0)]
-    tasks += [Task("server", n * servers + s, n) for n in range(nodes) for s in range(servers)]
+    tasks += [Task("server", s, n) for n in range(nodes)
+              for s in range(len(where)) if where[s] == n]
     tasks += [Task("worker", n * tasks_per_node + t, n)
               for n in range(nodes) for t in range(tasks_per_node)]
     return tasks
@@ -39,7 +41,9 @@ def is_synchronous(options):
 
 
 def resolve(mode, given, out):
-    """The default of ``update`` depends on ``kvstore`` (dist_async cannot update on workers)."""
+    """The default of ``update`` depends on ``kvstore`` (dist_async cannot update on workers);
+    ``servers`` (in all) replaces ``servers_per_node``."""
+    out = one_server_count(mode, given, out, "servers", "servers_per_node")
     if "update" not in given:
         out["update"] = "server" if out["kvstore"] == "dist_async" else "worker"
     elif out["kvstore"] == "dist_async" and out["update"] == "worker":
@@ -67,6 +71,9 @@ MODE = Mode(
                     "and update timed apart), server for dist_async (the only choice there)"),
         Option(name="servers_per_node", choices=(), default="1",
                help="KVStore servers per node (keys are spread over all servers)"),
+        Option(name="servers", choices=(), default=None,
+               help="KVStore servers in all, placed round-robin over the nodes (replaces "
+                    "servers_per_node; a sweep dimension: servers=1,2)"),
     ),
     placement=placement,
     resolve=resolve,

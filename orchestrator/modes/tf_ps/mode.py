@@ -2,22 +2,29 @@
 
 The chief (coordinator) runs on the first node; every node runs ``tasks_per_node`` workers
 (``--tasks-per-node``: one per GPU, or 1 on CPU partitions) and ``ps_per_node`` parameter
-servers. The chief times the steps it schedules on the workers, so it is the task that logs
+servers, or ``servers`` parameter servers in all, placed round-robin over the nodes. The chief
+times the steps it schedules on the workers, so it is the task that logs
 iterations, while speedup and efficiency count the workers. Workers update the parameters
 asynchronously: their parameters are not expected to agree (not ``synchronous``).
 """
 
-from ..base import Mode, Option, Task
+from ..base import Mode, Option, Task, one_server_count, server_nodes
 
 
 def placement(nodes, tasks_per_node, options):
-    """Task 0 is the chief on node 0; then, node by node, its workers and its ps tasks."""
-    ps_per_node = int(options.get("ps_per_node", "1"))
+    """Task 0 is the chief on node 0; then, node by node, its workers and its ps tasks (ps p
+    on node p mod nodes with ``servers``; ``ps_per_node`` on every node otherwise)."""
+    where = server_nodes(nodes, options, "servers", "ps_per_node")
     tasks = [Task("chief", 0, 0)]
     for node in range(nodes):
         tasks += [Task("worker", node * tasks_per_node + t, node) for t in range(tasks_per_node)]
-        tasks += [Task("ps", node * ps_per_node + p, node) for p in range(ps_per_node)]
+        tasks += [Task("ps", p, node) for p in range(len(where)) if where[p] == node]
     return tasks
+
+
+def resolve(mode, given, out):
+    """``servers`` (in all) replaces ``ps_per_node``."""
+    return one_server_count(mode, given, out, "servers", "ps_per_node")
 
 
 MODE = Mode(
@@ -31,8 +38,12 @@ MODE = Mode(
     options=(
         Option(name="ps_per_node", choices=(), default="1",
                help="parameter-server tasks per node (workers per node: --tasks-per-node)"),
+        Option(name="servers", choices=(), default=None,
+               help="parameter-server tasks in all, placed round-robin over the nodes "
+                    "(replaces ps_per_node; a sweep dimension: servers=1,2)"),
     ),
     placement=placement,
+    resolve=resolve,
     pattern="parameter-server",
     training_roles=("worker",),
     iteration_roles=("chief",),

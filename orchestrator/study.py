@@ -1,0 +1,381 @@
+"""Study files: a sweep written down (``studies/<name>.yaml``), checked into git, run with
+``orch sweep --study FILE``.
+
+Every command-line dimension of ``orch sweep`` is a list here (nodes, tasks_per_node, modes,
+models, batch_sizes, partitions, options, prefetch), crossed by default; ``zip`` names groups
+of dimensions that advance together instead (``zip: [[nodes, tasks_per_node]]`` with
+``nodes: [1, 1, 2]`` and ``tasks_per_node: [1, 2, 2]`` is three layouts, not nine);
+``per_mode`` gives one mode its own options, models or batch sizes. The pydantic model below is
+the published JSON schema (``orch study schema``); every error names the file, the line, the
+field and the fix (site.py's machinery), before anything is written or submitted.
+
+A study becomes one SweepSpec per (mode, zipped point), each expanded by ``sweep.expand``;
+the runs are the union in order, without duplicates. Command-line flags replace the study's
+value of the same dimension. Each run's provenance.json records the study (name, file,
+sha256, content), and the result set has a ``study`` column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from . import modes, zoo
+from .errors import UserError
+from .resources import data_dir
+from .site import Site, format_validation_error, location, read_yaml
+from .sweep import Run, SweepSpec
+from .sweep import expand as expand_spec
+
+Count = Annotated[StrictInt, Field(ge=1)]
+Name = Annotated[StrictStr, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+OptionValue = StrictStr | StrictInt | StrictBool
+OptionLists = dict[Name, Annotated[list[OptionValue], Field(min_length=1)]]
+
+# The dimensions a zip group may name (each a list in the file).
+ZIPPABLE = ("nodes", "tasks_per_node", "modes", "models", "batch_sizes", "partitions",
+            "prefetch")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PerMode(_Strict):
+    """What one mode does differently from the study's common dimensions."""
+
+    options: OptionLists = Field(default_factory=dict, description="this mode's options (each "
+                                 "a list: a dimension), replacing the common ones of that name")
+    models: list[Name] | None = Field(None, min_length=1, description="this mode's models")
+    batch_sizes: list[Count] | None = Field(None, min_length=1,
+                                            description="this mode's batch sizes")
+
+
+class Study(_Strict):
+    """A sweep as a file: its dimensions (lists, crossed unless zipped) and constants."""
+
+    name: Name = Field(description="the study's name (the file's stem for shipped studies)")
+    description: str = Field("", description="what the study measures and where it comes from")
+    site: Name | None = Field(None, description="default site (orch sweep --site overrides)")
+    nodes: list[Count] = Field([1, 2, 4], min_length=1, description="node counts")
+    tasks_per_node: list[Count] | None = Field(
+        None, min_length=1, description="ranks per node (GPUs, or CPU ranks); default one per "
+        "GPU, else one")
+    modes: list[Name] = Field(list(SweepSpec.model_fields["modes"].default), min_length=1,
+                              description="distributed modes (default: orch sweep's)")
+    models: list[Name] = Field(["lenet5"], min_length=1, description="models from the zoo")
+    dataset: Name = Field("cifar", description="cifar or imagenet")
+    batch_sizes: list[Count] = Field([32], min_length=1, description="samples per rank")
+    partitions: list[Name] | None = Field(None, min_length=1,
+                                          description="partitions; default the site's")
+    options: OptionLists = Field(default_factory=dict, description="mode options, NAME: "
+                                 "[VALUE, ...]; each applies to the modes that have it")
+    per_mode: dict[Name, PerMode] = Field(default_factory=dict,
+                                          description="mode name -> its own options/models/"
+                                          "batch sizes")
+    zip: list[Annotated[list[Name], Field(min_length=2)]] = Field(
+        default_factory=list, description="groups of dimensions (of: " + ", ".join(ZIPPABLE)
+        + ") whose lists have one length and advance together instead of being crossed")
+    iters: Count = Field(20, description="measured iterations")
+    warmup: Annotated[StrictInt, Field(ge=0)] = Field(5, description="warm-up iterations")
+    repeats: Count = Field(1, description="repetitions of every run")
+    launcher: Name | None = Field(None, description="srun, mpirun or local; default the "
+                                  "partition's")
+    time_limit_min: Count | None = Field(None, description="time limit per run, minutes")
+    data: StrictStr | None = Field(None, description="on-disk data set (orch data make)")
+    prefetch: list[StrictBool] = Field([True], min_length=1,
+                                       description="with data: read ahead (true), or not")
+
+
+@dataclass(frozen=True)
+class LoadedStudy:
+    study: Study
+    path: Path
+    text: str
+    root: yaml.Node | None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def provenance(self) -> dict[str, Any]:
+        """What every run's provenance.json records of the study that produced it."""
+        return {"name": self.study.name, "file": str(self.path), "sha256": self.sha256,
+                "content": self.text}
+
+    def at(self, *loc: Any) -> str:
+        """``file:line`` of a field of the file."""
+        return location(self.path, self.root, list(loc))
+
+
+def schema() -> dict[str, Any]:
+    """The published JSON schema of study files."""
+    out = Study.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out["title"] = "orch study"
+    return out
+
+
+def studies_dir() -> Path:
+    return data_dir("studies")
+
+
+def available() -> dict[str, Path]:
+    try:
+        return {p.stem: p for p in sorted(studies_dir().glob("*.yaml"))}
+    except FileNotFoundError:
+        return {}
+
+
+def resolve(name_or_path: str) -> Path:
+    """A shipped study's name (studies/) or a path to a YAML file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise UserError(f"study file {path} does not exist")
+        return path
+    shipped = available()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    raise UserError(f"unknown study '{name_or_path}'; valid: {', '.join(shipped) or '(none)'} "
+                    "(or give a path to a study YAML file)")
+
+
+def _duplicate_keys(path: Path, node: yaml.Node | None, trail: tuple = ()) -> None:
+    """YAML lets a mapping repeat a key (the last one wins, silently): refuse it."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            name = key.value if isinstance(key, yaml.ScalarNode) else repr(key.value)
+            if name in seen:
+                field = ".".join(map(str, (*trail, name)))
+                raise UserError(f"{path}:{key.start_mark.line + 1}: {field}: duplicate key "
+                                f"(first at line {seen[name]}); keep one")
+            seen[name] = key.start_mark.line + 1
+            _duplicate_keys(path, value, (*trail, name))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _duplicate_keys(path, item, (*trail, i))
+
+
+def load(name_or_path: str) -> LoadedStudy:
+    """Read and validate a study file's shape; errors say file:line, field, fix."""
+    path = resolve(name_or_path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read the study file: {exc}") from None
+    data, root = read_yaml(path, "study", "name, description, nodes, modes…")
+    _duplicate_keys(path, root)
+    try:
+        study = Study.model_validate(data)
+    except ValidationError as exc:
+        lines = format_validation_error(path, root, exc, Study, "study").splitlines()[1:]
+        raise UserError("\n".join(lines)) from None
+    loaded = LoadedStudy(study, path, text, root)
+    _check_zip(loaded)
+    return loaded
+
+
+def _check_zip(ls: LoadedStudy) -> None:
+    s, used = ls.study, {}
+    for g, group in enumerate(s.zip):
+        for i, dim in enumerate(group):
+            if dim not in ZIPPABLE:
+                raise UserError(f"{ls.at('zip', g, i)}: zip[{g}][{i}]: '{dim}' is not a "
+                                f"dimension that can be zipped; valid: {', '.join(ZIPPABLE)}")
+            if dim in used:
+                raise UserError(f"{ls.at('zip', g, i)}: zip[{g}][{i}]: '{dim}' is already in "
+                                f"zip group {used[dim]}; a dimension is in one group at most")
+            used[dim] = g
+            if getattr(s, dim) is None:
+                raise UserError(f"{ls.at('zip', g, i)}: zip[{g}][{i}]: '{dim}' is not given "
+                                f"in the study; give it as a list")
+    for g, group in enumerate(s.zip):
+        lengths = {dim: len(getattr(s, dim)) for dim in group}
+        if len(set(lengths.values())) > 1:
+            shown = ", ".join(f"{d} has {n}" for d, n in lengths.items())
+            raise UserError(f"{ls.at('zip', g)}: zip[{g}]: zipped lists must have one length "
+                            f"({shown}); make them equal or cross them (drop the group)")
+
+
+# --- from a study to runs ------------------------------------------------------------------
+
+
+def _opt_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _check_semantics(ls: LoadedStudy, site: Site, fields: dict[str, Any],
+                     from_cli: set[str]) -> None:
+    """The checks sweep.validate makes, each located in the file (a dimension given on the
+    command line is checked by sweep.expand, which names the flag)."""
+    s = ls.study
+
+    def where(*loc: Any) -> str:
+        return ls.at(*loc)
+
+    if "dataset" not in from_cli and s.dataset not in zoo.DATASETS:
+        raise UserError(f"{where('dataset')}: dataset: unknown dataset '{s.dataset}'; valid: "
+                        f"{', '.join(zoo.DATASETS)}")
+    mode_objs = []
+    if "modes" not in from_cli:
+        for i, name in enumerate(s.modes):
+            try:
+                mode_objs.append(modes.get(name))
+            except UserError as exc:
+                raise UserError(f"{where('modes', i)}: modes[{i}]: {exc}") from None
+    else:
+        mode_objs = [modes.get(m) for m in fields["modes"]]
+    if "models" not in from_cli:
+        for i, model in enumerate(s.models):
+            _check_model(model, fields["dataset"], f"{where('models', i)}: models[{i}]")
+    for name, values in s.options.items():
+        owners = [m for m in mode_objs if name in {o.name for o in m.options}]
+        if not owners:
+            valid = sorted({o.name for m in mode_objs for o in m.options})
+            raise UserError(f"{where('options', name)}: options.{name}: none of the modes "
+                            f"{', '.join(m.name for m in mode_objs)} has it; valid: "
+                            f"{', '.join(valid) or '(none)'}")
+        for j, value in enumerate(values):
+            problems = []
+            for owner in owners:  # valid if one of the modes that have the option takes it
+                try:
+                    owner.option(name).check(owner.name, _opt_text(value))
+                except UserError as exc:
+                    problems.append(str(exc))
+            if len(problems) == len(owners):
+                raise UserError(f"{where('options', name, j)}: options.{name}[{j}]: "
+                                f"{problems[0]}")
+    names = [m.name for m in mode_objs]
+    for mode_name, per in s.per_mode.items():
+        if "modes" in from_cli and mode_name not in names:
+            continue  # --mode chose other modes: this mode's overrides are not used
+        if mode_name not in names:
+            raise UserError(f"{where('per_mode', mode_name)}: per_mode.{mode_name}: not one of "
+                            f"the study's modes ({', '.join(names)}); fix the name or add it "
+                            "to modes")
+        mode = modes.get(mode_name)
+        for name, values in per.options.items():
+            try:
+                opt = mode.option(name)
+            except UserError as exc:
+                raise UserError(f"{where('per_mode', mode_name, 'options', name)}: "
+                                f"per_mode.{mode_name}.options.{name}: {exc}") from None
+            for j, value in enumerate(values):
+                try:
+                    opt.check(mode_name, _opt_text(value))
+                except UserError as exc:
+                    raise UserError(f"{where('per_mode', mode_name, 'options', name, j)}: "
+                                    f"per_mode.{mode_name}.options.{name}[{j}]: {exc}") from None
+        for i, model in enumerate(per.models or []):
+            _check_model(model, fields["dataset"], f"{where('per_mode', mode_name, 'models', i)}"
+                         f": per_mode.{mode_name}.models[{i}]")
+    parts = []
+    if "partitions" not in from_cli and s.partitions is not None:
+        for i, p in enumerate(s.partitions):
+            try:
+                parts.append(site.partition(p))
+            except UserError as exc:
+                raise UserError(f"{where('partitions', i)}: partitions[{i}]: {exc}") from None
+    else:
+        parts = [site.partition(p) for p in fields.get("partitions") or (None,)]
+    if "nodes" not in from_cli:
+        for i, n in enumerate(s.nodes):
+            for part in parts:
+                if n > part.nodes:
+                    raise UserError(f"{where('nodes', i)}: nodes[{i}]: {n} nodes; partition "
+                                    f"'{part.name}' of site '{site.name}' has only "
+                                    f"{part.nodes}: lower it (or choose another partition)")
+    if "launcher" not in from_cli and s.launcher is not None:
+        from . import backends
+
+        if s.launcher not in backends.launcher_names():
+            raise UserError(f"{where('launcher')}: launcher: '{s.launcher}' is not a launcher; "
+                            f"valid: {', '.join(backends.launcher_names())}")
+
+
+def _check_model(model: str, dataset: str, prefix: str) -> None:
+    try:
+        entry = zoo.get(model)
+    except (KeyError, ValueError) as exc:
+        raise UserError(f"{prefix}: {str(exc).strip(chr(39) + chr(34))}") from None
+    if dataset not in entry.datasets:
+        raise UserError(f"{prefix}: model '{model}' has no '{dataset}' variant; valid: "
+                        f"{', '.join(entry.datasets)}")
+
+
+# The SweepSpec fields a study fills in (the same names as the file's).
+_SPEC_FIELDS = ("nodes", "tasks_per_node", "modes", "models", "dataset", "batch_sizes",
+                "partitions", "options", "iters", "warmup", "repeats", "launcher",
+                "time_limit_min", "data", "prefetch")
+
+
+def spec_fields(study: Study) -> dict[str, Any]:
+    """The study as SweepSpec keyword arguments (lists as tuples, option values as text)."""
+    out: dict[str, Any] = {}
+    for name in _SPEC_FIELDS:
+        value = getattr(study, name)
+        if name == "options":
+            value = {k: tuple(_opt_text(v) for v in vs) for k, vs in value.items()}
+        elif isinstance(value, list):
+            value = tuple(value)
+        out[name] = value
+    if out["partitions"] is None:
+        out["partitions"] = (None,)
+    return out
+
+
+def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
+          ) -> list[SweepSpec]:
+    """One SweepSpec per (mode, point of the zipped groups). ``overrides``: SweepSpec fields
+    given on the command line; they replace the study's (a zip group loses a dimension the
+    command line gave); ``options`` replace the study's options of the same names only."""
+    overrides = dict(overrides or {})
+    cli_options = overrides.pop("options", {})  # per option name, over the file's and per_mode
+    fields = {**spec_fields(ls.study), **overrides}
+    fields["options"] = {**fields["options"], **cli_options}
+    _check_semantics(ls, site, fields, set(overrides))
+    groups = [[d for d in g if d not in overrides] for g in ls.study.zip]
+    groups = [g for g in groups if g]
+    out = []
+    for mode in fields["modes"]:
+        per = ls.study.per_mode.get(mode)
+        base = {**fields, "modes": (mode,)}
+        if per is not None:
+            base["options"] = {**base["options"], **{k: tuple(_opt_text(v) for v in vs)
+                                                     for k, vs in per.options.items()},
+                               **cli_options}
+            if per.models and "models" not in overrides:
+                base["models"] = tuple(per.models)
+            if per.batch_sizes and "batch_sizes" not in overrides:
+                base["batch_sizes"] = tuple(per.batch_sizes)
+        indexes = [range(len(fields[g[0]])) for g in groups]
+        for point in itertools.product(*indexes):
+            spec = dict(base)
+            for group, i in zip(groups, point, strict=True):
+                for dim in group:
+                    spec[dim] = (fields[dim][i],)
+            out.append(SweepSpec(**spec))
+    return out
+
+
+def expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None) -> list[Run]:
+    """The study's runs in order, each once. Errors left to sweep.expand name the file."""
+    runs: dict[str, Run] = {}
+    for spec in specs(ls, site, overrides):
+        try:
+            found = expand_spec(spec, site)
+        except UserError as exc:
+            raise UserError(f"{ls.path}: {exc}") from None
+        for run in found:
+            runs.setdefault(run.run_id, run)
+    return list(runs.values())
