@@ -71,7 +71,8 @@ class SweepProgress:
         c = self.counts()
         elapsed = self.clock() - self.started
         eta = self.estimate_s()
-        left = "estimate: after the first run ends" if eta is None else f"~{fmt_s(eta)} left"
+        left = ("estimate: after the first run ends" if eta is None
+                else "all finished" if eta == 0 else f"~{fmt_s(eta)} left")
         return (f"progress: {c['done'] + c['failed']}/{self.total} finished "
                 f"({c['done']} done, {c['failed']} failed), {c['running']} running, "
                 f"{c['pending']} pending; {fmt_s(elapsed)} elapsed, {left}")

@@ -67,7 +67,7 @@ def site_schema() -> None:
 @app.command("detect")
 def site_detect(
     name: Annotated[str, typer.Option("--name", help="Site name.")] = "detected",
-    out: Annotated[str | None, typer.Option("--out", help="File to write; default "
+    out: Annotated[str | None, typer.Option("--out", "-o", help="File to write; default "
                                             "site-configs/<name>.yaml; '-' prints it.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
     probe: Annotated[bool, typer.Option("--probe/--no-probe", help="Run a small probe job on "
