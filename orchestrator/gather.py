@@ -421,11 +421,15 @@ def _parse_json(buf: bytes, rows: int) -> dict[str, pa.Array] | None:
     try:
         parsed = pj.read_json(
             pa.BufferReader(buf),
-            parse_options=pj.ParseOptions(explicit_schema=pa.schema(list(_ITER_TYPES.items())),
-                                          unexpected_field_behavior="ignore"),
+            parse_options=pj.ParseOptions(
+                explicit_schema=pa.schema([("type", pa.string()), *_ITER_TYPES.items()]),
+                unexpected_field_behavior="ignore"),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     if parsed.num_rows != rows or any(parsed.column(n).null_count for n in _NO_NULLS):
+        return None
+    kinds = parsed.column("type")  # a record of another type among them: the slow path
+    if kinds.null_count or (parsed.num_rows and kinds.unique().to_pylist() != ["iter"]):
         return None
     return {name: parsed.column(name).combine_chunks() for name in _ITER_TYPES}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -127,12 +128,24 @@ def _file_token(path: Path) -> list[int] | None:
     return [st.st_size, st.st_mtime_ns, st.st_ino]
 
 
+RACY_S = 2.0  # a log written this recently may change again within its mtime's resolution
+
+
 def _inputs_key(rdir: Path) -> str:
-    """What a run's rows and metrics depend on: run.json, and each rank log's identity."""
+    """What a run's rows and metrics depend on: run.json, and each rank log's identity.
+
+    A file's mtime has the resolution of the kernel's clock tick, not 1 ns: a log rewritten
+    with the same size within one tick would keep its key. So, as git does with its index, a
+    run whose log changed in the last ``RACY_S`` seconds gets a key that never matches: it is
+    read again next time, and cached once its logs have been still for a while.
+    """
     digest = hashlib.sha256(f"v{CACHE_VERSION}\n".encode())
     digest.update((rdir / "run.json").read_bytes())
+    racy = time.time_ns() - int(RACY_S * 1e9)
     for _, path in protocol.rank_logs(rdir / protocol.RANKS_DIR):
         st = os.stat(path)
+        if st.st_mtime_ns >= racy:
+            return "racy"
         digest.update(f"\n{os.path.basename(path)} {st.st_size} {st.st_mtime_ns} "
                       f"{st.st_ino}".encode())
     return digest.hexdigest()
@@ -145,7 +158,7 @@ def _read_entry(cache: Path, run_id: str, key: str, generation) -> dict | None:
         entry = json.loads((cache / f"{run_id}.json").read_text())
     except (OSError, ValueError):
         return None
-    if (not isinstance(entry, dict) or entry.get("version") != CACHE_VERSION
+    if (not isinstance(entry, dict) or entry.get("version") != CACHE_VERSION or key == "racy"
             or entry.get("key") != key or entry.get("parquet") != generation):
         return None
     return entry

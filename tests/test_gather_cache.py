@@ -4,6 +4,7 @@ and the result set stays exactly that of a merge from scratch (tests/test_report
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -24,7 +25,15 @@ def _sweep(tmp_path):
             lines = [header(rank)] + [dumps(iteration(i, rng, warmup=2)) for i in range(8)]
             (rdir / "ranks" / f"rank-{rank}.jsonl").write_text("\n".join([*lines, FOOTER]) + "\n")
         rdirs.append(rdir)
+    for log in out.glob("*/ranks/*.jsonl"):
+        _age(log)
     return out, rdirs
+
+
+def _age(path, seconds=60):
+    """Logs written seconds ago (a log written within RACY_S is never taken from the cache)."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - int(seconds * 1e9)))
 
 
 def _count_reads(monkeypatch):
@@ -57,6 +66,7 @@ def test_regather_reads_only_the_changed_run(tmp_path, monkeypatch):
     log = rdirs[1] / "ranks" / "rank-1.jsonl"
     lines = log.read_text().splitlines()
     log.write_text("\n".join([*lines[:-1], dumps(iteration(8, rng, warmup=2)), lines[-1]]) + "\n")
+    _age(log, 30)
     read.clear()
     runs, changed = check_merge(out)
     assert sorted(p.parent.parent.name for p in read) == [rdirs[1].name] * 2
@@ -88,3 +98,39 @@ def test_a_replaced_parquet_or_run_json_invalidates(tmp_path, monkeypatch):
     read.clear()
     check_merge(out)
     assert len(read) == 4
+
+
+def test_a_log_written_just_now_is_read_again(tmp_path, monkeypatch):
+    out, rdirs = _sweep(tmp_path)
+    (rdirs[0] / "ranks" / "rank-0.jsonl").touch()  # still being written, maybe
+    check_merge(out)
+    read = _count_reads(monkeypatch)
+    check_merge(out)
+    assert len(read) == 1  # only the racy run; the others came from the cache
+
+
+def test_typed_field_parse_is_taken_for_harness_lines_and_refuses_odd_ones(tmp_path):
+    out, rdirs = _sweep(tmp_path)
+    from orchestrator import rundir
+
+    files = [(rundir.read_run(r), s) for r in rdirs for s in gather.scan_run_logs(r)]
+    keys, rows = files[0][1].keys, sum(s.lines for _, s in files)
+    fields = gather._parse_fields(files, keys, rows)
+    cells = gather._parse_csv(gather._Lines([s.raw for _, s in files]), keys, rows)
+    assert fields is not None and sorted(fields) == sorted(cells)
+    assert all(fields[k].equals(cells[k]) for k in cells)
+    # a quoted number, a string type, a key out of place, a null iter: each refused
+    log = rdirs[2] / "ranks" / "rank-3.jsonl"
+    good = log.read_text()
+    for bad in ('"t_f":"0.5"', '"type":"other"', '"t_x":0.5', '"iter":null'):
+        lines = good.splitlines()
+        rec = json.loads(lines[3])
+        key, value = bad.split(":", 1)
+        rec[json.loads(key)] = json.loads(value)
+        if key == '"t_x"':
+            del rec["t_f"]
+        lines[3] = json.dumps(rec, separators=(",", ":"))
+        log.write_text("\n".join(lines) + "\n")
+        odd = [(rundir.read_run(r), s) for r in rdirs for s in gather.scan_run_logs(r)]
+        assert gather._parse_fields(odd, keys, rows) is None, bad
+        check_merge(out)  # and the merge is still exactly the slow one
