@@ -242,9 +242,7 @@ def _parse_group(files: list[tuple[Run, ScannedLog]]) -> pa.Table | None:
 
     keys = files[0][1].keys
     rows = sum(s.lines for _, s in files)
-    values = _parse_fields(files, keys, rows)
-    if values is None:
-        values = _parse_csv(_Lines([s.raw for _, s in files]), keys, rows)
+    values = _parse_csv(_Lines([s.raw for _, s in files]), keys, rows)
     if values is None:
         values = _parse_json(b"\n".join(s.raw for _, s in files), rows)
     if values is None:
@@ -307,70 +305,6 @@ class _Lines(io.RawIOBase):
             if self._offset == len(part):
                 self._index, self._offset = self._index + 1, 0
         return filled
-
-
-# '{', ':' and '}' become field separators: '{"type":"iter","iter":3}' reads as the CSV line
-# ',"type","iter","iter",3,' (an empty cell, then key and value cells in turn, an empty cell).
-_SEPARATORS = bytes.maketrans(b"{:}", b",,,")
-
-
-def _parse_fields(files: list[tuple[Run, ScannedLog]], keys: tuple[str, ...],
-                  rows: int) -> dict[str, pa.Array] | None:
-    """Lines that all have exactly ``keys`` in this order, values typed by the CSV reader
-    itself (one pass, no string columns); None if any line differs in any way.
-
-    Each line must split into exactly the expected cells; every key cell must be its key
-    (read as a dictionary: checked once per distinct value), the first and last cells empty,
-    the type ``"iter"``; values of orch's fields are parsed as int64/float64/bool with no
-    quoting (a quoted number is not a number here), ``null`` only where the slow path allows
-    it. Arrow's number parsing is correctly rounded, as ``float()`` is.
-    """
-    import pyarrow.csv as pcsv
-
-    names = ["lead"]
-    for key in keys:
-        names += [f"k:{key}", f"v:{key}"]
-    names.append("trail")
-    dict_type = pa.dictionary(pa.int32(), pa.string())
-    types = {n: dict_type for n in names if not n.startswith("v:")}
-    types["v:type"] = dict_type
-    for key in keys:
-        if key in _ITER_TYPES:
-            types[f"v:{key}"] = _ITER_TYPES[key]
-    pieces = [bytes(s.raw).translate(_SEPARATORS) for _, s in files]
-    try:
-        cells = pcsv.read_csv(
-            pa.PythonFile(_Lines(pieces), mode="r"),
-            read_options=pcsv.ReadOptions(column_names=names, block_size=8 << 20),
-            parse_options=pcsv.ParseOptions(delimiter=",", quote_char=False,
-                                            double_quote=False, escape_char=False),
-            convert_options=pcsv.ConvertOptions(
-                column_types=types, include_columns=list(types), check_utf8=False,
-                true_values=["true"], false_values=["false"], null_values=["null"],
-                strings_can_be_null=False, quoted_strings_can_be_null=False),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
-    if cells.num_rows != rows:
-        return None
-    expected = {"lead": "", "trail": "", "v:type": '"iter"'}
-    expected.update({f"k:{key}": json.dumps(key) for key in keys})
-    for name, want in expected.items():
-        column = cells.column(name)
-        if column.null_count:
-            return None
-        for chunk in column.chunks:
-            # A chunk's dictionary holds the values of its cells: exactly [want], else no.
-            if len(chunk) and chunk.dictionary.to_pylist() != [want]:
-                return None
-    out: dict[str, pa.Array] = {}
-    for key in keys:
-        if key in _ITER_TYPES:
-            column = cells.column(f"v:{key}")
-            if key in _NO_NULLS and column.null_count:
-                return None
-            out[key] = column.combine_chunks()
-    return out
 
 
 def _parse_csv(stream: io.RawIOBase, keys: tuple[str, ...],
