@@ -101,13 +101,35 @@ def _write_rank(path: Path, run: Run, rank: int, rng: random.Random) -> None:
 
 
 def time_orch(out: Path) -> tuple[float, int]:
+    """A merge from scratch: the incremental cache (results/.cache) is removed first."""
     from orchestrator import results
 
+    shutil.rmtree(out / results.CACHE_DIR, ignore_errors=True)
     t0 = time.perf_counter()
     runs = results.merge(out)
     elapsed = time.perf_counter() - t0
     assert len(runs) == len(MODELS) * len(BATCHES) * len(NODES)
     return elapsed, len(runs)
+
+
+def time_regather(out: Path, change_one: bool) -> tuple[float, int]:
+    """A re-merge with the cache of the previous one; ``change_one``: one run's rank log
+    was touched (new mtime), so that run's logs are read again and only those."""
+    from orchestrator import gather, results
+
+    if change_one:
+        log = sorted(out.glob("*/ranks/rank-0.jsonl"))[0]
+        os.utime(log, ns=(time.time_ns(), time.time_ns()))
+    read = []
+    real = gather.scan_rank_log
+    gather.scan_rank_log = lambda path: (read.append(path), real(path))[1]
+    try:
+        t0 = time.perf_counter()
+        results.merge(out)
+        elapsed = time.perf_counter() - t0
+    finally:
+        gather.scan_rank_log = real
+    return elapsed, len(read)
 
 
 def time_naive(out: Path) -> tuple[float, int]:
@@ -149,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         merged = __import__("pandas").read_parquet(out / "results" / "iterations.parquet")
         assert len(merged) == rows, (len(merged), rows)
         print(f"orch merge (read + verify + Parquet):  {orch_s:7.2f} s")
+        same_s, same_n = min(time_regather(out, False) for _ in range(args.repeat))
+        print(f"re-gather, nothing changed:            {same_s:7.2f} s ({same_n} logs read)")
+        one_s, one_n = min(time_regather(out, True) for _ in range(args.repeat))
+        print(f"re-gather, one run changed:            {one_s:7.2f} s ({one_n} logs read)")
         if args.skip_naive:
             return 0 if orch_s < 5 else 1
         naive = [time_naive(out) for _ in range(args.repeat)]

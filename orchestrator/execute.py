@@ -24,6 +24,8 @@ __all__ = ["Prepared", "cancel", "dry_run", "execute", "finalize", "follow", "pr
            "refresh", "render_for"]
 
 Event = Callable[[Run, JobRecord], None]
+# Called after every scheduler query while waiting: run id -> orch state, runs of this wait.
+Progress = Callable[[dict[str, str]], None]
 # Ask the scheduler fast while jobs are new, back off while nothing changes: a sweep of
 # hour-long jobs should not run squeue every second on a real cluster. Between those queries
 # a cheap file check (every TICK_S) notices a job script's end (job-times.json) at once.
@@ -93,7 +95,8 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
 
 
 def execute(prepared: list[Prepared], site: Site, wait: bool = True,
-            on_event: Event | None = None, require_fabric: bool = False) -> list[JobRecord]:
+            on_event: Event | None = None, require_fabric: bool = False,
+            on_progress: Progress | None = None) -> list[JobRecord]:
     """Submit the runs that need it; with ``wait``, follow every run to a terminal state.
 
     ``require_fabric``: a run whose fabric verdict is ``mismatch`` is FAILED (the requirement
@@ -119,18 +122,21 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
         current = Prepared(p.run, p.rdir, record, "wait")
         if sched.sequential:
             # One job at a time (the local site): concurrent runs would distort each other.
-            follow([current], sched, on_event)
+            follow([current], sched, on_event, on_progress)
         else:
             live.append(current)
     if wait and live:
-        follow(live, sched, on_event)
+        follow(live, sched, on_event, on_progress)
     return [rundir.read_record(p.rdir) or p.record for p in prepared]
 
 
-def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event) -> None:
+def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event,
+           on_progress: Progress | None = None) -> None:
     """Poll until every run is terminal, finalizing each as it ends."""
     pending = {p.run.run_id: p for p in live}
     last: dict[str, str] = {rid: p.record.state for rid, p in pending.items()}
+    if on_progress:
+        on_progress(dict(last))
     poll_s, next_poll = POLL_MIN_S, 0.0
     while pending:
         ended = any((p.rdir / "job-times.json").exists() for p in pending.values())
@@ -148,6 +154,7 @@ def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event) -> 
                 on_event(p.run, record)
                 del pending[rid]
                 changed = True
+                state = record.state  # orch's verdict (a COMPLETED job may be FAILED)
             elif state != last.get(rid):
                 changed = True
                 record = p.record.model_copy(update={"state": state})
@@ -155,6 +162,8 @@ def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event) -> 
                 pending[rid] = Prepared(p.run, p.rdir, record, "wait")
                 on_event(p.run, record)
             last[rid] = state
+        if on_progress:
+            on_progress(dict(last))
         if pending:
             poll_s = POLL_MIN_S if changed else min(POLL_MAX_S, poll_s * POLL_BACKOFF)
             next_poll = time.time() + poll_s

@@ -9,10 +9,15 @@ run directories, so it can be redone at any time (``orch gather``) and never los
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import time
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import analyze, fabric, files, gather, protocol, rundir
 
@@ -27,16 +32,42 @@ def merge(out: Path) -> pd.DataFrame:
     The iteration lines of all rank logs are parsed together (``gather.merged_iteration_table``)
     and each run's metrics come from its slice of that one table: the same result set as
     building it row by row, ~20x faster on big sweeps (benchmarks/merge_speed.py).
+
+    Incremental: ``results/.cache/<run_id>.json`` remembers, per run, the key of its inputs
+    (run.json's bytes; each rank log's name, size, mtime and inode), its rows' place in the
+    ``iterations.parquet`` written then, its metrics and its logs' headers and footers. A run
+    whose key is unchanged takes its rows from that file and reads none of its logs; only the
+    others are parsed. The result set is the same as a merge without the cache.
     """
-    scanned: list[tuple] = []
+    cache = out / CACHE_DIR
+    parquet = out / "results" / "iterations.parquet"
+    generation = _file_token(parquet)
+    old_rows: int | None = None
+    todo: list[tuple] = []  # (index, run, logs, rdir) of runs whose logs are read
+    entries: list[dict] = []  # per run: run, rdir, key, and table/count/metrics/logs
     runs: list[dict] = []
     for rdir in rundir.run_dirs(out):
         run = rundir.read_run(rdir)
         record = rundir.read_record(rdir)
-        logs = gather.scan_run_logs(rdir) if (rdir / "ranks").is_dir() else []
-        scanned.append((run, logs, rdir))
-        entry = {f: getattr(run, f) for f in RUN_FIELDS}
-        entry.update(
+        key = _inputs_key(rdir)
+        hit = _read_entry(cache, run.run_id, key, generation)
+        if hit is not None and old_rows is None:
+            try:
+                old_rows = pq.read_metadata(parquet).num_rows
+            except (OSError, pa.ArrowInvalid):
+                hit, generation = None, None
+        if hit is not None and hit["offset"] + hit["count"] > old_rows:
+            hit = None
+        entry = {"run": run, "rdir": rdir, "key": key}
+        if hit is not None:
+            entry.update(offset=hit["offset"], count=hit["count"], metrics=hit["metrics"],
+                         logs=[_log_from_json(d) for d in hit["logs"]], cached=hit)
+        else:
+            logs = gather.scan_run_logs(rdir) if (rdir / "ranks").is_dir() else []
+            todo.append((len(entries), run, logs, rdir))
+        entries.append(entry)
+        info = {f: getattr(run, f) for f in RUN_FIELDS}
+        info.update(
             ranks=run.ranks,
             options=json.dumps(run.options, sort_keys=True),
             state=record.state if record else "NEW",
@@ -45,16 +76,38 @@ def merge(out: Path) -> pd.DataFrame:
             attempt=record.attempt if record else 0,
             study=_study_of(rdir),
         )
-        runs.append(entry)
-    table, counts = gather.merged_iteration_table([(run, logs) for run, logs, _ in scanned])
-    frame = table.select(list(analyze.ITER_COLUMNS)).to_pandas()
-    start = 0
-    for entry, (run, logs, rdir), count in zip(runs, scanned, counts, strict=True):
-        entry.update(analyze.run_metrics(frame.iloc[start:start + count]))
-        entry.update(gather.footer_facts([s.log for s in logs]))
-        entry.update(fabric.attest(run, rdir, [s.log for s in logs]))
-        start += count
-    gather.write_parquet(table, out / "results" / "iterations.parquet")
+        runs.append(info)
+    if todo:
+        table, counts = gather.merged_iteration_table([(run, logs) for _, run, logs, _ in todo])
+        frame = table.select(list(analyze.ITER_COLUMNS)).to_pandas()
+        start = 0
+        for (i, _, logs, _), count in zip(todo, counts, strict=True):
+            entries[i].update(table=table.slice(start, count), count=count,
+                              metrics=analyze.run_metrics(frame.iloc[start:start + count]),
+                              logs=[s.log for s in logs])
+            start += count
+    for info, entry in zip(runs, entries, strict=True):
+        logs = entry["logs"]
+        info.update(entry["metrics"])
+        info.update(gather.footer_facts(logs))
+        info.update(fabric.attest(entry["run"], entry["rdir"], logs))
+    offsets = [0]
+    for e in entries:
+        offsets.append(offsets[-1] + e["count"])
+    if not todo and old_rows == offsets[-1] and all(
+            e["offset"] == o for e, o in zip(entries, offsets, strict=False)):
+        pass  # nothing changed: iterations.parquet is already this table, row for row
+    else:
+        if len(todo) == len(entries) and todo:
+            full = table  # nothing from the cache: the one parsed table, in run order
+        else:
+            old_table = pq.read_table(parquet) if len(todo) < len(entries) else None
+            pieces = [e["table"] if "table" in e else old_table.slice(e["offset"], e["count"])
+                      for e in entries if e["count"]]
+            full = (pa.concat_tables(pieces).combine_chunks() if pieces
+                    else gather.iteration_table([]))
+        gather.write_parquet(full, parquet)
+    _write_entries(cache, entries, _file_token(parquet))
     runs_df = analyze.add_scaling(pd.DataFrame(runs))
     if not runs_df.empty:
         files.replace_with(out / "results" / "runs.parquet",
@@ -70,6 +123,85 @@ def _study_of(rdir: Path) -> str | None:
         return None
     study = prov.get("study") if isinstance(prov, dict) else None
     return study.get("name") if isinstance(study, dict) else None
+
+
+# --- the incremental cache -------------------------------------------------------------------
+
+CACHE_DIR = "results/.cache"
+CACHE_VERSION = 1  # bump when the table, the metrics or this format change
+
+
+def _file_token(path: Path) -> list[int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+RACY_S = 2.0  # a log written this recently may change again within its mtime's resolution
+
+
+def _inputs_key(rdir: Path) -> str:
+    """What a run's rows and metrics depend on: run.json, and each rank log's identity.
+
+    A file's mtime has the resolution of the kernel's clock tick, not 1 ns: a log rewritten
+    with the same size within one tick would keep its key. So, as git does with its index, a
+    run whose log changed in the last ``RACY_S`` seconds gets a key that never matches: it is
+    read again next time, and cached once its logs have been still for a while.
+    """
+    digest = hashlib.sha256(f"v{CACHE_VERSION}\n".encode())
+    digest.update((rdir / "run.json").read_bytes())
+    racy = time.time_ns() - int(RACY_S * 1e9)
+    for _, path in protocol.rank_logs(rdir / protocol.RANKS_DIR):
+        st = os.stat(path)
+        if st.st_mtime_ns >= racy:
+            return "racy"
+        digest.update(f"\n{os.path.basename(path)} {st.st_size} {st.st_mtime_ns} "
+                      f"{st.st_ino}".encode())
+    return digest.hexdigest()
+
+
+def _read_entry(cache: Path, run_id: str, key: str, generation) -> dict | None:
+    if generation is None:
+        return None
+    try:
+        entry = json.loads((cache / f"{run_id}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if (not isinstance(entry, dict) or entry.get("version") != CACHE_VERSION or key == "racy"
+            or entry.get("key") != key or entry.get("parquet") != generation):
+        return None
+    return entry
+
+
+def _write_entries(cache: Path, entries: list[dict], generation) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    keep = set()
+    offset = 0
+    for e in entries:
+        name = f"{e['run'].run_id}.json"
+        keep.add(name)
+        old = e.get("cached")
+        if old is None or old["parquet"] != generation or old["offset"] != offset:
+            files.write_text_atomic(cache / name, json.dumps({
+                "version": CACHE_VERSION, "key": e["key"], "parquet": generation,
+                "offset": offset, "count": e["count"], "metrics": e["metrics"],
+                "logs": [_log_to_json(log) for log in e["logs"]]}))
+        offset += e["count"]
+    for stale in cache.glob("*.json"):
+        if stale.name not in keep:
+            stale.unlink(missing_ok=True)
+
+
+def _log_to_json(log) -> dict:
+    return {"rank": log.rank, "header": log.header, "footer": log.footer,
+            "problems": log.problems}
+
+
+def _log_from_json(d: dict):
+    return protocol.RankLog(rank=d["rank"], header=d["header"], footer=d["footer"],
+                            problems=d["problems"])
 
 
 def records(runs: pd.DataFrame) -> list[dict]:

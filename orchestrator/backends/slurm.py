@@ -20,16 +20,57 @@ from ..errors import SubmitError
 from ..jobscript import job_function
 from .base import Scheduler, register_scheduler
 
+# The one table of Slurm job states (squeue(1)/sacct(1) "JOB STATE CODES", Slurm 20.11-24.11)
+# and orch's state for each. Transient states map to PENDING/RUNNING; anything not listed is
+# FAILED with its word as the reason. tests/test_slurm_states.py parses recorded outputs.
 SLURM_STATES = {
     "PENDING": "PENDING", "CONFIGURING": "PENDING", "REQUEUED": "PENDING",
     "REQUEUE_FED": "PENDING", "REQUEUE_HOLD": "PENDING", "RESV_DEL_HOLD": "PENDING",
     "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING",
-    "SUSPENDED": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING",
+    "SUSPENDED": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING", "STOPPED": "RUNNING",
     "COMPLETED": "COMPLETED",
     "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED",
+    "SPECIAL_EXIT": "FAILED",
     "CANCELLED": "CANCELLED", "PREEMPTED": "CANCELLED", "REVOKED": "CANCELLED",
     "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
 }  # fmt: skip
+
+
+def slurm_state(raw: str) -> tuple[str, str]:
+    """orch's (state, reason) for a state field of squeue/sacct.
+
+    The field may carry more than the word: sacct writes ``CANCELLED by 1000`` (the uid that
+    cancelled), and without ``--parsable`` cuts long words to ``OUT_OF_ME+``; a ``+`` prefix
+    that names exactly one known state is read as that state. The reason names Slurm's word
+    wherever orch's state alone would hide it (NODE_FAIL, PREEMPTED, DEADLINE, ...).
+    """
+    text = raw.strip()
+    word = text.split()[0] if text else ""
+    if word.endswith("+") and word not in SLURM_STATES:
+        matches = [k for k in SLURM_STATES if k.startswith(word[:-1])]
+        word = matches[0] if len(matches) == 1 else word
+    state = SLURM_STATES.get(word)
+    if state is None:
+        return "FAILED", f"Slurm state {text or '(empty)'}"
+    if state in ("PENDING", "RUNNING", "COMPLETED") or (text == state and state != "FAILED"):
+        return state, ""
+    return state, f"Slurm state {word if text.split()[0] != word else text}"
+
+
+def parse_listing(text: str) -> dict[str, tuple[str, str]]:
+    """job id -> (job name, state field) from ``squeue -o %i|%j|%T`` or ``sacct -P -o
+    JobIDRaw,JobName,State`` output; job steps (``123.batch``, ``123.0``), blank and error
+    lines are skipped; a later line for the same id (a requeued job's newer record) wins."""
+    seen: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3 or not parts[2].strip() or not parts[0]:
+            continue
+        job_id = parts[0].strip()
+        if "." in job_id:  # a step of a job, not the job
+            continue
+        seen[job_id] = (parts[1], parts[2].strip())
+    return seen
 
 
 @register_scheduler
@@ -115,8 +156,7 @@ class SlurmScheduler(Scheduler):
                 out[record.run_id] = ("FAILED", f"job {record.job_id} is no longer this run's "
                                       f"(Slurm knows it as '{name}')")
             else:
-                state = SLURM_STATES.get(raw, "FAILED")
-                out[record.run_id] = (state, "" if state != "FAILED" else f"Slurm state {raw}")
+                out[record.run_id] = slurm_state(raw)
         return out
 
     def cancel(self, record, rdir: Path) -> None:
@@ -127,12 +167,7 @@ class SlurmScheduler(Scheduler):
 def _query(cmd: list[str]) -> dict[str, tuple[str, str]]:
     """job id -> (job name, state word) from a '|'-separated squeue/sacct listing."""
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    seen: dict[str, tuple[str, str]] = {}
-    for line in res.stdout.splitlines():
-        parts = line.split("|")
-        if len(parts) == 3 and parts[2]:
-            seen[parts[0]] = (parts[1], parts[2].split()[0])
-    return seen
+    return parse_listing(res.stdout)
 
 
 def _squeue(ids: list[str]) -> dict[str, tuple[str, str]]:

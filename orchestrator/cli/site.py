@@ -62,3 +62,36 @@ def site_schema() -> None:
     from .. import site as sitemod
 
     sys.stdout.write(json.dumps(sitemod.schema(), indent=2) + "\n")
+
+
+@app.command("detect")
+def site_detect(
+    name: Annotated[str, typer.Option("--name", help="Site name.")] = "detected",
+    out: Annotated[str | None, typer.Option("--out", "-o", help="File to write; default "
+                                            "site-configs/<name>.yaml; '-' prints it.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+    probe: Annotated[bool, typer.Option("--probe/--no-probe", help="Run a small probe job on "
+                                        "one node of each partition (interfaces, InfiniBand).")]
+    = True,
+) -> None:
+    """Draft a site config from the live Slurm (sinfo + a probe job per partition)."""
+    from pathlib import Path
+
+    from .. import site as sitemod
+    from .. import sitedetect
+
+    path = None if out == "-" else Path(out) if out else sitemod.site_dir() / f"{name}.yaml"
+    if path is not None and path.exists() and not force:
+        raise UserError(f"{path} exists; use --force to overwrite it")
+    try:
+        text = sitedetect.detect(name, probe_jobs=probe)
+    except sitedetect.NoSlurm as exc:
+        sys.stderr.write(f"orch site detect: no Slurm here ({exc})\n")
+        raise typer.Exit(2) from None
+    if path is None:
+        sys.stdout.write(text)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    out_console.print(f"{path}: draft site '{name}' written and valid; check the values marked "
+                      "'guessed'", highlight=False)

@@ -139,8 +139,17 @@ def sweep(
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
-    execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
-                    require_fabric=require_fabric)
+    from ..progress import SweepProgress
+
+    progress = SweepProgress(
+        total=len(prepared), done_before=len(skipped),
+        failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
+    try:
+        execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
+                        require_fabric=require_fabric,
+                        on_progress=progress.update if wait else None)
+    finally:
+        progress.close()
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         return
