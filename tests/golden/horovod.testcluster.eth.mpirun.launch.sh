@@ -13,4 +13,4 @@ export ORCH_ROLE ORCH_ROLE_INDEX
 # per-node process index, and on the local site all "nodes" are this machine.
 task_nodes=(0 1)
 export NODE_RANK="${task_nodes[$ORCH_TASK_ID]}"
-exec "$ORCH_PYTHON" -m orchestrator.workloads.horovod_torch --run-id horovod-lenet5-eth-n2-r0-baa9b7e2 --log-dir /scratch/runs/horovod-lenet5-eth-n2-r0-baa9b7e2/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5
+exec "$ORCH_PYTHON" -m orchestrator.modes.horovod.rank --run-id horovod-lenet5-eth-n2-r0-baa9b7e2 --log-dir /scratch/runs/horovod-lenet5-eth-n2-r0-baa9b7e2/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5

@@ -13,4 +13,4 @@ export ORCH_ROLE ORCH_ROLE_INDEX
 # per-node process index, and on the local site all "nodes" are this machine.
 task_nodes=(0 1)
 export NODE_RANK="${task_nodes[$ORCH_TASK_ID]}"
-exec "$ORCH_PYTHON" -m orchestrator.workloads.mpi_ssgd --run-id mpi-ssgd-lenet5-ib-n2-r0-68742d87 --log-dir /scratch/runs/mpi-ssgd-lenet5-ib-n2-r0-68742d87/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --bucket-size 26214400 --overlap none
+exec "$ORCH_PYTHON" -m orchestrator.modes.mpi_ssgd.rank --run-id mpi-ssgd-lenet5-ib-n2-r0-68742d87 --log-dir /scratch/runs/mpi-ssgd-lenet5-ib-n2-r0-68742d87/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --bucket-size 26214400 --overlap none

@@ -15,4 +15,4 @@ export ORCH_ROLE ORCH_ROLE_INDEX
 task_nodes=(0 1)
 export RANK="$ORCH_TASK_ID" WORLD_SIZE="$OMPI_COMM_WORLD_SIZE"
 export LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" NODE_RANK="${task_nodes[$ORCH_TASK_ID]}"
-exec "$ORCH_PYTHON" -m orchestrator.workloads.torch_ddp --run-id torch-ddp-lenet5-eth-n2-r0-3b465339 --log-dir /scratch/runs/torch-ddp-lenet5-eth-n2-r0-3b465339/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --backend gloo --trace no
+exec "$ORCH_PYTHON" -m orchestrator.modes.torch_ddp.rank --run-id torch-ddp-lenet5-eth-n2-r0-3b465339 --log-dir /scratch/runs/torch-ddp-lenet5-eth-n2-r0-3b465339/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --backend gloo --trace no
