@@ -68,8 +68,15 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) 
     prepared = []
     for run in runs:
         rdir = rundir.run_dir(out, run)
-        record = rundir.read_record(rdir)
+        try:
+            record = rundir.read_record(rdir)
+        except rundir.DamagedFile:
+            record = None
         attempt = 1
+        if record is None and rdir.is_dir():
+            # No readable ledger, yet maybe an earlier attempt's files: keep them, never
+            # overwrite or append to them (they move to attempts/<n>/).
+            attempt = rundir.salvage(rdir)
         if record is not None and record.state in TERMINAL:
             if record.state == "COMPLETED" or not retry_failed:
                 prepared.append(Prepared(run, rdir, record, "skip"))

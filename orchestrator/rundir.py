@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from . import files, protocol
+from .errors import UserError
 from .staging import lib_path, stage_lib
 from .sweep import Run
 
@@ -80,11 +81,25 @@ def materialise(rdir: Path, run: Run, scripts: dict[str, str], provenance: dict,
     write_record(rdir, record)
 
 
+class DamagedFile(UserError):
+    """A ledger (job.json) or run record (run.json) that cannot be read."""
+
+
+def _read_model(path: Path, model, what: str):
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except ValueError as exc:
+        first = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
+        raise DamagedFile(f"{path}: damaged {what} ({first}); move the run directory aside, "
+                          f"or delete this file and re-run the sweep (its measured files then "
+                          f"move to attempts/)") from None
+
+
 def read_record(rdir: Path) -> JobRecord | None:
     path = rdir / protocol.JOB_FILE
     if not path.exists():
         return None
-    return JobRecord.model_validate_json(path.read_text())
+    return _read_model(path, JobRecord, "ledger entry")
 
 
 def write_record(rdir: Path, record: JobRecord) -> None:
@@ -92,7 +107,24 @@ def write_record(rdir: Path, record: JobRecord) -> None:
 
 
 def read_run(rdir: Path) -> Run:
-    return Run.model_validate_json((rdir / protocol.RUN_FILE).read_text())
+    return _read_model(rdir / protocol.RUN_FILE, Run, "run record")
+
+
+def salvage(rdir: Path) -> int:
+    """A run directory without a readable ledger: move whatever an earlier attempt left there
+    (scripts, rank logs, job output, the damaged ledger) to attempts/<n>/, so nothing measured
+    is ever overwritten. Returns the attempt number the new submission gets."""
+    leftovers = [c for c in rdir.iterdir() if c.name not in ("attempts", "run.json")] \
+        if rdir.is_dir() else []
+    done = [int(p.name) for p in (rdir / "attempts").glob("*") if p.name.isdigit()]
+    n = max(done, default=0) + 1
+    if not leftovers:
+        return n
+    dest = rdir / "attempts" / str(n)
+    dest.mkdir(parents=True, exist_ok=False)
+    for child in leftovers:
+        shutil.move(str(child), dest / child.name)
+    return n + 1
 
 
 def run_dirs(out: Path) -> list[Path]:
@@ -121,6 +153,8 @@ def find_run(run_id: str, sweep_dir: Path | None = None, root: Path = Path("runs
 def archive_attempt(rdir: Path, record: JobRecord) -> int:
     """Move an earlier attempt's files to attempts/<n>/ and return the next attempt number."""
     dest = rdir / "attempts" / str(record.attempt)
+    if dest.exists():  # a salvaged attempt took that number: keep both
+        return salvage(rdir)
     dest.mkdir(parents=True, exist_ok=False)
     for child in list(rdir.iterdir()):
         if child.name not in ("attempts", "run.json"):

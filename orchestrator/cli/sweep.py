@@ -92,7 +92,7 @@ def sweep(
         prefetch=_yes_no_list(prefetch, "--prefetch"),
     )
     runs = sweepmod.expand(spec, site_obj)
-    out_dir = (out or Path("runs") / site_obj.name).resolve()
+    out_dir = check_out(out or Path("runs") / site_obj.name)
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
@@ -104,6 +104,7 @@ def sweep(
                 sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
+    _lock = lock_sweep(out_dir)  # held until orch exits
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
@@ -130,3 +131,55 @@ def _yes_no_list(text: str, what: str) -> tuple[bool, ...]:
     if bad or not values:
         raise UserError(f"{what} {text}: expected yes, no or yes,no")
     return tuple(v == "yes" for v in values)
+
+
+# Kernel file systems where a sweep directory can never live.
+_NOT_HERE = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_out(out: Path) -> Path:
+    """The sweep directory, resolved: a directory or a path one can be made at."""
+    resolved = out.expanduser().resolve()
+    if any(resolved == p or p in resolved.parents for p in _NOT_HERE):
+        raise UserError(f"--out {out}: {resolved} is on a kernel file system "
+                        f"({', '.join(map(str, _NOT_HERE))}); choose a directory on a disk")
+    if resolved.exists() and not resolved.is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory; choose another --out")
+    for parent in resolved.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--out {out}: {parent} is a file, not a directory")
+            break
+    if len(resolved.name.encode()) > 255:
+        raise UserError(f"--out {out}: a file name is at most 255 bytes")
+    return resolved
+
+
+def lock_sweep(out_dir: Path):
+    """An exclusive lock on the sweep directory (``<out>/.orch/lock``): a second ``orch sweep``
+    on the same --out would interleave its jobs into the same rank logs and ledger. Held
+    until the process ends (the returned file must stay referenced)."""
+    import fcntl
+    import os
+
+    lock_dir = out_dir / ".orch"
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(lock_dir / "lock", "a+")  # noqa: SIM115 (held for the process's life)
+    except OSError as exc:
+        raise UserError(f"--out {out_dir}: cannot create the sweep directory: "
+                        f"{exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise UserError(f"--out {out_dir}: another orch sweep ({holder}) is using this sweep "
+                        f"directory; wait for it to end (or follow it with 'orch status "
+                        f"{out_dir}'), or choose another --out") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}\n")
+    fh.flush()
+    return fh
