@@ -64,6 +64,7 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False) 
     # Container images (exist, runtime installed, binds possible): before anything is written.
     images = containers.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
+    rundir.lock_sweep(out)
     lib = rundir.stage_lib(out)
     prepared = []
     for run in runs:

@@ -164,3 +164,38 @@ def archive_attempt(rdir: Path, record: JobRecord) -> int:
 
 def now() -> float:
     return time.time()
+
+
+_LOCKS: dict[Path, object] = {}
+
+
+def lock_sweep(out: Path) -> None:
+    """An exclusive lock on the sweep directory (``<out>/.orch/lock``), held until this process
+    ends: a second ``orch sweep`` on the same --out would interleave its jobs into the same rank
+    logs and ledger, so it is refused with a line naming the holder."""
+    import fcntl
+    import os
+
+    out = out.resolve()
+    if out in _LOCKS:
+        return
+    try:
+        (out / ".orch").mkdir(parents=True, exist_ok=True)
+        fh = open(out / ".orch" / "lock", "a+")  # noqa: SIM115 (held for the process's life)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the sweep directory: "
+                        f"{exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise UserError(f"--out {out}: another orch sweep ({holder}) is using this sweep "
+                        f"directory; wait for it to end (follow it with 'orch status {out}'), "
+                        f"or choose another --out") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}\n")
+    fh.flush()
+    _LOCKS[out] = fh

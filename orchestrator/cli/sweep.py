@@ -104,7 +104,6 @@ def sweep(
                 sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
-    _lock = lock_sweep(out_dir)  # held until orch exits
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
@@ -153,33 +152,3 @@ def check_out(out: Path) -> Path:
     if len(resolved.name.encode()) > 255:
         raise UserError(f"--out {out}: a file name is at most 255 bytes")
     return resolved
-
-
-def lock_sweep(out_dir: Path):
-    """An exclusive lock on the sweep directory (``<out>/.orch/lock``): a second ``orch sweep``
-    on the same --out would interleave its jobs into the same rank logs and ledger. Held
-    until the process ends (the returned file must stay referenced)."""
-    import fcntl
-    import os
-
-    lock_dir = out_dir / ".orch"
-    try:
-        lock_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(lock_dir / "lock", "a+")  # noqa: SIM115 (held for the process's life)
-    except OSError as exc:
-        raise UserError(f"--out {out_dir}: cannot create the sweep directory: "
-                        f"{exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
-        fh.close()
-        raise UserError(f"--out {out_dir}: another orch sweep ({holder}) is using this sweep "
-                        f"directory; wait for it to end (or follow it with 'orch status "
-                        f"{out_dir}'), or choose another --out") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()}\n")
-    fh.flush()
-    return fh
