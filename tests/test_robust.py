@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -440,3 +441,78 @@ def test_fuzz_has_at_least_150_cases():
     n = (len(SITE_CASES) + len(SWEEP_CASES) + len(MODE_OPTION_CASES) + len(OUT_CASES)
          + len(MANIFESTS) + 3 * len({**LOG_DAMAGE, **LEDGER_DAMAGE}))
     assert n >= 150, n
+
+
+# --- 3. one execution per attempt, never mixed -----------------------------------------------
+
+def test_second_sweep_on_same_out_is_refused(tmp_path):
+    out = tmp_path / "sweep"
+    first = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--nodes", "1",
+                              "--iters", "3", "--warmup", "1", "--out", str(out)],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        lock = out / ".orch" / "lock"
+        deadline = time.time() + 60
+        while not (lock.exists() and lock.read_text().startswith("pid")):
+            assert time.time() < deadline, "first sweep never took the lock"
+            time.sleep(0.2)
+        second = run_orch("sweep", "--nodes", "1", "--iters", "3", "--warmup", "1",
+                          "--out", out)
+        assert second.returncode == 2, second.stderr
+        assert f"another orch sweep (pid {first.pid})" in second.stderr
+        assert len(second.stderr.strip().splitlines()) == 1
+    finally:
+        _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    logs = list(out.glob("*/ranks/rank-0.jsonl"))
+    assert len(logs) == 1 and logs[0].read_text().count('"type":"header"') == 1
+
+
+def test_deleted_ledger_never_overwrites_measured_files(tmp_path, finished_sweep):
+    out = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, out)
+    rdir = next(p for p in out.iterdir() if p.name.startswith("torch-ddp"))
+    before = {p.relative_to(rdir): p.read_bytes() for p in rdir.rglob("*")
+              if p.is_file() and p.name != "job.json"}
+    (rdir / "job.json").unlink()
+    run_orch("sweep", "--nodes", "1", "--iters", "3", "--warmup", "1", "--out", out,
+             check=True)
+    kept = rdir / "attempts" / "1"
+    for rel, data in before.items():
+        if rel.parts[0] == "run.json":
+            continue
+        assert (kept / rel).read_bytes() == data, rel  # the first attempt, untouched
+    log = _log(rdir).read_text()
+    assert log.count('"type":"header"') == 1  # the new attempt's own log, nothing appended
+    assert json.loads((rdir / "job.json").read_text())["attempt"] == 2
+    rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
+    assert rec["attempt"] == 2 and rec["state"] == "COMPLETED"
+
+
+def test_second_execution_of_an_attempt_is_refused(tmp_path):
+    """A requeued job runs the batch script again in the same directory: job_function refuses
+    it (job-times.json shows the attempt already ran) and runs nothing."""
+    from orchestrator import jobscript
+
+    mark = tmp_path / "ran"
+    (tmp_path / "job.sbatch").write_text(f"touch {mark}\n")
+    (tmp_path / "job-times.json").write_text("{}")
+    with pytest.raises(RuntimeError, match="already holds an execution"):
+        jobscript.job_function(str(tmp_path), 30)
+    assert not mark.exists()
+
+
+@pytest.mark.slurm
+def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
+    out = tmp_path / "nq"
+    run_orch("sweep", "--site", slurm_cluster, "--nodes", "1", "--iters", "100000",
+             "--warmup", "1", "--out", out, "--no-wait", check=True)
+    rdir = next(p for p in out.iterdir() if (p / "run.json").exists())
+    job = json.loads((rdir / "job.json").read_text())["job_id"]
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                               text=True, timeout=30).stdout
+        assert "Requeue=0" in shown, shown
+    finally:
+        run_orch("cancel", out)
