@@ -516,3 +516,55 @@ def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
         assert "Requeue=0" in shown, shown
     finally:
         run_orch("cancel", out)
+
+
+# --- 4. Ctrl-C on orch sweep -----------------------------------------------------------------
+
+def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[int, str, Path]:
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
+                             slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup", "1",
+                             "--out", str(out), *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        rdir = None
+        while time.time() < deadline:
+            rdirs = [p for p in out.glob("*") if (p / "job.json").exists()] if out.exists() else []
+            if rdirs and '"RUNNING"' in (rdirs[0] / "job.json").read_text():
+                rdir = rdirs[0]
+                break
+            time.sleep(0.5)
+        assert rdir is not None, "the job never ran"
+        proc.send_signal(signal.SIGINT)  # to orch only: the job runs on the cluster
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, err, rdir
+
+
+@pytest.mark.slurm
+def test_ctrl_c_names_running_jobs_and_leaves_them(slurm_cluster, tmp_path):
+    out = tmp_path / "intr"
+    try:
+        code, err, rdir = _start_and_interrupt(slurm_cluster, out)
+        job = json.loads((rdir / "job.json").read_text())["job_id"]
+        assert code == 130, err
+        assert f"1 job(s) still running: {rdir.name} (job {job})" in err.replace("\n", " ")
+        assert f"orch cancel {out}" in err.replace("\n", " ") and "Traceback" not in err
+        assert "RUNNING" in run_orch("status", out, check=True).stdout
+    finally:
+        run_orch("cancel", out)
+
+
+@pytest.mark.slurm
+def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
+    out = tmp_path / "intr2"
+    try:
+        code, err, rdir = _start_and_interrupt(slurm_cluster, out, "--cancel-on-interrupt")
+        assert code == 130 and "cancelled 1 job(s)" in err, err
+        assert json.loads((rdir / "job.json").read_text())["state"] == "CANCELLED"
+    finally:
+        run_orch("cancel", out)
