@@ -568,3 +568,33 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
         assert json.loads((rdir / "job.json").read_text())["state"] == "CANCELLED"
     finally:
         run_orch("cancel", out)
+
+
+def _kill_rank_when_running(out: Path, rank: int, sig: int, nodes: str = "2") -> dict:
+    """A 2-rank local run; SIGKILL one rank mid-training; the run's result record."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--nodes", nodes,
+                             "--iters", "100000", "--warmup", "1", "--time-limit", "3",
+                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            logs = list(out.glob(f"*/ranks/rank-{rank}.jsonl")) if out.exists() else []
+            if logs and logs[0].read_text().count('"type":"iter"') >= 3:
+                break
+            time.sleep(0.3)
+        header = json.loads(logs[0].read_text().splitlines()[0])
+        os.kill(header["pid"], sig)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
+
+
+def test_sigkilled_rank_is_the_reason_not_rank_0(tmp_path):
+    import signal
+
+    rec = _kill_rank_when_running(tmp_path / "kill", 1, signal.SIGKILL)
+    assert rec["state"] == "FAILED"
+    assert rec["reason"].startswith("rank 1 [first to fail: killed by SIGKILL]"), rec["reason"]
