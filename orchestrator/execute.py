@@ -187,7 +187,8 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
     elif state == "CANCELLED":
         reason = reason or "cancelled"
     return record.model_copy(update={"state": state, "reason": reason or None,
-                                     "ended_at": rundir.now()})
+                                     "ended_at": rundir.now(),
+                                     "logs_digest": rundir.logs_digest(rdir)})
 
 
 def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:

@@ -47,6 +47,24 @@ class JobRecord(BaseModel):
     reason: str | None = None
     submitted_at: float | None = None
     ended_at: float | None = None
+    # Digest of the rank logs when the run was finalized: gather re-checks a run whose logs
+    # changed since (truncated, emptied, deleted).
+    logs_digest: str | None = None
+
+
+def logs_digest(rdir: Path) -> str:
+    """sha256 over every rank log's name and bytes (empty when there are none)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted((rdir / protocol.RANKS_DIR).glob("rank-*.jsonl")):
+        h.update(path.name.encode() + b"\0")
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"\0unreadable")
+        h.update(b"\0")
+    return h.hexdigest()[:16]
 
 
 def run_dir(out: Path, run: Run) -> Path:

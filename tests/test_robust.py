@@ -598,3 +598,25 @@ def test_sigkilled_rank_is_the_reason_not_rank_0(tmp_path):
     rec = _kill_rank_when_running(tmp_path / "kill", 1, signal.SIGKILL)
     assert rec["state"] == "FAILED"
     assert rec["reason"].startswith("rank 1 [first to fail: killed by SIGKILL]"), rec["reason"]
+
+
+# --- gather re-verifies ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("damage", ["log: truncated", "log: emptied", "log: deleted"])
+def test_gather_reverifies_changed_logs(tmp_path, finished_sweep, damage):
+    out = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, out)
+    rdir = next(p for p in out.iterdir() if p.name.startswith("torch-ddp"))
+    assert json.loads((rdir / "job.json").read_text())["logs_digest"]
+    LOG_DAMAGE[damage](rdir)
+    code, _, err = orch("gather", out)
+    assert code == 0, err
+    rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
+    assert rec["state"] == "FAILED", rec
+    assert rec["reason"].startswith("rank logs changed after the run was finalized: rank 0"), rec
+    # unchanged logs: nothing re-judged
+    shutil.rmtree(out)
+    shutil.copytree(finished_sweep, out)
+    orch("gather", out)
+    rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
+    assert rec["state"] == "COMPLETED" and not rec["reason"]
