@@ -68,7 +68,8 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
         rank, how = first
         for i, (_kind, when, message) in enumerate(problems):
             if message.startswith((f"rank {rank}:", f"rank {rank} (")):
-                problems[i] = (-1, when, message.replace(":", f" [first to fail: {how}]:", 1))
+                head, sep, rest = message.partition("\n")
+                problems[i] = (-1, when, f"{head} [first to fail: {how}]{sep}{rest}")
     if problems:
         return False, min(problems)[2]
     if mode.is_synchronous(run.options) and len(trains) > 1:

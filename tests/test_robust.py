@@ -597,7 +597,9 @@ def test_sigkilled_rank_is_the_reason_not_rank_0(tmp_path):
 
     rec = _kill_rank_when_running(tmp_path / "kill", 1, signal.SIGKILL)
     assert rec["state"] == "FAILED"
-    assert rec["reason"].startswith("rank 1 [first to fail: killed by SIGKILL]"), rec["reason"]
+    first_line = rec["reason"].splitlines()[0]
+    assert first_line.startswith("rank 1: "), rec["reason"]
+    assert first_line.endswith("[first to fail: killed by SIGKILL]"), rec["reason"]
 
 
 # --- gather re-verifies ----------------------------------------------------------------------
