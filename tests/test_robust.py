@@ -570,9 +570,11 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
         run_orch("cancel", out)
 
 
-def _kill_rank_when_running(out: Path, rank: int, sig: int, nodes: str = "2") -> dict:
-    """A 2-rank local run; SIGKILL one rank mid-training; the run's result record."""
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--nodes", nodes,
+def _kill_rank_when_running(out: Path, rank: int, sig: int, nodes: str = "2",
+                            site: str = "local") -> dict:
+    """A 2-rank run; SIGKILL one rank mid-training; the run's result record."""
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site", site,
+                             "--nodes", nodes,
                              "--iters", "100000", "--warmup", "1", "--time-limit", "3",
                              "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -622,3 +624,15 @@ def test_gather_reverifies_changed_logs(tmp_path, finished_sweep, damage):
     orch("gather", out)
     rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
     assert rec["state"] == "COMPLETED" and not rec["reason"]
+
+
+@pytest.mark.slurm
+def test_sigkilled_rank_is_the_reason_on_slurm(slurm_cluster, tmp_path):
+    """srun's first 'task N:' error line names the rank that died first."""
+    import signal
+
+    rec = _kill_rank_when_running(tmp_path / "kill", 1, signal.SIGKILL, site=slurm_cluster)
+    assert rec["state"] == "FAILED"
+    first_line = rec["reason"].splitlines()[0]
+    # after Slurm's own word ("Slurm state FAILED; ")
+    assert re.search(r"(^|; )rank 1: .*\[first to fail: Killed\]$", first_line), rec["reason"]
