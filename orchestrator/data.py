@@ -59,9 +59,10 @@ def load_manifest(path: str | Path) -> tuple[Path, Manifest]:
         raise UserError(f"--data {path}: no {MANIFEST} there; make one with "
                         f"'orch data make --out {path}'")
     try:
-        return root, Manifest.model_validate_json(file.read_text())
+        return root, Manifest.model_validate_json(file.read_bytes())
     except ValueError as exc:
-        raise UserError(f"{file}: not an orch data manifest ({exc.errors()[0]['msg']})") from None
+        why = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
+        raise UserError(f"{file}: not an orch data manifest ({why})") from None
 
 
 def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,

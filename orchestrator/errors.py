@@ -1,5 +1,6 @@
 """Errors a user can fix. The CLI turns them into one line and exit code 2, never a traceback."""
 
+import re
 
 
 class UserError(Exception):
@@ -10,3 +11,9 @@ class UserError(Exception):
 
 class SubmitError(UserError):
     """Nothing could be submitted (scheduler unreachable, sbatch refused the script)."""
+
+
+# Control characters (C0 incl. tab and newline, DEL, C1): a newline in a value would end a
+# comment line of a rendered script and run the rest as shell; none has a use in a config value
+# or an argument. Checked on every site-config string (site.read_yaml) and every argument (cli).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

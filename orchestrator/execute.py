@@ -69,12 +69,20 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
     # Container images (exist, runtime installed, binds possible): before anything is written.
     images = containers.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
+    rundir.lock_sweep(out)
     lib = rundir.stage_lib(out)
     prepared = []
     for run in runs:
         rdir = rundir.run_dir(out, run)
-        record = rundir.read_record(rdir)
+        try:
+            record = rundir.read_record(rdir)
+        except rundir.DamagedFile:
+            record = None
         attempt = 1
+        if record is None and rdir.is_dir():
+            # No readable ledger, yet maybe an earlier attempt's files: keep them, never
+            # overwrite or append to them (they move to attempts/<n>/).
+            attempt = rundir.salvage(rdir)
         if record is not None and record.state in TERMINAL:
             if record.state == "COMPLETED" or not retry_failed:
                 prepared.append(Prepared(run, rdir, record, "skip"))
@@ -191,7 +199,8 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
     elif state == "CANCELLED":
         reason = reason or "cancelled"
     return record.model_copy(update={"state": state, "reason": reason or None,
-                                     "ended_at": rundir.now()})
+                                     "ended_at": rundir.now(),
+                                     "logs_digest": rundir.logs_digest(rdir)})
 
 
 def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:

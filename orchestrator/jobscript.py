@@ -33,6 +33,11 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
     """
     rdir = Path(run_dir)
     job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
+    if (rdir / protocol.JOB_TIMES_FILE).exists():
+        # A second execution of this attempt (a requeue despite --no-requeue, or a job run by
+        # hand twice): never append it to the first one's rank logs.
+        raise RuntimeError(f"job {job_id}: {rdir} already holds an execution of this attempt "
+                           f"({protocol.JOB_TIMES_FILE}); refusing to run it again there")
     started = time.time()
     with open(rdir / f"slurm-{job_id}.out", "ab") as out:
         proc = subprocess.Popen(["bash", str(rdir / "job.sbatch")], stdout=out,

@@ -109,7 +109,7 @@ def parse_record(line):
     ``t_start``/``t_iter``, or with a phase that is neither a number nor null)."""
     try:
         rec = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # torn, binary, or absurdly deep
         return None
     if not isinstance(rec, dict) or rec.get("type") not in RECORD_KINDS:
         return None

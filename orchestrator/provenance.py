@@ -128,7 +128,14 @@ def read(rdir: Path) -> dict | None:
     path = rdir / FILE
     if not path.is_file():
         return None
-    return json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, RecursionError):
+        raise UserError(f"{path}: damaged provenance record (not JSON); the run's scripts "
+                        f"and rank logs are intact: move it aside to gather the rest") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: damaged provenance record (not a JSON object)")
+    return data
 
 
 # --- orch show -----------------------------------------------------------------------------

@@ -19,7 +19,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import analyze, fabric, files, gather, protocol, rundir
+from . import analyze, fabric, files, gather, protocol, rundir, verdict
+from .rundir import TERMINAL, JobRecord
+from .sweep import Run
 
 RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
               "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
@@ -49,6 +51,11 @@ def merge(out: Path) -> pd.DataFrame:
     for rdir in rundir.run_dirs(out):
         run = rundir.read_run(rdir)
         record = rundir.read_record(rdir)
+        if record is not None:
+            checked = reverify(run, rdir, record)
+            if checked != record:
+                rundir.write_record(rdir, checked)
+                record = checked
         key = _inputs_key(rdir)
         hit = _read_entry(cache, run.run_id, key, generation)
         if hit is not None and old_rows is None:
@@ -213,3 +220,23 @@ def records(runs: pd.DataFrame) -> list[dict]:
     for rec in out:
         rec["options"] = json.loads(rec["options"]) if rec.get("options") else {}
     return out
+
+
+def reverify(run: Run, rdir: Path, record: JobRecord) -> JobRecord:
+    """A finished run whose rank logs changed since it was finalized (truncated, emptied,
+    deleted): its verdict again, from the logs as they are now, saying so."""
+    if record.state not in TERMINAL or record.logs_digest is None:
+        return record
+    now_digest = rundir.logs_digest(rdir)
+    if now_digest == record.logs_digest:
+        return record
+    note = "rank logs changed after the run was finalized"
+    if record.state == "COMPLETED":
+        logs = verdict.read_run_logs(rdir) if (rdir / "ranks").is_dir() else []
+        ok, why = verdict.verdict(run, rdir, logs)
+        state, reason = ("COMPLETED", note) if ok else ("FAILED", f"{note}: {why}")
+    else:
+        state, reason = record.state, f"{note}; was: {record.reason}"
+    return record.model_copy(update={"state": state, "reason": reason,
+                                     "logs_digest": now_digest})
+

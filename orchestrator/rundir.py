@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from . import files, protocol
+from .errors import UserError
 from .staging import lib_path, stage_lib
 from .sweep import Run
 
@@ -46,6 +47,24 @@ class JobRecord(BaseModel):
     reason: str | None = None
     submitted_at: float | None = None
     ended_at: float | None = None
+    # Digest of the rank logs when the run was finalized: gather re-checks a run whose logs
+    # changed since (truncated, emptied, deleted).
+    logs_digest: str | None = None
+
+
+def logs_digest(rdir: Path) -> str:
+    """sha256 over every rank log's name and bytes (empty when there are none)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in sorted((rdir / protocol.RANKS_DIR).glob("rank-*.jsonl")):
+        h.update(path.name.encode() + b"\0")
+        try:
+            h.update(path.read_bytes())
+        except OSError:
+            h.update(b"\0unreadable")
+        h.update(b"\0")
+    return h.hexdigest()[:16]
 
 
 def run_dir(out: Path, run: Run) -> Path:
@@ -80,11 +99,25 @@ def materialise(rdir: Path, run: Run, scripts: dict[str, str], provenance: dict,
     write_record(rdir, record)
 
 
+class DamagedFile(UserError):
+    """A ledger (job.json) or run record (run.json) that cannot be read."""
+
+
+def _read_model(path: Path, model, what: str):
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except ValueError as exc:
+        first = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
+        raise DamagedFile(f"{path}: damaged {what} ({first}); move the run directory aside, "
+                          f"or delete this file and re-run the sweep (its measured files then "
+                          f"move to attempts/)") from None
+
+
 def read_record(rdir: Path) -> JobRecord | None:
     path = rdir / protocol.JOB_FILE
     if not path.exists():
         return None
-    return JobRecord.model_validate_json(path.read_text())
+    return _read_model(path, JobRecord, "ledger entry")
 
 
 def write_record(rdir: Path, record: JobRecord) -> None:
@@ -92,7 +125,24 @@ def write_record(rdir: Path, record: JobRecord) -> None:
 
 
 def read_run(rdir: Path) -> Run:
-    return Run.model_validate_json((rdir / protocol.RUN_FILE).read_text())
+    return _read_model(rdir / protocol.RUN_FILE, Run, "run record")
+
+
+def salvage(rdir: Path) -> int:
+    """A run directory without a readable ledger: move whatever an earlier attempt left there
+    (scripts, rank logs, job output, the damaged ledger) to attempts/<n>/, so nothing measured
+    is ever overwritten. Returns the attempt number the new submission gets."""
+    leftovers = [c for c in rdir.iterdir() if c.name not in ("attempts", "run.json")] \
+        if rdir.is_dir() else []
+    done = [int(p.name) for p in (rdir / "attempts").glob("*") if p.name.isdigit()]
+    n = max(done, default=0) + 1
+    if not leftovers:
+        return n
+    dest = rdir / "attempts" / str(n)
+    dest.mkdir(parents=True, exist_ok=False)
+    for child in leftovers:
+        shutil.move(str(child), dest / child.name)
+    return n + 1
 
 
 def run_dirs(out: Path) -> list[Path]:
@@ -121,6 +171,8 @@ def find_run(run_id: str, sweep_dir: Path | None = None, root: Path = Path("runs
 def archive_attempt(rdir: Path, record: JobRecord) -> int:
     """Move an earlier attempt's files to attempts/<n>/ and return the next attempt number."""
     dest = rdir / "attempts" / str(record.attempt)
+    if dest.exists():  # a salvaged attempt took that number: keep both
+        return salvage(rdir)
     dest.mkdir(parents=True, exist_ok=False)
     for child in list(rdir.iterdir()):
         if child.name not in ("attempts", "run.json"):
@@ -130,3 +182,38 @@ def archive_attempt(rdir: Path, record: JobRecord) -> int:
 
 def now() -> float:
     return time.time()
+
+
+_LOCKS: dict[Path, object] = {}
+
+
+def lock_sweep(out: Path) -> None:
+    """An exclusive lock on the sweep directory (``<out>/.orch/lock``), held until this process
+    ends: a second ``orch sweep`` on the same --out would interleave its jobs into the same rank
+    logs and ledger, so it is refused with a line naming the holder."""
+    import fcntl
+    import os
+
+    out = out.resolve()
+    if out in _LOCKS:
+        return
+    try:
+        (out / ".orch").mkdir(parents=True, exist_ok=True)
+        fh = open(out / ".orch" / "lock", "a+")  # noqa: SIM115 (held for the process's life)
+    except OSError as exc:
+        raise UserError(f"--out {out}: cannot create the sweep directory: "
+                        f"{exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise UserError(f"--out {out}: another orch sweep ({holder}) is using this sweep "
+                        f"directory; wait for it to end (follow it with 'orch status {out}'), "
+                        f"or choose another --out") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}\n")
+    fh.flush()
+    _LOCKS[out] = fh

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from . import backends
-from .errors import UserError
+from .errors import CONTROL, UserError
 from .resources import data_dir
 
 Interconnect = Literal["infiniband", "ethernet"]
@@ -56,13 +56,41 @@ _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
     for key in env:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise ValueError(f"'{key}' is not a valid environment variable name")
     return env
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_control(cls, data: Any) -> Any:
+        """No control character in any value: they could end a comment line of a script."""
+        bad = control_chars(data) if isinstance(data, dict) else None
+        if bad:
+            raise ValueError(f"{_dotted(list(bad[0]))}: control characters (newline, tab, "
+                             f"NUL…) are not allowed (got {bad[1]})")
+        return data
+
+
+def _check_time(v: str | None) -> str | None:
+    """A Slurm time limit that is well formed and not zero (0 means: no time at all)."""
+    if v is None:
+        return v
+    if not _SLURM_TIME.match(v):
+        raise ValueError("expected a Slurm time such as '30', '00:30:00' or '1-00:00:00'")
+    fields = v.split("-")[-1].split(":")
+    if len(fields) > 1 and any(int(f) > 59 for f in fields[1:]):
+        raise ValueError("minutes and seconds must be 00-59, e.g. '01:30:00'")
+    if not any(int(f) for f in re.split(r"[-:]", v)):
+        raise ValueError("a time limit of 0 ends every run at once; give e.g. '00:30:00'")
+    return v
+
+
+# Linux interface names: 1-15 bytes, no '/', ':' or whitespace (dev_valid_name).
+_IFNAME = r"^[^/:\s]{1,15}$"
 
 
 class SbatchOptions(_Strict):
@@ -83,15 +111,13 @@ class SbatchOptions(_Strict):
     @field_validator("time")
     @classmethod
     def _time_format(cls, v: str | None) -> str | None:
-        if v is not None and not _SLURM_TIME.match(v):
-            raise ValueError("expected a Slurm time such as '30', '00:30:00' or '1-00:00:00'")
-        return v
+        return _check_time(v)
 
     @field_validator("extra")
     @classmethod
     def _flags(cls, v: list[str]) -> list[str]:
         for flag in v:
-            if not flag.startswith("--"):
+            if not re.match(r"^--[A-Za-z][A-Za-z0-9-]*(=.+)?$", flag):
                 raise ValueError(f"'{flag}' is not an sbatch long option; write '--name=value'")
         return v
 
@@ -99,15 +125,18 @@ class SbatchOptions(_Strict):
 class Partition(_Strict):
     """One Slurm partition (or the local machine) and the fabric its nodes talk over."""
 
-    name: str = Field(pattern=_NAME, description="Slurm partition name (-p)")
+    name: str = Field(pattern=_NAME, max_length=64, description="Slurm partition name (-p)")
     interconnect: Interconnect = Field(
         description="fabric between the nodes; decides the NCCL/Gloo/MPI transport settings"
     )
-    nodes: int = Field(ge=1, description="nodes a job may use in this partition")
-    cpus_per_node: int = Field(ge=1, description="CPU cores per node")
-    gpus_per_node: int = Field(0, ge=0, description="GPUs per node (0: CPU-only)")
+    nodes: int = Field(ge=1, le=65536, strict=True,
+                       description="nodes a job may use in this partition")
+    cpus_per_node: int = Field(ge=1, le=4096, strict=True, description="CPU cores per node")
+    gpus_per_node: int = Field(0, ge=0, le=64, strict=True,
+                               description="GPUs per node (0: CPU-only)")
     memory_per_node_gb: float | None = Field(None, gt=0, description="usable memory per node, GiB")
     socket_ifname: str = Field(
+        pattern=_IFNAME,
         description="NIC for socket traffic (TCP bootstrap, Gloo, MPI over TCP), e.g. ib0, eth0, lo"
     )
     ib_hca: list[str] = Field(
@@ -138,11 +167,21 @@ class Container(_Strict):
     """A container image every rank runs in: job.sbatch points ORCH_PYTHON at a rendered
     wrapper (container-python) that starts ``python`` inside the image through the runtime."""
 
-    image: str = Field(description="image path (.sif, SquashFS, or directory; '~' expands)")
+    image: str = Field(pattern=r"\S", description="image path (.sif, SquashFS, or "
+                       "directory; '~' expands)")
     runtime: Literal["apptainer", "singularity", "charliecloud"] = "apptainer"
     binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts "
                              "(data directories)")
-    python: str = Field("python3", description="the python executable inside the image")
+    python: str = Field("python3", pattern=r"^\S+$",
+                        description="the python executable inside the image")
+
+    @field_validator("binds")
+    @classmethod
+    def _binds(cls, v: list[str]) -> list[str]:
+        for b in v:
+            if not b.strip() or b.startswith(":"):
+                raise ValueError(f"bind '{b}' is empty; write SRC[:DST]")
+        return v
 
 
 class _BuildFields(_Strict):
@@ -259,7 +298,8 @@ class Environment(_Strict):
 class Site(_Strict):
     """A cluster (scheduler ``slurm``) or this machine (scheduler ``local``)."""
 
-    name: str = Field(pattern=_NAME, description="site name used on the command line")
+    name: str = Field(pattern=_NAME, max_length=64,
+                      description="site name used on the command line")
     description: str = ""
     scheduler: Scheduler = Field(description="'slurm' submits with sbatch; 'local' runs here")
     partitions: list[Partition] = Field(min_length=1)
@@ -344,18 +384,86 @@ def resolve(name_or_path: str) -> Path:
     )
 
 
-def read_yaml(path: Path, what: str, fields: str) -> tuple[dict[str, Any], yaml.Node | None]:
-    """A YAML mapping and its composed node tree (for line numbers); errors say file:line."""
-    text = path.read_text()
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
+    silently: a duplicated ``nodes:`` would hide the first value)."""
+
+
+def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                None, None, "a mapping key must be a plain value", key_node.start_mark) from None
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key '{key}' (first given on line {seen[key]})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def control_chars(data: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], str] | None:
+    """The first string (key or value) holding a control character: its location and a repr."""
+    if isinstance(data, str):
+        return (loc, repr(data)) if CONTROL.search(data) else None
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and CONTROL.search(key):
+                return (*loc, key), repr(key)
+            found = control_chars(value, (*loc, key))
+            if found:
+                return found
+    if isinstance(data, list):
+        for i, value in enumerate(data):
+            found = control_chars(value, (*loc, i))
+            if found:
+                return found
+    return None
+
+
+def read_text(path: Path, what: str) -> str:
+    """A file's text, UTF-8 only; a clear error otherwise (never a traceback)."""
     try:
-        data = yaml.safe_load(text)
-        root = yaml.compose(text)
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        hint = " (it looks like UTF-16: save it as UTF-8)" if raw[:2] in (b"\xff\xfe",
+                                                                          b"\xfe\xff") else ""
+        raise UserError(f"{path}:{line}: the {what} is not UTF-8 text{hint}") from None
+
+
+def read_yaml(path: Path, what: str, fields: str) -> tuple[dict[str, Any], yaml.Node | None]:
+    """A YAML mapping and its composed node tree (for line numbers); errors say file:line.
+    Duplicate keys and control characters in any key or value are refused."""
+    text = read_text(path, what)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         raise UserError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+    except RecursionError:
+        raise UserError(f"{path}: the {what} is nested too deeply to be a {what}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a {what} is a YAML mapping ({fields})")
+    bad = control_chars(data)
+    if bad:
+        loc, shown = bad
+        raise UserError(f"{location(path, root, list(loc))}: {_dotted(list(loc)) or '(top level)'}"
+                        f": control characters (newline, tab, NUL…) are not allowed "
+                        f"(got {shown})")
     return data, root
 
 

@@ -217,15 +217,30 @@ def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partit
     return mode_list, partitions, data_dir
 
 
+MAX_COUNT = 1_000_000
+# Ranks per node beyond this many per core oversubscribe a node past measuring anything.
+MAX_TASKS_PER_CORE = 4
+
+
 def _check_numbers(spec: SweepSpec) -> None:
     positive = {"--iters": spec.iters, "--batch-size": min(spec.batch_sizes, default=0),
                 "--tasks-per-node": min(spec.tasks_per_node or (1,), default=0),
                 "--repeats": spec.repeats}
+    for what, values in (("--mode", spec.modes), ("--model", spec.models),
+                         ("--nodes", spec.nodes), ("--batch-size", spec.batch_sizes),
+                         ("--partition", spec.partitions)):
+        if not values:
+            raise UserError(f"{what}: empty; give at least one value")
     for what, value in positive.items():
         if value < 1:
             raise UserError(f"{what}: must be at least 1")
     if spec.warmup < 0:
         raise UserError("--warmup: must be 0 or more")
+    for what, value in (("--iters", spec.iters), ("--warmup", spec.warmup),
+                        ("--repeats", spec.repeats), ("--batch-size", max(spec.batch_sizes))):
+        if value > MAX_COUNT:
+            raise UserError(f"{what}: {value} is beyond any sensible benchmark "
+                            f"(at most {MAX_COUNT})")
 
 
 def _check_models(models: tuple[str, ...], dataset: str) -> None:
@@ -296,7 +311,16 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
             f"--nodes {nodes}: partition '{part.name}' of site '{site.name}' has only "
             f"{part.nodes} node(s)"
         )
+    per_node = spec.tasks_per_node or part.gpus_per_node or 1
+    if per_node > MAX_TASKS_PER_CORE * max(part.cpus_per_node, part.gpus_per_node):
+        raise UserError(f"--tasks-per-node {per_node}: partition '{part.name}' has "
+                        f"{part.cpus_per_node} core(s) per node; at most "
+                        f"{MAX_TASKS_PER_CORE * part.cpus_per_node} ranks per node")
     launcher = _launcher(spec.launcher, site, part.launcher, mode)
+    for opts in option_sets(spec, mode):
+        if opts.get("backend") == "nccl" and not part.gpus_per_node:
+            raise UserError(f"--option backend=nccl: partition '{part.name}' has no GPUs "
+                            f"(gpus_per_node 0); NCCL needs them: use backend=gloo")
     return [build_run(spec, site, part, mode, launcher, opts, model=model, nodes=nodes,
                       tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
                       repeat=repeat, data_dir=data_dir)

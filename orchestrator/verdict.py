@@ -12,6 +12,8 @@ below the result set that merges many runs (gather, results).
 from __future__ import annotations
 
 import math
+import re
+import signal
 from pathlib import Path
 
 from . import modes, protocol
@@ -61,6 +63,13 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             if len(measured) != run.iters:
                 problems.append((3, 0.0, f"{label}: {len(measured)} of {run.iters} "
                                          "measured iterations logged"))
+    first = first_failure(rdir, len(tasks))
+    if problems and first is not None:
+        rank, how = first
+        for i, (_kind, when, message) in enumerate(problems):
+            if message.startswith((f"rank {rank}:", f"rank {rank} (")):
+                head, sep, rest = message.partition("\n")
+                problems[i] = (-1, when, f"{head} [first to fail: {how}]{sep}{rest}")
     if problems:
         return False, min(problems)[2]
     if mode.is_synchronous(run.options) and len(trains) > 1:
@@ -86,3 +95,34 @@ def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:
         return reason
     outs = sorted(rdir.glob("slurm-*.out"))
     return tail(outs[-1]) if outs else "job failed without output"
+
+
+_SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:[-,]\d+)*: (.+)$", re.M)
+
+
+def first_failure(rdir: Path, ntasks: int) -> tuple[int, str] | None:
+    """The task that failed first, by time, and how: what the local launcher recorded
+    (ranks/first-failure: task, exit status), else srun's first 'task N: ...' error line in the
+    job output (srun reports tasks as they end). None when neither says."""
+    path = rdir / protocol.RANKS_DIR / "first-failure"
+    try:
+        task, status = path.read_text().split()[:2]
+        rank, code = int(task), int(status)
+    except (OSError, ValueError):
+        rank = None
+    if rank is not None and 0 <= rank < ntasks:
+        if code > 128:
+            try:
+                name = signal.Signals(code - 128).name
+            except ValueError:
+                name = f"signal {code - 128}"
+            return rank, f"killed by {name}"
+        return rank, f"exited with status {code}"
+    for out in sorted(rdir.glob("slurm-*.out")):
+        try:
+            match = _SRUN_TASK.search(out.read_text(errors="replace"))
+        except OSError:
+            continue
+        if match and int(match.group(1)) < ntasks:
+            return int(match.group(1)), match.group(2).strip()
+    return None

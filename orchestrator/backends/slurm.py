@@ -121,6 +121,10 @@ class SlurmScheduler(Scheduler):
         # orch does not requeue, so the warning goes to the batch shell only, as SIGURG,
         # whose default action is to ignore it (job.sbatch by hand has no --signal at all).
         opts["signal"] = "B:URG@90"
+        # One execution per attempt: a requeued job (node failure, ReturnToService) would run
+        # job.sbatch again in the same directory, appending a second execution to the rank
+        # logs. Slurm must not requeue it; orch's ledger shows the failure instead.
+        opts["no-requeue"] = True
         executor = submitit.SlurmExecutor(folder=rdir / "submitit", python=sys.executable)
         executor.update_parameters(
             job_name=run.run_id, partition=partition.name, use_srun=False,

@@ -19,7 +19,7 @@ from typing import Annotated, NamedTuple
 import typer
 
 from .. import __version__
-from ..errors import UserError
+from ..errors import CONTROL, UserError
 from ._common import RICH_MARKUP_MODE, Group
 
 
@@ -159,10 +159,31 @@ def _root(
     """orch: sweeps of distributed training runs on Slurm clusters or this machine."""
 
 
+def _check_argv(argv: list[str]) -> None:
+    """No control character (newline, CR, NUL, tab, ...) in any argument: every value may reach
+    a rendered script, where a newline would end a comment line and run the rest as shell."""
+    for i, arg in enumerate(argv, 1):
+        if CONTROL.search(arg):
+            raise UserError(f"argument {i} ({arg!r}) holds a control character (newline, tab, "
+                            "NUL…); values reaching a job script cannot")
+
+
 def main() -> None:
     try:
+        _check_argv(sys.argv[1:])
         app(prog_name="orch")  # also under 'python -m orchestrator'
     except UserError as exc:
-        sys.stdout.flush()
-        sys.stderr.write(f"orch: error: {exc}\n")
-        sys.exit(exc.exit_code)
+        _fail(str(exc), exc.exit_code)
+    except OSError as exc:  # a file or directory the user named: one line, never a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        _fail(f"{where}{exc.strerror or exc}", 2)
+    except UnicodeError as exc:
+        _fail(f"input is not UTF-8 text ({exc})", 2)
+    except RecursionError:
+        _fail("input nested too deeply", 2)
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.write(f"orch: error: {message}\n")
+    sys.exit(code)

@@ -68,6 +68,9 @@ def sweep(
     require_fabric: Annotated[bool, typer.Option(
         "--require-fabric", help="A run whose ranks did not use the partition's declared "
         "fabric (verdict 'mismatch') is FAILED.")] = False,
+    cancel_on_interrupt: Annotated[bool, typer.Option(
+        "--cancel-on-interrupt", help="Ctrl-C cancels the sweep's unfinished jobs (without it "
+        "they keep running; a second Ctrl-C cancels them).")] = False,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     from .. import backends, envs, execute, results
@@ -118,7 +121,7 @@ def sweep(
         spec = sweepmod.SweepSpec(**{name: make() for name, make in fields.items()},
                                   inject_failure=inject_failure)
         runs = sweepmod.expand(spec, site_obj)
-    out_dir = (out or Path("runs") / site_obj.name).resolve()
+    out_dir = check_out(out or Path("runs") / site_obj.name)
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
@@ -148,6 +151,9 @@ def sweep(
         execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
                         require_fabric=require_fabric,
                         on_progress=progress.update if wait else None)
+    except KeyboardInterrupt:
+        progress.close()
+        _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)
     finally:
         progress.close()
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
@@ -205,3 +211,64 @@ def print_plan(runs, title: str) -> None:
                                             "ranks", "tasks", "roles")))
     out_console.print(table, highlight=False)
     out_console.print()
+
+
+# Kernel file systems where a sweep directory can never live.
+_NOT_HERE = (Path("/proc"), Path("/sys"), Path("/dev"))
+
+
+def check_out(out: Path) -> Path:
+    """The sweep directory, resolved: a directory or a path one can be made at."""
+    resolved = out.expanduser().resolve()
+    if any(resolved == p or p in resolved.parents for p in _NOT_HERE):
+        raise UserError(f"--out {out}: {resolved} is on a kernel file system "
+                        f"({', '.join(map(str, _NOT_HERE))}); choose a directory on a disk")
+    if resolved.exists() and not resolved.is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory; choose another --out")
+    for parent in resolved.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"--out {out}: {parent} is a file, not a directory")
+            break
+    if len(resolved.name.encode()) > 255:
+        raise UserError(f"--out {out}: a file name is at most 255 bytes")
+    return resolved
+
+
+def _interrupted(out_dir: Path, scheduler: str, ids: set[str], cancel_now: bool) -> None:
+    """Ctrl-C: say which jobs still run and how to follow or cancel them; cancel them with
+    --cancel-on-interrupt or on a second Ctrl-C within the grace period. Exit 130."""
+    import time
+
+    from .. import execute
+
+    def unfinished() -> list[tuple[str, str | None]]:
+        from ..rundir import TERMINAL, read_record, run_dirs
+
+        out = []
+        for rdir in run_dirs(out_dir):
+            try:
+                rec = read_record(rdir)
+            except UserError:
+                continue
+            if rec and rec.run_id in ids and rec.state not in TERMINAL and rec.job_id:
+                out.append((rec.run_id, rec.job_id))
+        return out
+
+    live = unfinished()
+    if live and not cancel_now:
+        err_console.print(f"interrupted: {len(live)} job(s) still running: "
+                          + ", ".join(f"{rid} (job {job})" for rid, job in live))
+        err_console.print(f"follow them with: orch status {out_dir}  (then orch gather "
+                          f"{out_dir}); cancel them with: orch cancel {out_dir}")
+        err_console.print("press Ctrl-C again within 5 s to cancel them now")
+        try:
+            time.sleep(5)
+        except KeyboardInterrupt:
+            cancel_now = True
+    if live and cancel_now:
+        done = execute.cancel(out_dir, scheduler, [rid for rid, _ in live])
+        err_console.print(f"interrupted: cancelled {len(done)} job(s): {', '.join(done)}")
+    elif not live:
+        err_console.print("interrupted: no job of this sweep is running")
+    raise typer.Exit(130)
