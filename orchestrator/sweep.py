@@ -311,7 +311,7 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
             f"--nodes {nodes}: partition '{part.name}' of site '{site.name}' has only "
             f"{part.nodes} node(s)"
         )
-    per_node = spec.tasks_per_node or part.gpus_per_node or 1
+    per_node = tasks_per_node or part.gpus_per_node or 1
     if per_node > MAX_TASKS_PER_CORE * max(part.cpus_per_node, part.gpus_per_node):
         raise UserError(f"--tasks-per-node {per_node}: partition '{part.name}' has "
                         f"{part.cpus_per_node} core(s) per node; at most "

@@ -269,9 +269,9 @@ BAD = [
     ("", None, "a study is a YAML mapping"),
     ("name: fuzz\nnodes: [1, 2\nmodes: [torch-ddp]\n", 3, "not valid YAML"),
     ("name: fuzz\n  nodes: [1]\n", 2, "not valid YAML"),
-    ("name: fuzz\nnodes: [1]\nnodes: [2]\n", 3, "nodes: duplicate key (first at line 2)"),
+    ("name: fuzz\nnodes: [1]\nnodes: [2]\n", 3, "duplicate key 'nodes' (first given on line 2)"),
     ("name: fuzz\noptions:\n  backend: [gloo]\n  backend: [nccl]\n", 4,
-     "options.backend: duplicate key (first at line 3)"),
+     "duplicate key 'backend' (first given on line 3)"),
     ("name: fuzz\nmodels: [alexnet]\ndataset: imagenet\nmodes: [torch-ddp]\ndata: /nope\n",
      None, "/nope"),
 ]
