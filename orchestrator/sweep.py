@@ -218,6 +218,8 @@ def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partit
 
 
 MAX_COUNT = 1_000_000
+# Iterations may be many more: a run meant to end at its time limit asks for "forever".
+MAX_ITERS = 1_000_000_000
 # Ranks per node beyond this many per core oversubscribe a node past measuring anything.
 MAX_TASKS_PER_CORE = 4
 
@@ -236,11 +238,13 @@ def _check_numbers(spec: SweepSpec) -> None:
             raise UserError(f"{what}: must be at least 1")
     if spec.warmup < 0:
         raise UserError("--warmup: must be 0 or more")
-    for what, value in (("--iters", spec.iters), ("--warmup", spec.warmup),
-                        ("--repeats", spec.repeats), ("--batch-size", max(spec.batch_sizes))):
-        if value > MAX_COUNT:
+    for what, value, most in (("--iters", spec.iters, MAX_ITERS),
+                              ("--warmup", spec.warmup, MAX_ITERS),
+                              ("--repeats", spec.repeats, MAX_COUNT),
+                              ("--batch-size", max(spec.batch_sizes), MAX_COUNT)):
+        if value > most:
             raise UserError(f"{what}: {value} is beyond any sensible benchmark "
-                            f"(at most {MAX_COUNT})")
+                            f"(at most {most})")
 
 
 def _check_models(models: tuple[str, ...], dataset: str) -> None:

@@ -269,7 +269,7 @@ SWEEP_CASES: list[tuple[str, ...]] = [
     ("--mode", ""), ("--mode", ","), ("--mode", "nope"), ("--model", ""), ("--model", "nope"),
     ("--batch-size", "0"), ("--batch-size", "x"), ("--batch-size", ""),
     ("--batch-size", "99999999"),
-    ("--iters", "0"), ("--iters", "-1"), ("--iters", "10000000"), ("--warmup", "-1"),
+    ("--iters", "0"), ("--iters", "-1"), ("--iters", "10000000000"), ("--warmup", "-1"),
     ("--repeats", "0"), ("--dataset", "nope"), ("--dataset", ""),
     ("--time-limit", "0"), ("--time-limit", "-3"),
     ("--inject-failure", "x"), ("--inject-failure", "1@"), ("--launcher", "nope"),
