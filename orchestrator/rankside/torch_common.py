@@ -4,6 +4,22 @@ the parameter checksum every synchronous mode ends with, and the input batches."
 from __future__ import annotations
 
 
+def init_distributed(backend: str, info):
+    """Join the job's process group (env:// rendezvous from RANK/WORLD_SIZE/MASTER_*) and
+    return this rank's device: its GPU under NCCL, the CPU under Gloo."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend, rank=info.rank, world_size=info.world_size,
+                            timeout=timedelta(minutes=5))
+    if backend == "nccl":
+        torch.cuda.set_device(info.local_rank)
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
 def parameter_checksum(model) -> float:
     """Sum of all parameters in float64: equal on every rank iff the ranks stayed in sync."""
     import torch

@@ -10,10 +10,13 @@ The hook also times every bucket's all-reduce from launch to completion: ``t_com
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 from orchestrator.rankside import harness
-from orchestrator.rankside.torch_common import input_batches, parameter_checksum
+from orchestrator.rankside.torch_common import (
+    init_distributed,
+    input_batches,
+    parameter_checksum,
+)
 
 from .mode import MODE
 
@@ -58,14 +61,7 @@ def main(argv=None) -> None:
         s.footer["versions"] = harness.versions(torch=torch.__version__)
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
-        dist.init_process_group(
-            args.backend, rank=info.rank, world_size=info.world_size, timeout=timedelta(minutes=5)
-        )
-        if args.backend == "nccl":
-            torch.cuda.set_device(info.local_rank)
-            device = torch.device("cuda", info.local_rank)
-        else:
-            device = torch.device("cpu")
+        device = init_distributed(args.backend, info)
         model = models_torch.build(args.model, args.dataset).to(device)
         ddp = DistributedDataParallel(
             model, device_ids=[info.local_rank] if device.type == "cuda" else None

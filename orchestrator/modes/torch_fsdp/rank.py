@@ -52,10 +52,9 @@ statistics are buffers, which FSDP2 neither shards nor synchronises: each rank k
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 from orchestrator.rankside import harness
-from orchestrator.rankside.torch_common import input_batches
+from orchestrator.rankside.torch_common import init_distributed, input_batches
 
 from .mode import MODE
 
@@ -230,14 +229,7 @@ def main(argv=None) -> None:
         s.footer["versions"] = harness.versions(torch=torch.__version__)
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
-        dist.init_process_group(
-            args.backend, rank=info.rank, world_size=info.world_size, timeout=timedelta(minutes=5)
-        )
-        if args.backend == "nccl":
-            torch.cuda.set_device(info.local_rank)
-            device = torch.device("cuda", info.local_rank)
-        else:
-            device = torch.device("cpu")
+        device = init_distributed(args.backend, info)
         model = models_torch.build(args.model, args.dataset).to(device)
         mesh = init_device_mesh(device.type, (info.world_size,))
         reshard = args.reshard_after_forward == "yes"
