@@ -24,6 +24,18 @@ Phases (seconds, after the source papers; see DESIGN.md), in the order of one it
 ``t_io`` input not hidden by prefetch, ``t_h2d`` host-to-device copy, ``t_f`` forward and loss,
 ``t_b`` backward compute, ``t_comm`` gradient communication NOT hidden behind backward,
 ``t_u`` update. ``t_comm_total`` is all communication the workload can see.
+
+Two windows per run (issue 14), told apart by an ``iter`` record's ``window``:
+
+* ``native`` — the throughput window: the framework's own idiomatic training step, unmodified,
+  timed only by wall clock per iteration (``t_iter``; no phase fields). samples/s, speedup and
+  efficiency come from it.
+* ``breakdown`` — the phase-instrumented window (the phases above). A record without
+  ``window`` is a breakdown record (logs written before the two windows existed).
+
+Iteration numbers run on across both windows (native first), so ``iter`` stays unique within a
+rank log. Each window has its own warm-up. A footer's ``comm_total_reason`` says why the mode
+records no ``t_comm_total`` (the framework does not let it be seen); never copy ``t_comm``.
 """
 
 import json
@@ -39,6 +51,11 @@ HEADER = "header"
 ITER = "iter"
 FOOTER = "footer"
 RECORD_KINDS = (HEADER, ITER, FOOTER)
+WINDOW = "window"
+WINDOW_NATIVE = "native"
+WINDOW_BREAKDOWN = "breakdown"
+WINDOWS = (WINDOW_NATIVE, WINDOW_BREAKDOWN)
+COMM_TOTAL_REASON = "comm_total_reason"  # footer: why no t_comm_total is recorded
 STATUS_OK = "ok"
 FABRIC = "fabric"  # the footer field holding a rank's fabric evidence
 STATUS_ERROR = "error"
@@ -106,7 +123,8 @@ def _number(value):
 def parse_record(line):
     """One log line -> a record dict, or None if it is not one (torn, not JSON, not an object
     with a known ``type``, an ``iter`` record without an integer ``iter`` or numeric
-    ``t_start``/``t_iter``, or with a phase that is neither a number nor null)."""
+    ``t_start``/``t_iter``, with an unknown ``window``, or with a phase that is neither a
+    number nor null)."""
     try:
         rec = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):  # torn, binary, or absurdly deep
@@ -120,6 +138,8 @@ def parse_record(line):
         for name in ("t_start", "t_iter"):  # every iteration has them
             if not _number(rec.get(name)):
                 return None
+        if rec.get(WINDOW, WINDOW_BREAKDOWN) not in WINDOWS:
+            return None
         for name in (*PHASES, T_COMM_TOTAL):  # a phase a workload does not time may be absent
             if rec.get(name) is not None and not _number(rec[name]):
                 return None

@@ -147,6 +147,7 @@ class Session:
         # measured window, taken outside every timed iteration.
         self._fabric_born = fabric.safe(fabric.Snapshot, with_sockets=False)
         self._fabric_start = None
+        self._next_iter = 0  # iteration numbers run on across the two windows
 
     @contextmanager
     def phase(self, name: str):
@@ -160,31 +161,47 @@ class Session:
     def add(self, name: str, seconds: float) -> None:
         self._phases[name] = self._phases.get(name, 0.0) + seconds
 
+    def native_iterations(self):
+        """Yield iteration numbers of the throughput window (``window: native``): the caller
+        runs the framework's own idiomatic step, unmodified; the harness only reads the wall
+        clock around it, so nothing of orch's instrumentation is inside what samples/s is
+        computed from. Run it before :meth:`iterations`; it has its own warm-up."""
+        yield from self._window(protocol.WINDOW_NATIVE, phases=False)
+
     def iterations(self):
-        """Yield iteration numbers; time each one and log it when the body is done."""
+        """Yield iteration numbers of the breakdown window; time each one and its phases and
+        log it when the body is done. Numbers continue after a native window's."""
+        yield from self._window(protocol.WINDOW_BREAKDOWN, phases=True)
+        if self._fabric_start is not None:  # the measured window has ended
+            end = fabric.safe(fabric.Snapshot)
+            if end is not None:
+                self.footer[protocol.FABRIC] = fabric.safe(fabric.record, self._fabric_start, end)
+            self._fabric_start = None
+
+    def _window(self, window: str, phases: bool):
         total = self.args.warmup + self.args.iters
-        for it in range(total):
+        base = self._next_iter
+        for k in range(total):
+            it = base + k
             if self.failure and self.failure == (self.info.task, it):
                 raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
-            if it == self.args.warmup:  # the measured window starts
+            if phases and k == self.args.warmup:  # the fabric's measured window starts
                 self._fabric_start = fabric.safe(fabric.Snapshot)
             self._phases = {}
             wall = time.time()
             t0 = time.perf_counter()
             yield it
             t_iter = time.perf_counter() - t0
-            record = {"type": protocol.ITER, "iter": it, "warmup": it < self.args.warmup,
+            self._next_iter = it + 1
+            record = {"type": protocol.ITER, "iter": it, "window": window,
+                      "warmup": k < self.args.warmup,
                       "t_start": wall, "t_iter": t_iter, "samples": self.samples}
-            for name in PHASES:
-                record[name] = self._phases.get(name, 0.0)
-            for name, value in self._phases.items():
-                record.setdefault(name, value)
+            if phases:
+                for name in PHASES:
+                    record[name] = self._phases.get(name, 0.0)
+                for name, value in self._phases.items():
+                    record.setdefault(name, value)
             self.log.write(record)
-        if self._fabric_start is not None:  # the measured window has ended
-            end = fabric.safe(fabric.Snapshot)
-            if end is not None:
-                self.footer[protocol.FABRIC] = fabric.safe(fabric.record, self._fabric_start, end)
-            self._fabric_start = None
 
     def fabric_lifetime(self) -> None:
         """For a task without a measured window (a server): its evidence since it started."""
