@@ -69,6 +69,22 @@ PROVENANCE_FILE = "provenance.json"
 RANKS_DIR = "ranks"
 TRACE_FILE = "trace.csv"  # layer-wise trace (second paper's format), in RANKS_DIR
 
+# Packed sweeps (orch sweep --pack/--array): the pack or array job scripts live in
+# <sweep>/PACKS_DIR/<pack>/; in each run directory the pack script writes STEP_STARTED_FILE
+# when it starts the run (job id, hosts) and STEP_FILE (the run's Slurm step, JOBID.STEP);
+# `orch cancel` of a run whose step has not started leaves CANCEL_FILE, so the pack skips it.
+# A run that the end of its allocation cut off has a ledger reason starting with CUT_OFF:
+# the next sweep into the same directory submits it again.
+PACKS_DIR = "packs"
+PACK_SCRIPT = "pack.sbatch"
+ARRAY_SCRIPT = "array.sbatch"
+STEP_STARTED_FILE = "step-started.json"
+STEP_FILE = "step"
+CANCEL_FILE = "cancel-requested"
+CUT_OFF = "cut off"
+PACK_PREFIX = "pack-"  # a pack's name (and Slurm job name): pack-<n>-<partition>-<tag>
+ARRAY_PREFIX = "array-"  # an array's: array-<n>-<partition>-<tag>
+
 _RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
 
 

@@ -50,6 +50,16 @@ class JobRecord(BaseModel):
     # Digest of the rank logs when the run was finalized: gather re-checks a run whose logs
     # changed since (truncated, emptied, deleted).
     logs_digest: str | None = None
+    # Packed sweeps (orch sweep --pack/--array, orchestrator/pack.py): the pack's name (its
+    # directory under packs/ and its Slurm job name), and the run's own job step (JOBID.STEP).
+    pack: str | None = None
+    step: str | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        """Ended by the end of its (packed) allocation, not by itself: submitted again by the
+        next sweep into the same directory."""
+        return (self.reason or "").startswith(protocol.CUT_OFF)
 
 
 def logs_digest(rdir: Path) -> str:

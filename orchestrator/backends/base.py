@@ -35,7 +35,9 @@ class Scheduler:
     * ``cancel_is_final``: a cancelled job is finished at once (no scheduler to confirm it);
     * ``runs_here``: ranks run on this machine, so their Python must exist here;
     * ``hand_verb`` / ``hand_command`` / ``hand_note``: how a user runs ``job.sbatch`` by hand
-      (the comment at the top of every job script).
+      (the comment at the top of every job script);
+    * ``packs``: runs a sweep's runs as steps of one allocation or as a job array (``orch
+      sweep --pack/--array``, :meth:`submit_script`).
     """
 
     name: ClassVar[str] = ""
@@ -46,6 +48,7 @@ class Scheduler:
     hand_verb: ClassVar[str] = "Submit by hand"
     hand_command: ClassVar[str] = "sbatch"
     hand_note: ClassVar[str] = ""
+    packs: ClassVar[bool] = False
 
     @property
     def launchers(self) -> tuple[str, ...]:
@@ -61,6 +64,11 @@ class Scheduler:
 
     def submit(self, run: Any, rdir: Path, partition: Any, sbatch: dict[str, str | bool]) -> str:
         """Submit ``rdir/job.sbatch``; return the job id. ``sbatch``: the job's options."""
+        raise NotImplementedError
+
+    def submit_script(self, script: Path, name: str) -> str:
+        """Submit a pack's or array's own job script (``packs`` schedulers); return its job
+        id. ``name``: the job name the script gives itself."""
         raise NotImplementedError
 
     def poll(self, records: list, rdirs: list[Path]) -> dict[str, tuple[str, str]]:

@@ -16,8 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import protocol
 from ..errors import SubmitError
 from ..jobscript import job_function
+from . import slurm_pack
 from .base import Scheduler, register_scheduler
 
 # The one table of Slurm job states (squeue(1)/sacct(1) "JOB STATE CODES", Slurm 20.11-24.11)
@@ -79,6 +81,7 @@ class SlurmScheduler(Scheduler):
 
     name = "slurm"
     hand_note = "(paths are absolute; rank logs go to ranks/)"
+    packs = True
 
     def check(self, partition) -> None:
         """Fail before anything is submitted if Slurm or the partition cannot be reached."""
@@ -136,21 +139,35 @@ class SlurmScheduler(Scheduler):
             raise SubmitError(f"sbatch refused run {run.run_id}: {exc}") from None
         return str(job.job_id)
 
+    def submit_script(self, script: Path, name: str) -> str:
+        """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array)."""
+        return slurm_pack.submit_script(script, name)
+
     def poll(self, records, rdirs) -> dict[str, tuple[str, str]]:
         """State of each run's job: slurmctld (squeue) first, accounting (sacct) after.
 
         slurmctld is authoritative for live jobs and for finished ones it still remembers
         (MinJobAge); slurmdbd lags, and shows a running job as a placeholder named
         'allocation' in state PENDING. Only jobs slurmctld has forgotten come from sacct.
+        Runs of a pack or an array (``record.pack``) are told apart in slurm_pack.
         """
+        kinds: dict[str, tuple[list, list]] = {"": ([], []), protocol.PACK_PREFIX: ([], []),
+                                                protocol.ARRAY_PREFIX: ([], [])}
+        for record, rdir in zip(records, rdirs, strict=True):
+            pack = getattr(record, "pack", None) or ""
+            kind = next((k for k in kinds if k and pack.startswith(k)), "")
+            kinds[kind][0].append(record)
+            kinds[kind][1].append(rdir)
+        out: dict[str, tuple[str, str]] = {}
+        if kinds[protocol.PACK_PREFIX][0]:
+            out.update(slurm_pack.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs))
+        if kinds[protocol.ARRAY_PREFIX][0]:
+            out.update(slurm_pack.poll_arrays(kinds[protocol.ARRAY_PREFIX][0]))
+        records = kinds[""][0]
         ids = [r.job_id for r in records if r.job_id]
         if not ids:
-            return {}
-        seen = _squeue(ids)
-        missing = [i for i in ids if i not in seen]
-        if missing:
-            seen.update(_sacct(missing))
-        out = {}
+            return out
+        seen = _jobs(ids)
         for record in records:
             name, raw = seen.get(record.job_id or "", (None, None))
             if raw is None:  # neither knows it yet (just submitted)
@@ -164,8 +181,20 @@ class SlurmScheduler(Scheduler):
         return out
 
     def cancel(self, record, rdir: Path) -> None:
-        if record.job_id:
+        if (getattr(record, "pack", None) or "").startswith(protocol.PACK_PREFIX):
+            slurm_pack.cancel_packed(record, rdir)  # its step, not the whole allocation
+            return
+        if record.job_id:  # an array run's JOBID_k cancels that array task alone
             subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)
+
+
+def _jobs(ids: list[str]) -> dict[str, tuple[str, str]]:
+    """job id -> (job name, state field): slurmctld first, accounting for what it forgot."""
+    seen = _squeue(ids)
+    missing = [i for i in ids if i not in seen]
+    if missing:
+        seen.update(_sacct(missing))
+    return seen
 
 
 def _query(cmd: list[str]) -> dict[str, tuple[str, str]]:

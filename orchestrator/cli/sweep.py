@@ -71,6 +71,12 @@ def sweep(
     cancel_on_interrupt: Annotated[bool, typer.Option(
         "--cancel-on-interrupt", help="Ctrl-C cancels the sweep's unfinished jobs (without it "
         "they keep running; a second Ctrl-C cancels them).")] = False,
+    pack: Annotated[bool, typer.Option(
+        "--pack", help="Slurm: run each partition's runs as job steps of one allocation sized "
+        "for its largest run (one queue wait per partition).")] = False,
+    array: Annotated[bool, typer.Option(
+        "--array", help="Slurm: submit runs of the same shape (partition, nodes, tasks, time) "
+        "as one job array.")] = False,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     from .. import backends, envs, execute, results
@@ -122,10 +128,15 @@ def sweep(
                                   inject_failure=inject_failure)
         runs = sweepmod.expand(spec, site_obj)
     out_dir = check_out(out or Path("runs") / site_obj.name)
+    packing = "pack" if pack else "array" if array else None
+    if pack or array:
+        from .. import pack as packmod
+
+        packmod.refuse(site_obj, packing, both=pack and array)
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
-        rendered_runs = execute.dry_run(runs, site_obj, out_dir)
+        rendered_runs = execute.dry_run(runs, site_obj, out_dir, packed=pack)
         if loaded is not None:
             print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
                        f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
@@ -135,10 +146,14 @@ def sweep(
             sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
             for name, text in rendered.files:  # e.g. the container wrapper
                 sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
+        if packing:
+            for path, text in packmod.dry_run(runs, site_obj, out_dir, packing):
+                sys.stdout.write(f"# ===== {path}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
-                               study=loaded.provenance() if loaded is not None else None)
+                               study=loaded.provenance() if loaded is not None else None,
+                               packed=pack)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
@@ -150,7 +165,7 @@ def sweep(
     try:
         execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
                         require_fabric=require_fabric,
-                        on_progress=progress.update if wait else None)
+                        on_progress=progress.update if wait else None, pack=packing)
     except KeyboardInterrupt:
         progress.close()
         _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)
