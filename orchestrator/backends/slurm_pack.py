@@ -52,14 +52,14 @@ def packed_state(job_id: str, alloc: tuple[str, str] | None, times: dict | None,
     alloc_state, alloc_word = alloc or ("PENDING", "")
     if times is not None:
         status = int(times.get("exit_status", 1))
+        if times.get("cut_off"):  # its shell got the allocation's end signal
+            if alloc_state not in TERMINAL:  # the allocation is still ending: wait for its word
+                return "RUNNING", ""
+            return _cut_off(job_id, alloc_state, alloc_word, "while this run was running")
         if times.get("cancelled") or (status != 0 and (cancel_requested
                                                        or step_state == "CANCELLED")):
             return "CANCELLED", ("cancelled before its step started" if times.get("cancelled")
                                  else "cancelled (scancel of its step)")
-        if times.get("cut_off"):
-            if alloc_state not in TERMINAL:  # the allocation is still ending: wait for its word
-                return "RUNNING", ""
-            return _cut_off(job_id, alloc_state, alloc_word, "while this run was running")
         if status == 0:
             return "COMPLETED", ""
         if status == TIMEOUT_STATUS:
