@@ -64,6 +64,29 @@ def refuse(site: Site, kind: str | None, both: bool = False) -> None:
                         f"queue to wait in and runs one job at a time; drop --{kind}")
 
 
+def check(runs: list, site: Site, kind: str, out: Path) -> None:
+    """Bad input before anything is written: a run larger than its partition, or a pack whose
+    runs need more time one after another than the partition allows one job (its MaxTime, as
+    the scheduler reports it): those runs cannot share one allocation."""
+    sched = backends.scheduler(site.scheduler)
+    for group in groups(_as_prepared(runs, site, out), site, kind):
+        opts = pack_options(group, site, out, "check")
+        hours, minutes, _ = str(opts["time"]).split(":")
+        need = int(hours) * 60 + int(minutes)
+        limit = sched.max_time_min(site.partition(group.partition))
+        if limit is not None and need > limit:
+            raise UserError(f"--{kind}: the {len(group.members)} run(s) on partition "
+                            f"'{group.partition}' need {need} min in one allocation (each run's "
+                            f"time limit, side by side where they fit), more than the "
+                            f"partition's limit of {limit} min; lower --time-limit, split the "
+                            f"sweep, or use --array")
+
+
+def _as_prepared(runs: list, site: Site, out: Path) -> list[Prepared]:
+    return [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler=site.scheduler),
+                     "submit") for r in runs]
+
+
 def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
     """The submissions of the runs to submit: one pack per partition, or one array per
     shape (partition and sbatch options). Pure: nothing is written."""
@@ -183,10 +206,8 @@ def _script_name(kind: str) -> str:
 
 def dry_run(runs: list, site: Site, out: Path, kind: str) -> list[tuple[Path, str]]:
     """The pack (or array) scripts a sweep would submit, as (path, text); nothing written."""
-    prepared = [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler=site.scheduler),
-                         "submit") for r in runs]
     shown = []
-    for i, group in enumerate(groups(prepared, site, kind)):
+    for i, group in enumerate(groups(_as_prepared(runs, site, out), site, kind)):
         name = _pack_name(out, kind, group.partition, offset=i)
         pack_dir = out / protocol.PACKS_DIR / name
         shown.append((pack_dir / _script_name(kind), render(group, site, out, pack_dir, name)))

@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator import pack, protocol
 from orchestrator import site as sitemod
-from orchestrator.backends.slurm_pack import packed_state
+from orchestrator.backends.slurm_pack import minutes, packed_state
 from orchestrator.render import render_run
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.sweep import SweepSpec, expand
@@ -215,3 +215,11 @@ def test_packed_run_state(alloc, times, started, cancel, step, want):
     state, reason = packed_state("7", alloc, times, started, cancel, step)
     assert state == want.split()[0]
     assert reason.startswith(protocol.CUT_OFF) == want.endswith("cut"), reason
+
+
+@pytest.mark.parametrize(("text", "want"), [("infinite", None), ("30", 30), ("30:00", 30),
+                                            ("01:30:00", 90), ("2-00:00:00", 2880),
+                                            ("1-12", 2160), ("00:10:30", 11), ("UNLIMITED", None)])
+def test_partition_time_limits(text, want):
+    """sinfo's %l, which a pack's time must fit (else: one line, exit 2)."""
+    assert minutes(text) == want

@@ -66,6 +66,10 @@ class Scheduler:
         """Submit ``rdir/job.sbatch``; return the job id. ``sbatch``: the job's options."""
         raise NotImplementedError
 
+    def max_time_min(self, partition: Any) -> int | None:
+        """The longest a job may run on the partition, in minutes (None: no limit known)."""
+        return None
+
     def submit_script(self, script: Path, name: str) -> str:
         """Submit a pack's or array's own job script (``packs`` schedulers); return its job
         id. ``name``: the job name the script gives itself."""

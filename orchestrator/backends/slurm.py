@@ -139,6 +139,17 @@ class SlurmScheduler(Scheduler):
             raise SubmitError(f"sbatch refused run {run.run_id}: {exc}") from None
         return str(job.job_id)
 
+    def max_time_min(self, partition) -> int | None:
+        """The partition's time limit from sinfo (``%l``: infinite, MM, HH:MM:SS,
+        D-HH:MM:SS); None where it has none or sinfo cannot say."""
+        try:
+            res = subprocess.run(["sinfo", "-h", "-p", partition.name, "-o", "%l"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        words = res.stdout.split()
+        return slurm_pack.minutes(words[0]) if res.returncode == 0 and words else None
+
     def submit_script(self, script: Path, name: str) -> str:
         """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array)."""
         return slurm_pack.submit_script(script, name)

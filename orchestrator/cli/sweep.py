@@ -133,6 +133,8 @@ def sweep(
         from .. import pack as packmod
 
         packmod.refuse(site_obj, packing, both=pack and array)
+        if not dry_run:
+            packmod.check(runs, site_obj, packing, out_dir)
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
