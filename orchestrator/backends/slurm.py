@@ -171,9 +171,10 @@ class SlurmScheduler(Scheduler):
             kinds[kind][1].append(rdir)
         out: dict[str, tuple[str, str]] = {}
         if kinds[protocol.PACK_PREFIX][0]:
-            out.update(slurm_pack.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs))
+            out.update(slurm_pack.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs,
+                                             slurm_state=slurm_state))
         if kinds[protocol.ARRAY_PREFIX][0]:
-            out.update(slurm_pack.poll_arrays(kinds[protocol.ARRAY_PREFIX][0]))
+            out.update(slurm_pack.poll_arrays(kinds[protocol.ARRAY_PREFIX][0], slurm_state))
         records = kinds[""][0]
         ids = [r.job_id for r in records if r.job_id]
         if not ids:

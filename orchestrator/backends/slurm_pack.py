@@ -13,12 +13,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import protocol
 from ..errors import SubmitError
 
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+Jobs = Callable[[list[str]], dict[str, tuple[str, str]]]
+StateOf = Callable[[str], tuple[str, str]]
 # timeout(1)'s exit status when the run's own time limit ended it.
 TIMEOUT_STATUS = 124
 
@@ -106,11 +109,11 @@ def _cut_off(job_id: str, alloc_state: str, word: str, when: str) -> tuple[str, 
     return state, f"{protocol.CUT_OFF}: allocation {job_id} ended ({how}) {when}"
 
 
-def poll_packs(records: list, rdirs: list[Path], jobs) -> dict[str, tuple[str, str]]:
-    """State of each packed run. ``jobs(ids)``: job id -> (name, orch state, Slurm word) of
-    the allocations (the scheduler's own squeue-then-sacct query)."""
-    from .slurm import slurm_state
-
+def poll_packs(records: list, rdirs: list[Path], jobs: Jobs,
+               slurm_state: StateOf) -> dict[str, tuple[str, str]]:
+    """State of each packed run. ``jobs(ids)``: job id -> (job name, state field) of the
+    allocations (the scheduler's own squeue-then-sacct query); ``slurm_state``: Slurm's
+    state field -> orch's (state, reason), the one table in slurm.py."""
     ids = sorted({r.job_id for r in records if r.job_id})
     allocs = jobs(ids) if ids else {}
     out = {}
@@ -128,7 +131,7 @@ def poll_packs(records: list, rdirs: list[Path], jobs) -> dict[str, tuple[str, s
         step_state = None
         if times is not None and int(times.get("exit_status", 0)) not in (0, TIMEOUT_STATUS):
             step = _step(rdir)
-            step_state = _step_state(step) if step else None
+            step_state = _step_state(step, slurm_state) if step else None
         out[record.run_id] = packed_state(
             record.job_id or "?", alloc, times, (rdir / protocol.STEP_STARTED_FILE).exists(),
             (rdir / protocol.CANCEL_FILE).exists(), step_state)
@@ -142,9 +145,7 @@ def _step(rdir: Path) -> str | None:
         return None
 
 
-def _step_state(step: str) -> str | None:
-    from .slurm import slurm_state
-
+def _step_state(step: str, slurm_state: StateOf) -> str | None:
     res = subprocess.run(["sacct", "-n", "-P", "-j", step, "-o", "JobID,State"],
                          capture_output=True, text=True, timeout=60)
     for line in res.stdout.splitlines():
@@ -166,10 +167,8 @@ def parse_array_listing(text: str) -> dict[str, tuple[str, str]]:
     return seen
 
 
-def poll_arrays(records: list) -> dict[str, tuple[str, str]]:
+def poll_arrays(records: list, slurm_state: StateOf) -> dict[str, tuple[str, str]]:
     """State of each array run (JOBID_k): squeue first, sacct for what it forgot."""
-    from .slurm import slurm_state
-
     bases = sorted({(r.job_id or "").split("_")[0] for r in records if r.job_id})
     if not bases:
         return {}
