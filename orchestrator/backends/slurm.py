@@ -179,17 +179,8 @@ class SlurmScheduler(Scheduler):
         ids = [r.job_id for r in records if r.job_id]
         if not ids:
             return out
-        seen = _jobs(ids)
-        for record in records:
-            name, raw = seen.get(record.job_id or "", (None, None))
-            if raw is None:  # neither knows it yet (just submitted)
-                out[record.run_id] = ("PENDING", "")
-            elif name != record.run_id:
-                # Job ids restart after a cluster reset: this id now belongs to another job.
-                out[record.run_id] = ("FAILED", f"job {record.job_id} is no longer this run's "
-                                      f"(Slurm knows it as '{name}')")
-            else:
-                out[record.run_id] = slurm_state(raw)
+        out.update(slurm_pack.named_states(records, _jobs(ids), lambda r: r.run_id,
+                                           slurm_state))
         return out
 
     def cancel(self, record, rdir: Path) -> None:

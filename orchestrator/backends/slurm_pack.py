@@ -181,12 +181,20 @@ def poll_arrays(records: list, slurm_state: StateOf) -> dict[str, tuple[str, str
                              timeout=60)
         for key, value in parse_array_listing(res.stdout).items():
             seen.setdefault(key, value)
+    return named_states(records, seen, lambda r: r.pack, slurm_state)
+
+
+def named_states(records: list, seen: dict[str, tuple[str, str]], name_of: Callable,
+                 slurm_state: StateOf) -> dict[str, tuple[str, str]]:
+    """run id -> orch's (state, reason) of each record's job in ``seen`` (job id -> (job
+    name, state field)), whose name must be ``name_of(record)``."""
     out = {}
     for record in records:
         name, raw = seen.get(record.job_id or "", (None, None))
-        if raw is None:
+        if raw is None:  # neither squeue nor sacct knows it yet (just submitted)
             out[record.run_id] = ("PENDING", "")
-        elif name != record.pack:
+        elif name != name_of(record):
+            # Job ids restart after a cluster reset: this id now belongs to another job.
             out[record.run_id] = ("FAILED", f"job {record.job_id} is no longer this run's "
                                   f"(Slurm knows it as '{name}')")
         else:
