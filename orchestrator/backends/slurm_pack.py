@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -85,15 +84,16 @@ def packed_state(job_id: str, alloc: tuple[str, str] | None, times: dict | None,
             return _cut_off(job_id, alloc_state, alloc_word, "while this run was running")
         if times.get("cancelled") or (status != 0 and (cancel_requested
                                                        or step_state == "CANCELLED")):
-            return "CANCELLED", ("cancelled before its step started" if times.get("cancelled")
-                                 else "cancelled (scancel of its step)")
+            return "CANCELLED", ("cancelled before it started" if "script_started_at"
+                                 not in times else "cancelled (orch cancel)" if
+                                 cancel_requested else "cancelled (scancel of its step)")
         if status == 0:
             return "COMPLETED", ""
         if status == TIMEOUT_STATUS:
             return "TIMEOUT", ""
         return "FAILED", f"job.sbatch exited with status {status}"
     if cancel_requested and not started:
-        return "CANCELLED", "cancelled before its step started"
+        return "CANCELLED", "cancelled before it started"
     if alloc_state in TERMINAL:
         return _cut_off(job_id, alloc_state, alloc_word,
                         "before this run ended" if started else "before this run started")
@@ -202,19 +202,11 @@ def named_states(records: list, seen: dict[str, tuple[str, str]], name_of: Calla
     return out
 
 
-def cancel_packed(record, rdir: Path, wait_s: float = 30) -> None:
-    """Cancel one packed run: leave CANCEL_FILE (a pack script that has not started the run
-    skips it), and if it has started, scancel its own step once Slurm lists it. The other
-    runs of the pack go on."""
+def cancel_packed(record, rdir: Path) -> None:
+    """Cancel one packed run: leave CANCEL_FILE, which the pack script checks before it
+    starts the run (then skips it) and while it runs (then stops it), and scancel the run's
+    own step if it has one. The other runs of the pack go on."""
     (rdir / protocol.CANCEL_FILE).touch()
-    if not (rdir / protocol.STEP_STARTED_FILE).exists():
-        return  # the pack script sees the file before it starts the run
-    deadline = time.time() + wait_s
-    while time.time() < deadline:
-        step = _step(rdir)
-        if step:
-            subprocess.run(["scancel", step], capture_output=True, timeout=30)
-            return
-        if (rdir / protocol.JOB_TIMES_FILE).exists():
-            return  # it ended (or the pack saw the file and skipped it)
-        time.sleep(0.5)
+    step = _step(rdir)
+    if step and not (rdir / protocol.JOB_TIMES_FILE).exists():
+        subprocess.run(["scancel", step], capture_output=True, timeout=30)
