@@ -34,7 +34,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
                     "orchestrator.staging")),
     ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",
-                "orchestrator.data", "orchestrator.sitedetect")),
+                "orchestrator.datasources", "orchestrator.data", "orchestrator.sitedetect")),
     ("plan", ("orchestrator.sweep", "orchestrator.study")),
     ("render", ("orchestrator.render", "orchestrator.containers")),
     ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
