@@ -53,6 +53,13 @@ def sweep(
                                              "default: synthetic batches in memory.")] = None,
     prefetch: Annotated[str, typer.Option(help="With --data: yes, no or yes,no (read ahead in "
                                           "a loader process or not).")] = "yes",
+    epochs: Annotated[int | None, typer.Option(help="Train whole epochs of --data's labelled "
+                                               "set (orch data make --from) instead of "
+                                               "--iters; held-out accuracy after each.")]
+    = None,
+    target_accuracy: Annotated[float | None, typer.Option(
+        help="With --epochs: stop at the end of the epoch whose held-out accuracy reaches "
+        "it (0-1); time to accuracy is measured to there.")] = None,
     time_limit: Annotated[int | None, typer.Option(help="Hard time limit per run, minutes.")]
     = None,
     out: Annotated[Path | None, typer.Option("--out", help="Sweep directory; default "
@@ -107,6 +114,8 @@ def sweep(
                                                   ("kvstore", kvstore)) if value)]),
         data=lambda: data,
         prefetch=lambda: _yes_no_list(prefetch, "--prefetch"),
+        epochs=lambda: epochs,
+        target_accuracy=lambda: target_accuracy,
     )
     loaded = None
     if study is not None:
