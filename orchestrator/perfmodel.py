@@ -27,7 +27,7 @@ exit with code 2.
 import csv
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,12 +39,14 @@ from orchestrator import protocol
 from orchestrator.errors import UserError
 
 __all__ = [
+    "PATTERN_MODELS",
     "PHASES",
     "AlphaBeta",
     "Breakdown",
     "Layer",
     "LayerTiming",
     "ModelInputError",
+    "Network",
     "Prediction",
     "Schedule",
     "Send",
@@ -52,11 +54,17 @@ __all__ = [
     "allreduce_time",
     "fit_alpha_beta",
     "format_schedule",
+    "hierarchical_allreduce_time",
     "iteration_time",
     "load_breakdown",
     "load_trace_csv",
+    "parameter_server_time",
+    "pattern_comm_time",
     "phase_iteration_time",
     "predict",
+    "predict_from_measured",
+    "reduce_scatter_allgather_time",
+    "ring_allreduce_time",
     "scale_trace_comm",
     "schedule_none",
     "schedule_wfbp",
@@ -1081,3 +1089,189 @@ def _trace_point(
         "t_b": schedule.backward_us / 1e6,
         "t_u": 0.0,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Two-level network and one communication model per pattern (issue 16)
+# --------------------------------------------------------------------------------------------
+#
+# Why two levels: the papers' clusters have several GPUs per node over PCIe/NVLink and
+# InfiniBand between nodes, and their tables separate the two; a single α–β pair prices a
+# 4-GPU node's ring as if every hop crossed the network. ``Network`` carries both, and each
+# pattern's cost function says which hops use which level. Every function is 0 (or the PS's
+# own cost) for one worker, and all sizes are bytes, all times seconds.
+
+#: The communication patterns a mode can declare (modes.base.PATTERNS) that have a model.
+PATTERN_MODELS: tuple[str, ...] = (
+    "allreduce", "hierarchical-allreduce", "parameter-server", "allgather-reducescatter")
+
+
+class Network(BaseModel):
+    """α–β of the links inside one node (``intra``) and between nodes (``inter``).
+
+    ``intra`` None: the node's ranks talk over the same links as ranks of different nodes
+    (the inter-node α–β is used for both levels, and the prediction says so).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    inter: AlphaBeta
+    intra: AlphaBeta | None = None
+
+    @property
+    def local(self) -> AlphaBeta:
+        """The α–β of ranks on the same node."""
+        return self.intra if self.intra is not None else self.inter
+
+
+def _check_bytes(size_bytes: object) -> float:
+    if not _is_number(size_bytes) or not math.isfinite(size_bytes) or size_bytes < 0:  # type: ignore[arg-type]
+        raise ModelInputError(f"size_bytes: expected a non-negative number, got {size_bytes!r}")
+    return float(size_bytes)  # type: ignore[arg-type]
+
+
+def _layout(workers: int, per_node: int) -> tuple[int, int]:
+    """(ranks per node actually used, nodes) of ``workers`` ranks packed ``per_node`` a node."""
+    workers = _check_workers(workers, "workers")
+    per_node = _check_workers(per_node, "tasks per node")
+    g = min(per_node, workers)
+    return g, -(-workers // g)
+
+
+def _ring_level(size_bytes: float, n: int, link: AlphaBeta) -> float:
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * size_bytes / link.bandwidth
+
+
+def ring_allreduce_time(size_bytes: float, workers: int, per_node: int, net: Network) -> float:
+    """Flat ring all-reduce over every rank: ``2(N−1)·α + 2(N−1)/N · m/B``.
+
+    Inside one node every hop is an intra-node hop; across nodes the ring's slowest hop (an
+    inter-node one) paces every step, so the inter-node α–β prices all ``2(N−1)`` steps.
+    """
+    m = _check_bytes(size_bytes)
+    _g, nodes = _layout(workers, per_node)
+    return _ring_level(m, workers, net.local if nodes == 1 else net.inter)
+
+
+def hierarchical_allreduce_time(size_bytes: float, workers: int, per_node: int,
+                                net: Network) -> float:
+    """Reduce inside each node, ring all-reduce across nodes, broadcast inside each node.
+
+    The intra-node reduce and broadcast are each half a ring all-reduce of the node's ``g``
+    ranks, ``(g−1)·α_i + (g−1)/g · m/B_i``; the inter-node ring runs over the ``n`` node
+    leaders: ``2(n−1)·α_e + 2(n−1)/n · m/B_e``. One node: the intra ring; one rank per node:
+    the inter ring.
+    """
+    m = _check_bytes(size_bytes)
+    g, nodes = _layout(workers, per_node)
+    return _ring_level(m, g, net.local) + _ring_level(m, nodes, net.inter)
+
+
+def reduce_scatter_allgather_time(size_bytes: float, workers: int, per_node: int, net: Network,
+                                  *, reshard_after_forward: bool = True) -> float:
+    """FSDP's collectives per iteration: all-gather the parameters for forward, again for
+    backward when they were resharded after forward (ZeRO-3), and reduce-scatter the gradients.
+
+    Each of these is half a ring all-reduce: ``(N−1)·α + (N−1)/N · m/B``; so 3 halves with
+    resharding (1.5 all-reduces) and 2 without (one all-reduce).
+    """
+    halves = 3 if reshard_after_forward else 2
+    return halves / 2 * ring_allreduce_time(size_bytes, workers, per_node, net)
+
+
+def parameter_server_time(size_bytes: float, workers: int, per_node: int, net: Network,
+                          servers: int) -> float:
+    """Push the gradient to ``servers`` servers (keys spread evenly), then pull the parameters.
+
+    Each direction costs one α plus the time the busiest link needs: a worker's own link
+    carries ``m`` bytes; a server's carries ``N·m/S`` bytes, of which those of workers on other
+    nodes cross the inter-node link and those of its own node's ``g`` workers stay inside it
+    (the two in parallel). Servers are spread over the nodes, so a server's remote share is
+    ``(N − g)·m/S``. ``t = 2·(α + max(m/B_w, (N−g)·m/(S·B_e), g·m/(S·B_i)))``, with ``α`` the
+    inter-node one when there is more than one node. Unlike an all-reduce, one worker still
+    pushes and pulls (the servers hold the parameters).
+    """
+    m = _check_bytes(size_bytes)
+    g, nodes = _layout(workers, per_node)
+    s = _check_workers(servers, "servers")
+    link = net.inter if nodes > 1 else net.local
+    worker_link = m / link.bandwidth
+    remote = (workers - g) * m / s / net.inter.bandwidth
+    local = g * m / s / net.local.bandwidth
+    return 2 * (link.alpha + max(worker_link, remote, local))
+
+
+def pattern_comm_time(pattern: str, size_bytes: float, workers: int, per_node: int,
+                      net: Network, *, servers: int = 1,
+                      reshard_after_forward: bool = True) -> float:
+    """The communication time of one iteration for a declared pattern (see PATTERN_MODELS).
+
+    A pattern without a model (``none``, or a name this orch does not know) is a
+    :class:`ModelInputError` naming the patterns that have one.
+    """
+    if pattern == "allreduce":
+        return ring_allreduce_time(size_bytes, workers, per_node, net)
+    if pattern == "hierarchical-allreduce":
+        return hierarchical_allreduce_time(size_bytes, workers, per_node, net)
+    if pattern == "parameter-server":
+        return parameter_server_time(size_bytes, workers, per_node, net, servers)
+    if pattern == "allgather-reducescatter":
+        return reduce_scatter_allgather_time(size_bytes, workers, per_node, net,
+                                             reshard_after_forward=reshard_after_forward)
+    raise ModelInputError(
+        f"communication pattern {pattern!r} has no model; patterns with one: "
+        f"{', '.join(PATTERN_MODELS)}")
+
+
+def predict_from_measured(
+    base_phases: Mapping[str, float],
+    base_t_iter: float,
+    base_workers: int,
+    workers: int,
+    comm: Callable[[int], float],
+    *,
+    overlap: str = "none",
+    prefetch: bool = False,
+) -> dict[str, float]:
+    """Predict one larger run from a measured smaller one (issue 16's stated predictions).
+
+    ``base_phases``: the mean phases (s) measured at ``base_workers``; ``base_t_iter`` its
+    measured iteration time; ``comm(N)``: the pattern's total communication time at N
+    workers. Compute phases are taken as measured (weak scaling: the same work per worker);
+    communication at ``workers`` is the measured exposed communication plus the model's
+    change in exposed communication (per ``overlap``: ``wfbp`` hides up to ``t_b``). The
+    iteration time is the measured one plus the change the phase rule gives, so loop
+    overhead the phases do not time is carried over instead of being lost.
+    """
+    if overlap not in _OVERLAPS:
+        raise ModelInputError(f"overlap: expected one of {', '.join(_OVERLAPS)}, got {overlap!r}")
+    for name in (*PHASES,):
+        if name not in base_phases:
+            raise ModelInputError(f"breakdown: phase '{name}' is missing; every phase of "
+                                  f"{', '.join(PHASES)} must be measured")
+        _non_negative_or_error(base_phases[name], name)
+    _non_negative_or_error(base_t_iter, "t_iter")
+    base_workers = _check_workers(base_workers, "base workers")
+    workers = _check_workers(workers)
+    compute = {p: float(base_phases[p]) for p in PHASES if p != "t_comm"}
+
+    def exposed(total: float) -> float:
+        return total if overlap == "none" else max(0.0, total - compute["t_b"])
+
+    total_base, total_n = comm(base_workers), comm(workers)
+    exp_n = max(0.0, float(base_phases["t_comm"]) + exposed(total_n) - exposed(total_base))
+    t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
+                                        prefetch=prefetch)
+    t_n_model = phase_iteration_time(**compute, t_comm_exposed=exp_n, prefetch=prefetch)
+    t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
+    return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
+            "t_comm_model_base": total_base, **compute}
+
+
+def _non_negative_or_error(value: object, field: str) -> float:
+    try:
+        return _non_negative_seconds(value, field)
+    except ValueError as exc:
+        raise ModelInputError(f"breakdown: {exc}") from None

@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "orchestrator.fabric", "orchestrator.progress", "orchestrator.execute")),
     ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
+                  "orchestrator.preflight", "orchestrator.predictions",
                   "orchestrator.zoo_counts")),
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),
 ]
