@@ -25,9 +25,10 @@ exit with code 2.
 """
 
 import csv
+import functools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +53,7 @@ __all__ = [
     "Send",
     "Trace",
     "allreduce_time",
+    "expected_max_normal",
     "fit_alpha_beta",
     "format_schedule",
     "hierarchical_allreduce_time",
@@ -1228,22 +1230,31 @@ def pattern_comm_time(pattern: str, size_bytes: float, workers: int, per_node: i
 def predict_from_measured(
     base_phases: Mapping[str, float],
     base_t_iter: float,
-    base_workers: int,
-    workers: int,
-    comm: Callable[[int], float],
+    comm_base: float,
+    comm_target: float,
     *,
     overlap: str = "none",
     prefetch: bool = False,
+    jitter: float = 0.0,
+    base_workers: int = 1,
+    workers: int = 1,
 ) -> dict[str, float]:
     """Predict one larger run from a measured smaller one (issue 16's stated predictions).
 
-    ``base_phases``: the mean phases (s) measured at ``base_workers``; ``base_t_iter`` its
-    measured iteration time; ``comm(N)``: the pattern's total communication time at N
-    workers. Compute phases are taken as measured (weak scaling: the same work per worker);
-    communication at ``workers`` is the measured exposed communication plus the model's
-    change in exposed communication (per ``overlap``: ``wfbp`` hides up to ``t_b``). The
+    ``base_phases``: the mean phases (s) of the measured run; ``base_t_iter`` its measured
+    iteration time; ``comm_base`` and ``comm_target``: the pattern's total communication time
+    (s) at the measured run's size and at the predicted one. Compute phases are taken as
+    measured (weak scaling: the same work per worker); communication at the predicted size is
+    the measured exposed communication plus the model's change in exposed communication
+    (per ``overlap``: ``wfbp`` hides up to ``t_b``). The
     iteration time is the measured one plus the change the phase rule gives, so loop
     overhead the phases do not time is carried over instead of being lost.
+
+    ``jitter`` (s, the measured run's per-iteration standard deviation) adds the
+    synchronization wait of a synchronous step: every rank waits for the slowest of
+    ``workers``, whose excess over the mean is ``jitter · E[max of N standard normals]``
+    (:func:`expected_max_normal`); the change from ``base_workers`` to ``workers`` is added to
+    the exposed communication (where a rank's wait is timed). 0 leaves it out.
     """
     if overlap not in _OVERLAPS:
         raise ModelInputError(f"overlap: expected one of {', '.join(_OVERLAPS)}, got {overlap!r}")
@@ -1253,21 +1264,39 @@ def predict_from_measured(
                                   f"{', '.join(PHASES)} must be measured")
         _non_negative_or_error(base_phases[name], name)
     _non_negative_or_error(base_t_iter, "t_iter")
-    base_workers = _check_workers(base_workers, "base workers")
-    workers = _check_workers(workers)
+    _non_negative_or_error(comm_base, "t_comm (model, measured size)")
+    _non_negative_or_error(comm_target, "t_comm (model, predicted size)")
     compute = {p: float(base_phases[p]) for p in PHASES if p != "t_comm"}
 
     def exposed(total: float) -> float:
         return total if overlap == "none" else max(0.0, total - compute["t_b"])
 
-    total_base, total_n = comm(base_workers), comm(workers)
-    exp_n = max(0.0, float(base_phases["t_comm"]) + exposed(total_n) - exposed(total_base))
+    total_base, total_n = float(comm_base), float(comm_target)
+    _non_negative_or_error(jitter, "jitter")
+    wait = float(jitter) * (expected_max_normal(_check_workers(workers))
+                            - expected_max_normal(_check_workers(base_workers, "base workers")))
+    exp_n = max(0.0, float(base_phases["t_comm"]) + exposed(total_n) - exposed(total_base)
+                + wait)
     t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
                                         prefetch=prefetch)
     t_n_model = phase_iteration_time(**compute, t_comm_exposed=exp_n, prefetch=prefetch)
     t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
     return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
-            "t_comm_model_base": total_base, **compute}
+            "t_comm_model_base": total_base, "t_sync_wait": wait, **compute}
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normal variables]: 0 for 1, 1/√π ≈ 0.5642 for 2,
+    ≈ 1.0294 for 4, ≈ 3.24 for 1,024 (numerical integration of x·n·φ(x)·Φ(x)^(n−1))."""
+    n = _check_workers(n, "n")
+    if n == 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 24001)
+    phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+    density = n * phi * cdf ** (n - 1)
+    return float(np.sum(x * density) * (x[1] - x[0]))
 
 
 def _non_negative_or_error(value: object, field: str) -> float:

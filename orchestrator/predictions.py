@@ -40,6 +40,20 @@ PARQUET = "predictions.parquet"  # in results/
 T_ITER = "t_iter"  # whatever iteration time the runs table reports
 PHASE_COLUMNS = protocol.PHASES
 RANKS, NODES, TASKS = "ranks", "nodes", "tasks_per_node"
+# Per-phase spread columns: the measured run's compute jitter (synchronization wait model).
+JITTER_COLUMNS = tuple(f"{p}_std" for p in PHASE_COLUMNS if p != "t_comm")
+
+
+def compute_jitter(base: pd.DataFrame) -> float:
+    """Per-iteration standard deviation of a rank's compute in the measured run(s): the phase
+    spreads combined as if independent (0 where the runs table has none)."""
+    total = 0.0
+    for col in JITTER_COLUMNS:
+        if col in base.columns:
+            value = pd.to_numeric(base[col], errors="coerce").mean()
+            if pd.notna(value):
+                total += float(value) ** 2
+    return math.sqrt(total)
 
 COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "partition",
            "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
@@ -130,9 +144,11 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
             overlap = overlap_of(str(run["mode"]), opts, grad)
             phases = {p: float(base[p].mean()) for p in PHASE_COLUMNS}
             base_t = float(base[T_ITER].mean())
+            jitter = compute_jitter(base)
             pred = perfmodel.predict_from_measured(
                 phases, base_t, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])),
-                comm(w, int(run[NODES]), int(run[TASKS])), overlap=overlap)
+                comm(w, int(run[NODES]), int(run[TASKS])), overlap=overlap, jitter=jitter,
+                base_workers=int(b[RANKS]), workers=w)
             speedup = None
             if not first_done.empty:
                 t1 = float(first_done[T_ITER].mean())
@@ -151,8 +167,9 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
                 "t_iter": pred["t_iter"], "speedup": speedup,
                 "t_comm_exposed": pred["t_comm_exposed"],
                 "t_comm_total": pred["t_comm_total"],
+                "jitter": jitter, "t_sync_wait": pred["t_sync_wait"],
                 "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
-                              "rank(s), pre-flight two-level α–β",
+                              "rank(s), pre-flight two-level α–β, sync wait of the slowest rank",
                 "orch_version": __version__,
             })
     return records, notes

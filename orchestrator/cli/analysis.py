@@ -58,9 +58,27 @@ def load_result_set(directory: Path):
     return runs, iters, sweep
 
 
+def load_scorecard(directory: Path, sweep: Path | None, runs):
+    """The scorecard of the predictions a sweep stated before its runs: scored from the sweep
+    directory (and kept as results/predictions.parquet), or read from a result set's
+    predictions.parquet; None when the sweep stated none."""
+    import pandas as pd
+
+    from .. import predictions
+
+    if sweep is not None:
+        return predictions.scorecard_of_sweep(sweep, runs)
+    d = directory.resolve()
+    for path in (d / "results" / predictions.PARQUET, d / predictions.PARQUET):
+        if path.is_file():
+            return pd.read_parquet(path)
+    return None
+
+
 def comm_lookup(sweep: Path | None, explicit: Path | None):
     """``(site, partition) -> CommModel``: netbench α–β (cached), or none and why."""
     from .. import netbench as nb
+    from .. import preflight
     from ..report import CommModel
 
     cache: dict[tuple[str, str], CommModel] = {}
@@ -68,7 +86,12 @@ def comm_lookup(sweep: Path | None, explicit: Path | None):
     def comm(site: str, partition: str) -> CommModel:
         if (site, partition) not in cache:
             result, source = nb.lookup(site, partition, sweep=sweep, explicit=explicit)
-            cache[site, partition] = CommModel(result.alpha_beta if result else None, source)
+            ab = result.alpha_beta if result else None
+            pre = preflight.load_sweep(sweep).get(partition) if sweep and ab is None else None
+            if pre is not None and pre.site == site:  # the sweep's own pre-flight, not circular
+                ab, source = pre.inter.alpha_beta, (f"pre-flight of this sweep (inter-node, run "
+                                                    f"{pre.inter.run_id})")
+            cache[site, partition] = CommModel(ab, source)
         return cache[site, partition]
 
     return comm
@@ -121,7 +144,7 @@ def report_cmd(
         raise UserError(f"--netbench {netbench_file}: no such file or directory")
     title = f"orch report: {sweep or directory.resolve()}"
     report = rep.build(runs, iters, comm_lookup(sweep, netbench_file), title=title,
-                       figures=plots)
+                       figures=plots, scorecard=load_scorecard(directory, sweep, runs))
     for line in report.summary:
         out_console.print(line, markup=False, highlight=False)
     if report.summary:
