@@ -28,7 +28,7 @@ import csv
 import functools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -65,6 +65,7 @@ __all__ = [
     "phase_iteration_time",
     "predict",
     "predict_from_measured",
+    "predict_trace_network",
     "reduce_scatter_allgather_time",
     "ring_allreduce_time",
     "scale_trace_comm",
@@ -796,6 +797,7 @@ def schedule_wfbp(
     bucket_bytes: int | None = None,
     alpha_beta: AlphaBeta | None = None,
     workers: int | None = None,
+    cost_us: Callable[[int], float] | None = None,
 ) -> Schedule:
     """Wait-free back-propagation: send each gradient as soon as it exists and the link is free.
 
@@ -809,7 +811,8 @@ def schedule_wfbp(
     ``comm_us``, or, if ``alpha_beta`` and ``workers`` are given, the α–β all-reduce cost of the
     merged size — the latter is what makes merging pay off (one α per bucket, not per layer).
     ``alpha_beta`` without buckets prices each layer's message by its own ``size_bytes``.
-    Layers with ``comm_us == 0`` send nothing and never delay a bucket.
+    Layers with ``comm_us == 0`` send nothing and never delay a bucket. ``cost_us(bytes)``,
+    if given, prices every message instead (a pattern's model on a two-level network).
     """
     layers_t = _as_layers(layers)
     if bucket_bytes is not None and (not _is_number(bucket_bytes) or bucket_bytes <= 0):
@@ -820,6 +823,8 @@ def schedule_wfbp(
     backward = _backward_times(layers_t)
 
     def duration(indices: list[int]) -> float:
+        if cost_us is not None:
+            return cost_us(sum(layers_t[i].size_bytes for i in indices))
         if alpha_beta is None:
             return sum(layers_t[i].comm_us for i in indices)
         return alpha_beta.allreduce(sum(layers_t[i].size_bytes for i in indices), n) * 1e6
@@ -1304,3 +1309,54 @@ def _non_negative_or_error(value: object, field: str) -> float:
         return _non_negative_seconds(value, field)
     except ValueError as exc:
         raise ModelInputError(f"breakdown: {exc}") from None
+
+
+def predict_trace_network(
+    trace: Trace,
+    workers: Sequence[int],
+    per_node: int,
+    net: Network,
+    *,
+    pattern: str = "allreduce",
+    overlap: Overlap = "none",
+    prefetch: bool = False,
+    bucket_bytes: int | None = None,
+    servers: int = 1,
+) -> list[dict[str, float]]:
+    """A layer-wise trace extrapolated to ``workers`` ranks, ``per_node`` to a node: every
+    layer's (or bucket's) message priced by the pattern's model on the two-level network, then
+    scheduled (``none``: after backward; ``wfbp``: wait-free, optional buckets).
+
+    Rows: workers, nodes, t_iter, speedup (``N · t_iter(1) / t_iter(N)``), efficiency,
+    t_comm_exposed, t_comm_total and the phases (seconds)."""
+    counts = _check_predict_options(workers, overlap, prefetch)
+    per_node = _check_workers(per_node, "tasks per node")
+
+    def point(n: int) -> dict[str, float]:
+        def cost(size: int) -> float:
+            return pattern_comm_time(pattern, size, n, per_node, net, servers=servers) * 1e6
+
+        silent = n == 1 and pattern != "parameter-server"
+        layers = tuple(layer.model_copy(update={
+            "comm_us": 0.0 if silent or layer.size_bytes == 0 else cost(layer.size_bytes)})
+            for layer in trace.layers)
+        if overlap == "none":
+            schedule = schedule_none(layers)
+        else:
+            schedule = schedule_wfbp(layers, bucket_bytes=bucket_bytes,
+                                     cost_us=None if silent else cost)
+        t_us = trace_iteration_us(trace.t_io_us, schedule, prefetch=prefetch)
+        return {"t_iter": t_us / 1e6, "t_comm_exposed": schedule.exposed_comm_us / 1e6,
+                "t_comm_total": schedule.comm_total_us / 1e6, "t_io": trace.t_io_us / 1e6,
+                "t_h2d": 0.0, "t_f": schedule.forward_us / 1e6,
+                "t_b": schedule.backward_us / 1e6, "t_u": 0.0}
+
+    pattern_comm_time(pattern, 0, 1, 1, net, servers=servers)  # no model: say so first
+    base = point(1)["t_iter"]
+    rows = []
+    for n in counts:
+        p = point(n)
+        s = n * base / p["t_iter"] if p["t_iter"] > 0 else math.nan
+        rows.append({"workers": n, "nodes": -(-n // per_node), **p, "speedup": s,
+                     "efficiency": s / n})
+    return rows

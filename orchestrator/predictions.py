@@ -75,11 +75,14 @@ def servers_of(mode_name: str, nodes: int, tasks_per_node: int, options: dict) -
 
 
 def comm_function(mode_name: str, options: dict, grad: int, net: perfmodel.Network,
+                  pattern: str | None = None, servers: int | None = None,
                   ) -> tuple[str, Callable[[int, int, int], float]]:
     """(pattern, ``f(workers, nodes, tasks_per_node) -> seconds``) of a mode's declared
-    pattern; a pattern without a model raises ModelInputError."""
+    pattern (or ``pattern``, a what-if); ``servers`` replaces the placement's server count. A
+    pattern without a model raises ModelInputError."""
     mode = _mode_of(mode_name)
-    pattern = mode.pattern if mode is not None else "none"
+    if pattern is None:
+        pattern = mode.pattern if mode is not None else "none"
     if pattern not in perfmodel.PATTERN_MODELS:
         raise perfmodel.ModelInputError(
             f"mode '{mode_name}' declares communication pattern '{pattern}', which has no "
@@ -87,9 +90,11 @@ def comm_function(mode_name: str, options: dict, grad: int, net: perfmodel.Netwo
     reshard = options.get("reshard_after_forward", "yes") != "no"
 
     def comm(workers: int, nodes: int, tasks: int) -> float:
-        servers = max(1, servers_of(mode_name, nodes, tasks, options))
+        count = servers if servers is not None else servers_of(mode_name, nodes, tasks,
+                                                                options)
+        count = max(1, count)
         return perfmodel.pattern_comm_time(pattern, grad, workers, tasks, net,
-                                           servers=servers, reshard_after_forward=reshard)
+                                           servers=count, reshard_after_forward=reshard)
 
     return pattern, comm
 
