@@ -1243,6 +1243,7 @@ def predict_from_measured(
     jitter: float = 0.0,
     base_workers: int = 1,
     workers: int = 1,
+    compute_scale: float = 1.0,
 ) -> dict[str, float]:
     """Predict one larger run from a measured smaller one (issue 16's stated predictions).
 
@@ -1260,6 +1261,10 @@ def predict_from_measured(
     ``workers``, whose excess over the mean is ``jitter · E[max of N standard normals]``
     (:func:`expected_max_normal`); the change from ``base_workers`` to ``workers`` is added to
     the exposed communication (where a rank's wait is timed). 0 leaves it out.
+
+    ``compute_scale`` multiplies the compute phases at the predicted size: ranks per core
+    there over ranks per core in the measured run (nodes that share one machine's cores, as
+    the pre-flight found them; 1 on machines of their own).
     """
     if overlap not in _OVERLAPS:
         raise ModelInputError(f"overlap: expected one of {', '.join(_OVERLAPS)}, got {overlap!r}")
@@ -1284,10 +1289,15 @@ def predict_from_measured(
                 + wait)
     t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
                                         prefetch=prefetch)
-    t_n_model = phase_iteration_time(**compute, t_comm_exposed=exp_n, prefetch=prefetch)
+    if not _is_number(compute_scale) or not math.isfinite(compute_scale) or compute_scale <= 0:
+        raise ModelInputError(f"compute_scale: expected a positive number, got "
+                              f"{compute_scale!r}")
+    scaled = {p: v * float(compute_scale) for p, v in compute.items()}
+    t_n_model = phase_iteration_time(**scaled, t_comm_exposed=exp_n, prefetch=prefetch)
     t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
     return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
-            "t_comm_model_base": total_base, "t_sync_wait": wait, **compute}
+            "t_comm_model_base": total_base, "t_sync_wait": wait,
+            "compute_scale": float(compute_scale), **scaled}
 
 
 @functools.lru_cache(maxsize=256)

@@ -150,10 +150,11 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
             phases = {p: float(base[p].mean()) for p in PHASE_COLUMNS}
             base_t = float(base[T_ITER].mean())
             jitter = compute_jitter(base)
+            scale = pf.compute_load(w) / pf.compute_load(int(b[RANKS]))
             pred = perfmodel.predict_from_measured(
                 phases, base_t, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])),
                 comm(w, int(run[NODES]), int(run[TASKS])), overlap=overlap, jitter=jitter,
-                base_workers=int(b[RANKS]), workers=w)
+                base_workers=int(b[RANKS]), workers=w, compute_scale=scale)
             speedup = None
             if not first_done.empty:
                 t1 = float(first_done[T_ITER].mean())
@@ -173,8 +174,11 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
                 "t_comm_exposed": pred["t_comm_exposed"],
                 "t_comm_total": pred["t_comm_total"],
                 "jitter": jitter, "t_sync_wait": pred["t_sync_wait"],
+                "compute_scale": scale,
                 "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
-                              "rank(s), pre-flight two-level α–β, sync wait of the slowest rank",
+                              "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
+                              + (f", compute x{scale:.2f} (nodes share "
+                                 f"{pf.shared_machine_cpus()} cores)" if scale != 1 else ""),
                 "orch_version": __version__,
             })
     return records, notes

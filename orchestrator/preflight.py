@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import execute, netbench, results, rundir
+from . import execute, gather, netbench, results, rundir
 from . import sweep as sweepmod
 from .errors import UserError
 from .perfmodel import AlphaBeta, Network
@@ -63,6 +63,10 @@ class Level(BaseModel):
     measured_at: float
     run_id: str
     run_dir: str
+    # Physical machines under the job's nodes (distinct kernel boot ids) and their cores:
+    # fewer machines than nodes means the nodes share cores (the test cluster: 4 on 1).
+    machines: int | None = None
+    machine_cpus: int | None = None
 
     @property
     def alpha_beta(self) -> AlphaBeta:
@@ -70,10 +74,12 @@ class Level(BaseModel):
 
     def describe(self, now: float | None = None) -> str:
         age = format_age((now or time.time()) - self.measured_at)
+        shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
+                  f"{self.machine_cpus} cores" if self.machines else "")
         return (f"{self.level}: α = {netbench.format_seconds(self.alpha)}, B = "
                 f"{netbench.format_bandwidth(self.bandwidth)}, R² = {self.r2:.3f}, worst "
                 f"residual {self.max_rel_residual:.0%} ({self.nodes} node(s) x "
-                f"{self.tasks_per_node}, measured {age} ago, run {self.run_id})")
+                f"{self.tasks_per_node}{shared}, measured {age} ago, run {self.run_id})")
 
 
 class Preflight(BaseModel):
@@ -90,6 +96,19 @@ class Preflight(BaseModel):
     def network(self) -> Network:
         return Network(inter=self.inter.alpha_beta,
                        intra=self.intra.alpha_beta if self.intra else None)
+
+    def shared_machine_cpus(self) -> int | None:
+        """Cores of the one machine all nodes share, when the across-nodes job found its
+        nodes on a single machine (None: nodes are machines of their own)."""
+        if self.inter.machines == 1 and self.inter.nodes > 1 and self.inter.machine_cpus:
+            return self.inter.machine_cpus
+        return None
+
+    def compute_load(self, ranks: int) -> float:
+        """How many ranks share each core at ``ranks`` ranks (>= 1): on nodes sharing one
+        machine of C cores, ``max(1, ranks / C)``; on machines of their own, 1."""
+        cpus = self.shared_machine_cpus()
+        return max(1.0, ranks / cpus) if cpus else 1.0
 
     def as_record(self) -> dict:
         """What a prediction records as its network input."""
@@ -174,7 +193,11 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     fit = netbench.fit_run(rdir)
     r2, worst = fit_quality(fit.sizes, fit.seconds, fit.model_seconds())
     record = rundir.read_record(rdir)
-    return Level(level=level, site=site.name, partition=partition, nodes=nodes,
+    footers = [log.footer for log in gather.read_run_logs(rdir) if log.footer]
+    boots = {f.get("boot_id") for f in footers if f.get("boot_id")}
+    cpus = [int(f["host_cpus"]) for f in footers if isinstance(f.get("host_cpus"), int)]
+    return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
+                 level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),

@@ -474,7 +474,7 @@ def _network(sweep: Path | None, partition: str | None, site: str | None,
                     f"{nb.format_bandwidth(intra.bandwidth)}")
     if intra is None:
         desc.append("intra: none measured, the inter-node α–β is used inside nodes too")
-    return Network(inter=inter, intra=intra), "; ".join(desc)
+    return Network(inter=inter, intra=intra), "; ".join(desc), pre
 
 
 def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, partition,
@@ -488,7 +488,8 @@ def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, 
 
     if trace is not None:
         source = perfmodel.load_trace_csv(trace)
-        net, net_desc = _network(None, partition, site, netbench_file, bandwidth, latency, two)
+        net, net_desc, _ = _network(None, partition, site, netbench_file, bandwidth, latency,
+                                    two)
         tasks = two.tasks or 1
         pat = two.pattern or "allreduce"
         bucket = None
@@ -508,7 +509,8 @@ def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, 
         return rows, header
     if breakdown is not None:
         source = perfmodel.load_breakdown(breakdown)
-        net, net_desc = _network(None, partition, site, netbench_file, bandwidth, latency, two)
+        net, net_desc, _ = _network(None, partition, site, netbench_file, bandwidth, latency,
+                                    two)
         grad = _grad_bytes(grad_bytes, model, dataset)
         if grad is None:
             raise UserError("the pattern model needs the gradient size: give --grad-bytes N or "
@@ -521,6 +523,7 @@ def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, 
         def comm(w: int, nodes: int, t: int) -> float:
             return perfmodel.pattern_comm_time(pat, grad, w, t, net, servers=two.servers or 1)
 
+        load = None
         base = {"phases": phases, "t_iter": base_t, "ranks": 1, "nodes": 1, "tasks": 1,
                 "jitter": 0.0, "smallest_t": base_t, "smallest": 1}
         label = f"breakdown {breakdown}"
@@ -536,8 +539,13 @@ def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, 
                             "to take a breakdown from")
         top = done[done["ranks"] == done["ranks"].max()]
         small = done[done["ranks"] == done["ranks"].min()]
-        net, net_desc = _network(sweep, str(first["partition"]), str(first["site"]),
-                                 netbench_file, bandwidth, latency, two)
+        net, net_desc, pre = _network(sweep, str(first["partition"]), str(first["site"]),
+                                      netbench_file, bandwidth, latency, two)
+        load = pre.compute_load if pre is not None and pre.shared_machine_cpus() else None
+        if load is not None:
+            net_desc += (f"; the pre-flight found the nodes on one machine of "
+                         f"{pre.shared_machine_cpus()} cores: compute scales with ranks per "
+                         "core")
         grad = _grad_bytes(grad_bytes, None, "cifar") or rep.gradient_bytes(
             str(first["model"]), str(first["dataset"]))
         if grad is None:
@@ -569,7 +577,8 @@ def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, 
         pred = perfmodel.predict_from_measured(
             base["phases"], base["t_iter"], comm(base["ranks"], base["nodes"], base["tasks"]),
             comm(w, nodes, t), overlap=ov, prefetch=prefetch, jitter=base["jitter"],
-            base_workers=base["ranks"], workers=w)
+            base_workers=base["ranks"], workers=w,
+            compute_scale=load(w) / load(base["ranks"]) if load else 1.0)
         speedup = (w / base["smallest"]) * base["smallest_t"] / pred["t_iter"]
         meas = measured.get(w)
         rows.append({"workers": w, "nodes": nodes, "tasks_per_node": t, **pred,
