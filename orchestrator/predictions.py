@@ -346,7 +346,8 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     first = modelled[0]
     try:
         return pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
-                             dataset=first.dataset, say=say, on_event=on_event)
+                             dataset=first.dataset, say=say, on_event=on_event,
+                             nodes=max(r.nodes for r in modelled))
     except UserError as exc:
         say(f"pre-flight failed: {str(exc).splitlines()[0]}; the sweep goes on without "
             "predictions")

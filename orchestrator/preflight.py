@@ -6,7 +6,7 @@ all-reduce micro-benchmark (mode ``allreduce-bench``) as real jobs:
 
 * ``intra``: one node, several tasks on it (2 on CPU partitions, one per GPU on GPU ones;
   skipped on a 1-GPU-per-node partition: there is nothing inside a node to talk to);
-* ``inter``: 2 nodes, one task each.
+* ``inter``: the sweep's largest node count (at least 2), one task per node.
 
 Each level's α–β is fitted (netbench.fit_run: ring all-reduce model, relative least squares)
 and its fit quality recorded: R² of the fitted against the measured seconds and the largest
@@ -144,14 +144,17 @@ def fit_quality(sizes: list[int], seconds: list[float], fitted: list[float]) -> 
     return r2, worst
 
 
-def layouts(site: Site, partition: str) -> dict[str, tuple[int, int]]:
-    """Level -> (nodes, tasks per node) of its micro-benchmark job on this partition."""
+def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, int]]:
+    """Level -> (nodes, tasks per node) of its micro-benchmark job on this partition: the
+    across-nodes job spans ``nodes`` (the sweep's largest node count, at least 2), so the fit
+    sees what a ring of that many nodes meets (switch hops, and on the test cluster the
+    machine its nodes share)."""
     part = site.partition(partition)
     gpus = part.gpus_per_node or 0
     out: dict[str, tuple[int, int]] = {}
     if gpus != 1:
         out["intra"] = (1, gpus if gpus >= 2 else 2)
-    out["inter"] = (2, 1)
+    out["inter"] = (max(2, nodes), 1)
     return out
 
 
@@ -208,7 +211,7 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
               model: str = "lenet5", dataset: str = "cifar", store: Path | None = None,
               say: Callable[[str], None] = lambda line: None,
               on_event: Callable | None = None,
-              max_age_s: float = MAX_AGE_S) -> dict[str, Preflight]:
+              max_age_s: float = MAX_AGE_S, nodes: int = 2) -> dict[str, Preflight]:
     """The two-level network of every partition: from the cache when fresh (``auto``), else
     measured now; the result is also written to ``<sweep>/preflight.json``."""
     if how not in MODES:
@@ -219,8 +222,8 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
     now = time.time()
     for partition in partitions:
         levels: dict[str, Level] = {}
-        for level, (nodes, tasks) in layouts(site, partition).items():
-            path = cache_path(site.name, partition, level, nodes, tasks, store)
+        for level, (count, tasks) in layouts(site, partition, nodes).items():
+            path = cache_path(site.name, partition, level, count, tasks, store)
             cached = load_level(path) if path.exists() and how == "auto" else None
             if cached is not None and now - cached.measured_at <= max_age_s:
                 say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
@@ -230,8 +233,8 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
             why = "stale" if cached is not None else (
                 "on request" if how == "always" else "not measured yet")
             say(f"pre-flight {site.name}/{partition} {level}: measuring ({why}): "
-                f"allreduce-bench on {nodes} node(s) x {tasks} task(s)")
-            fresh = measure_level(site, partition, level, nodes, tasks,
+                f"allreduce-bench on {count} node(s) x {tasks} task(s)")
+            fresh = measure_level(site, partition, level, count, tasks,
                                   sweep_dir / PREFLIGHT_DIR, model, dataset, on_event)
             path.parent.mkdir(parents=True, exist_ok=True)
             rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
