@@ -75,12 +75,14 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert rows[1024]["nodes"] == 256 and rows[1024]["pattern"] == "allreduce"
     assert "pre-flight of" in rows[64]["network"]
     assert rows[1024]["t_comm_total"] > rows[64]["t_comm_total"] > 0
-    # no pre-flight: said, and no predictions
+    # no pre-flight: said, and nothing predicted (the same sweep again: every run is done,
+    # no job is submitted, and the stated predictions are left as they were)
+    stated = (out / predictions.FILE).read_bytes()
     again = run_orch("sweep", "--site", "testcluster", "--nodes", "1,2", "--mode", "torch-ddp",
-                     "--iters", ITERS, "--warmup", WARMUP, "--no-preflight", "--out",
-                     out.parent / "plain", env=env, check=True)
+                     "--iters", ITERS, "--warmup", WARMUP, "--no-preflight", "--out", out,
+                     env=env, check=True)
     assert "the sweep states no predictions" in again.stderr
-    assert not (out.parent / "plain" / predictions.FILE).exists()
+    assert (out / predictions.FILE).read_bytes() == stated
 
 
 def test_preflight_cache_is_used_when_fresh_and_damage_is_named(tmp_path):
