@@ -327,6 +327,11 @@ def predict_cmd(
     Inputs: (a) --results DIR, (b) --breakdown FILE or (c) --trace FILE. Communication: the
     input's own, or the α–β all-reduce model from a netbench result (--netbench, or the
     partition's stored one) with what-if overrides --bandwidth / --latency.
+
+    Two-level model (--tasks-per-node, --gpus-per-node, --pattern, --servers,
+    --intra-bandwidth/--intra-latency, or a result set whose sweep ran a pre-flight): the
+    pattern's model on the intra- and inter-node α–β, extrapolated to any worker count, e.g.
+    --workers 64,256,1024 --tasks-per-node 4.
     """
     from .. import perfmodel
 
