@@ -352,3 +352,14 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
         say(f"pre-flight failed: {str(exc).splitlines()[0]}; the sweep goes on without "
             "predictions")
         return {}
+
+
+def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
+    """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
+    stated predictions."""
+    from .report.scorecard import scorecard_summary
+
+    frame = scorecard_of_sweep(sweep_dir, runs)
+    if frame is None:
+        return []
+    return scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]

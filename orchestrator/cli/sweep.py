@@ -182,6 +182,8 @@ def sweep(
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))
     print_fabric_mismatches(results.records(shown))
+    for line in predmod.scorecard_lines(out_dir, runs_df) if networks else []:
+        say(line)
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
 
