@@ -167,3 +167,47 @@ def test_predict_from_a_trace_to_1024_workers(tmp_path):
     assert rows[1024]["t_comm_total"] == pytest.approx((fc + conv) / 1e6)
     assert rows[1024]["nodes"] == 256 and rows[1024]["pattern"] == "hierarchical-allreduce"
     assert "what-if intra" in rows[64]["network"]
+
+
+def _level(level: str, nodes: int, tasks: int, machines: int | None) -> preflight.Level:
+    return preflight.Level(level=level, site="s", partition="p", nodes=nodes,
+                           tasks_per_node=tasks, alpha=1e-3, bandwidth=1e6, r2=1.0,
+                           max_rel_residual=0.0, sizes=[4, 8], seconds=[1e-3, 1e-3],
+                           measured_at=0.0, run_id=level, run_dir="/x", machines=machines,
+                           machine_cpus=2)
+
+
+def test_predictions_come_only_from_smaller_finished_runs_by_hand():
+    import pandas as pd
+
+    phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.01, "t_b": 0.02, "t_u": 0.0}
+    stds = {f"{p}_std": 0.0 for p in phases}
+    common = {"site": "s", "partition": "p", "mode": "mpi-ssgd", "model": "lenet5",
+              "dataset": "cifar", "batch_size": 32, "launcher": "srun",
+              "options": '{"overlap": "none"}', "data": None, "prefetch": True,
+              "tasks_per_node": 1, **phases, **stds}
+    runs = pd.DataFrame([
+        {**common, "run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED",
+         "t_iter": 0.031, "t_comm": 0.0},
+        {**common, "run_id": "n2", "nodes": 2, "ranks": 2, "state": "NEW", "t_iter": None,
+         "t_comm": None},
+    ])
+    own = preflight.Preflight(site="s", partition="p", inter=_level("inter", 2, 1, 2))
+    records, notes = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
+    assert notes == [] and len(records) == 1
+    rec = records[0]
+    # ring of 2 over α = 1 ms, B = 1e6: 2·1e-3 + 248,024/1e6 s; nothing else changes
+    grad = 248024
+    assert rec["grad_bytes"] == grad and rec["compute_scale"] == 1.0
+    assert rec["t_iter"] == pytest.approx(0.031 + 2e-3 + grad / 1e6)
+    assert rec["speedup"] == pytest.approx(2 * 0.031 / rec["t_iter"])
+    # the run's own measurement (had it one) changes nothing: it is never an input
+    runs.loc[1, ["state", "t_iter", "t_comm"]] = ["COMPLETED", 9.9, 9.0]
+    again, _ = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
+    assert again[0]["t_iter"] == rec["t_iter"]
+    # nodes found on one machine of 2 cores: 2 ranks -> 1 per core, no slowdown; from 2 to 4
+    shared = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1, 1))
+    assert shared.compute_load(2) == 1.0 and shared.compute_load(4) == 2.0
+    # no pre-flight for the partition: said, not guessed
+    _, notes = predictions.predict_runs(runs, {"n2"}, {}, now=5.0)
+    assert notes and "no pre-flight network for partition p" in notes[0]
