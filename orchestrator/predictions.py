@@ -348,7 +348,7 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
         return pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
                              dataset=first.dataset, say=say, on_event=on_event,
                              nodes=max(r.nodes for r in modelled))
-    except Exception as exc:  # noqa: BLE001 - a failed pre-flight costs predictions only
+    except Exception as exc:  # a failed pre-flight costs the predictions only
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
         say(f"pre-flight failed ({type(exc).__name__}: {first_line}); the sweep goes on "
             "without predictions")
