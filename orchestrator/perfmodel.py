@@ -25,9 +25,10 @@ exit with code 2.
 """
 
 import csv
+import functools
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,24 +40,34 @@ from orchestrator import protocol
 from orchestrator.errors import UserError
 
 __all__ = [
+    "PATTERN_MODELS",
     "PHASES",
     "AlphaBeta",
     "Breakdown",
     "Layer",
     "LayerTiming",
     "ModelInputError",
+    "Network",
     "Prediction",
     "Schedule",
     "Send",
     "Trace",
     "allreduce_time",
+    "expected_max_normal",
     "fit_alpha_beta",
     "format_schedule",
+    "hierarchical_allreduce_time",
     "iteration_time",
     "load_breakdown",
     "load_trace_csv",
+    "parameter_server_time",
+    "pattern_comm_time",
     "phase_iteration_time",
     "predict",
+    "predict_from_measured",
+    "predict_trace_network",
+    "reduce_scatter_allgather_time",
+    "ring_allreduce_time",
     "scale_trace_comm",
     "schedule_none",
     "schedule_wfbp",
@@ -786,6 +797,7 @@ def schedule_wfbp(
     bucket_bytes: int | None = None,
     alpha_beta: AlphaBeta | None = None,
     workers: int | None = None,
+    cost_us: Callable[[int], float] | None = None,
 ) -> Schedule:
     """Wait-free back-propagation: send each gradient as soon as it exists and the link is free.
 
@@ -799,7 +811,8 @@ def schedule_wfbp(
     ``comm_us``, or, if ``alpha_beta`` and ``workers`` are given, the α–β all-reduce cost of the
     merged size — the latter is what makes merging pay off (one α per bucket, not per layer).
     ``alpha_beta`` without buckets prices each layer's message by its own ``size_bytes``.
-    Layers with ``comm_us == 0`` send nothing and never delay a bucket.
+    Layers with ``comm_us == 0`` send nothing and never delay a bucket. ``cost_us(bytes)``,
+    if given, prices every message instead (a pattern's model on a two-level network).
     """
     layers_t = _as_layers(layers)
     if bucket_bytes is not None and (not _is_number(bucket_bytes) or bucket_bytes <= 0):
@@ -810,6 +823,8 @@ def schedule_wfbp(
     backward = _backward_times(layers_t)
 
     def duration(indices: list[int]) -> float:
+        if cost_us is not None:
+            return cost_us(sum(layers_t[i].size_bytes for i in indices))
         if alpha_beta is None:
             return sum(layers_t[i].comm_us for i in indices)
         return alpha_beta.allreduce(sum(layers_t[i].size_bytes for i in indices), n) * 1e6
@@ -1081,3 +1096,277 @@ def _trace_point(
         "t_b": schedule.backward_us / 1e6,
         "t_u": 0.0,
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Two-level network and one communication model per pattern (issue 16)
+# --------------------------------------------------------------------------------------------
+#
+# Why two levels: the papers' clusters have several GPUs per node over PCIe/NVLink and
+# InfiniBand between nodes, and their tables separate the two; a single α–β pair prices a
+# 4-GPU node's ring as if every hop crossed the network. ``Network`` carries both, and each
+# pattern's cost function says which hops use which level. Every function is 0 (or the PS's
+# own cost) for one worker, and all sizes are bytes, all times seconds.
+
+#: The communication patterns a mode can declare (modes.base.PATTERNS) that have a model.
+PATTERN_MODELS: tuple[str, ...] = (
+    "allreduce", "hierarchical-allreduce", "parameter-server", "allgather-reducescatter")
+
+
+class Network(BaseModel):
+    """α–β of the links inside one node (``intra``) and between nodes (``inter``).
+
+    ``intra`` None: the node's ranks talk over the same links as ranks of different nodes
+    (the inter-node α–β is used for both levels, and the prediction says so).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    inter: AlphaBeta
+    intra: AlphaBeta | None = None
+
+    @property
+    def local(self) -> AlphaBeta:
+        """The α–β of ranks on the same node."""
+        return self.intra if self.intra is not None else self.inter
+
+
+def _check_bytes(size_bytes: object) -> float:
+    if not _is_number(size_bytes) or not math.isfinite(size_bytes) or size_bytes < 0:  # type: ignore[arg-type]
+        raise ModelInputError(f"size_bytes: expected a non-negative number, got {size_bytes!r}")
+    return float(size_bytes)  # type: ignore[arg-type]
+
+
+def _layout(workers: int, per_node: int) -> tuple[int, int]:
+    """(ranks per node actually used, nodes) of ``workers`` ranks packed ``per_node`` a node."""
+    workers = _check_workers(workers, "workers")
+    per_node = _check_workers(per_node, "tasks per node")
+    g = min(per_node, workers)
+    return g, -(-workers // g)
+
+
+def _ring_level(size_bytes: float, n: int, link: AlphaBeta) -> float:
+    if n <= 1:
+        return 0.0
+    return 2 * (n - 1) * link.alpha + 2 * (n - 1) / n * size_bytes / link.bandwidth
+
+
+def ring_allreduce_time(size_bytes: float, workers: int, per_node: int, net: Network) -> float:
+    """Flat ring all-reduce over every rank: ``2(N−1)·α + 2(N−1)/N · m/B``.
+
+    Inside one node every hop is an intra-node hop; across nodes the ring's slowest hop (an
+    inter-node one) paces every step, so the inter-node α–β prices all ``2(N−1)`` steps.
+    """
+    m = _check_bytes(size_bytes)
+    _g, nodes = _layout(workers, per_node)
+    return _ring_level(m, workers, net.local if nodes == 1 else net.inter)
+
+
+def hierarchical_allreduce_time(size_bytes: float, workers: int, per_node: int,
+                                net: Network) -> float:
+    """Reduce inside each node, ring all-reduce across nodes, broadcast inside each node.
+
+    The intra-node reduce and broadcast are each half a ring all-reduce of the node's ``g``
+    ranks, ``(g−1)·α_i + (g−1)/g · m/B_i``; the inter-node ring runs over the ``n`` node
+    leaders: ``2(n−1)·α_e + 2(n−1)/n · m/B_e``. One node: the intra ring; one rank per node:
+    the inter ring.
+    """
+    m = _check_bytes(size_bytes)
+    g, nodes = _layout(workers, per_node)
+    return _ring_level(m, g, net.local) + _ring_level(m, nodes, net.inter)
+
+
+def reduce_scatter_allgather_time(size_bytes: float, workers: int, per_node: int, net: Network,
+                                  *, reshard_after_forward: bool = True) -> float:
+    """FSDP's collectives per iteration: all-gather the parameters for forward, again for
+    backward when they were resharded after forward (ZeRO-3), and reduce-scatter the gradients.
+
+    Each of these is half a ring all-reduce: ``(N−1)·α + (N−1)/N · m/B``; so 3 halves with
+    resharding (1.5 all-reduces) and 2 without (one all-reduce).
+    """
+    halves = 3 if reshard_after_forward else 2
+    return halves / 2 * ring_allreduce_time(size_bytes, workers, per_node, net)
+
+
+def parameter_server_time(size_bytes: float, workers: int, per_node: int, net: Network,
+                          servers: int) -> float:
+    """Push the gradient to ``servers`` servers (keys spread evenly), then pull the parameters.
+
+    Each direction costs one α plus the time the busiest link needs: a worker's own link
+    carries ``m`` bytes; a server's carries ``N·m/S`` bytes, of which those of workers on other
+    nodes cross the inter-node link and those of its own node's ``g`` workers stay inside it
+    (the two in parallel). Servers are spread over the nodes, so a server's remote share is
+    ``(N − g)·m/S``. ``t = 2·(α + max(m/B_w, (N−g)·m/(S·B_e), g·m/(S·B_i)))``, with ``α`` the
+    inter-node one when there is more than one node. Unlike an all-reduce, one worker still
+    pushes and pulls (the servers hold the parameters).
+    """
+    m = _check_bytes(size_bytes)
+    g, nodes = _layout(workers, per_node)
+    s = _check_workers(servers, "servers")
+    link = net.inter if nodes > 1 else net.local
+    worker_link = m / link.bandwidth
+    remote = (workers - g) * m / s / net.inter.bandwidth
+    local = g * m / s / net.local.bandwidth
+    return 2 * (link.alpha + max(worker_link, remote, local))
+
+
+def pattern_comm_time(pattern: str, size_bytes: float, workers: int, per_node: int,
+                      net: Network, *, servers: int = 1,
+                      reshard_after_forward: bool = True) -> float:
+    """The communication time of one iteration for a declared pattern (see PATTERN_MODELS).
+
+    A pattern without a model (``none``, or a name this orch does not know) is a
+    :class:`ModelInputError` naming the patterns that have one.
+    """
+    if pattern == "allreduce":
+        return ring_allreduce_time(size_bytes, workers, per_node, net)
+    if pattern == "hierarchical-allreduce":
+        return hierarchical_allreduce_time(size_bytes, workers, per_node, net)
+    if pattern == "parameter-server":
+        return parameter_server_time(size_bytes, workers, per_node, net, servers)
+    if pattern == "allgather-reducescatter":
+        return reduce_scatter_allgather_time(size_bytes, workers, per_node, net,
+                                             reshard_after_forward=reshard_after_forward)
+    raise ModelInputError(
+        f"communication pattern {pattern!r} has no model; patterns with one: "
+        f"{', '.join(PATTERN_MODELS)}")
+
+
+def predict_from_measured(
+    base_phases: Mapping[str, float],
+    base_t_iter: float,
+    comm_base: float,
+    comm_target: float,
+    *,
+    overlap: str = "none",
+    prefetch: bool = False,
+    jitter: float = 0.0,
+    base_workers: int = 1,
+    workers: int = 1,
+    compute_scale: float = 1.0,
+) -> dict[str, float]:
+    """Predict one larger run from a measured smaller one (issue 16's stated predictions).
+
+    ``base_phases``: the mean phases (s) of the measured run; ``base_t_iter`` its measured
+    iteration time; ``comm_base`` and ``comm_target``: the pattern's total communication time
+    (s) at the measured run's size and at the predicted one. Compute phases are taken as
+    measured (weak scaling: the same work per worker); communication at the predicted size is
+    the measured exposed communication plus the model's change in exposed communication
+    (per ``overlap``: ``wfbp`` hides up to ``t_b``). The
+    iteration time is the measured one plus the change the phase rule gives, so loop
+    overhead the phases do not time is carried over instead of being lost.
+
+    ``jitter`` (s, the measured run's per-iteration standard deviation) adds the
+    synchronization wait of a synchronous step: every rank waits for the slowest of
+    ``workers``, whose excess over the mean is ``jitter · E[max of N standard normals]``
+    (:func:`expected_max_normal`); the change from ``base_workers`` to ``workers`` is added to
+    the exposed communication (where a rank's wait is timed). 0 leaves it out.
+
+    ``compute_scale`` multiplies the compute phases at the predicted size: ranks per core
+    there over ranks per core in the measured run (nodes that share one machine's cores, as
+    the pre-flight found them; 1 on machines of their own).
+    """
+    if overlap not in _OVERLAPS:
+        raise ModelInputError(f"overlap: expected one of {', '.join(_OVERLAPS)}, got {overlap!r}")
+    for name in (*PHASES,):
+        if name not in base_phases:
+            raise ModelInputError(f"breakdown: phase '{name}' is missing; every phase of "
+                                  f"{', '.join(PHASES)} must be measured")
+        _non_negative_or_error(base_phases[name], name)
+    _non_negative_or_error(base_t_iter, "t_iter")
+    _non_negative_or_error(comm_base, "t_comm (model, measured size)")
+    _non_negative_or_error(comm_target, "t_comm (model, predicted size)")
+    compute = {p: float(base_phases[p]) for p in PHASES if p != "t_comm"}
+
+    def exposed(total: float) -> float:
+        return total if overlap == "none" else max(0.0, total - compute["t_b"])
+
+    total_base, total_n = float(comm_base), float(comm_target)
+    _non_negative_or_error(jitter, "jitter")
+    wait = float(jitter) * (expected_max_normal(_check_workers(workers))
+                            - expected_max_normal(_check_workers(base_workers, "base workers")))
+    exp_n = max(0.0, float(base_phases["t_comm"]) + exposed(total_n) - exposed(total_base)
+                + wait)
+    t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
+                                        prefetch=prefetch)
+    if not _is_number(compute_scale) or not math.isfinite(compute_scale) or compute_scale <= 0:
+        raise ModelInputError(f"compute_scale: expected a positive number, got "
+                              f"{compute_scale!r}")
+    scaled = {p: v * float(compute_scale) for p, v in compute.items()}
+    t_n_model = phase_iteration_time(**scaled, t_comm_exposed=exp_n, prefetch=prefetch)
+    t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
+    return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
+            "t_comm_model_base": total_base, "t_sync_wait": wait,
+            "compute_scale": float(compute_scale), **scaled}
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normal variables]: 0 for 1, 1/√π ≈ 0.5642 for 2,
+    ≈ 1.0294 for 4, ≈ 3.24 for 1,024 (numerical integration of x·n·φ(x)·Φ(x)^(n−1))."""
+    n = _check_workers(n, "n")
+    if n == 1:
+        return 0.0
+    x = np.linspace(-12.0, 12.0, 24001)
+    phi = np.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = 0.5 * (1 + np.array([math.erf(v / math.sqrt(2)) for v in x]))
+    density = n * phi * cdf ** (n - 1)
+    return float(np.sum(x * density) * (x[1] - x[0]))
+
+
+def _non_negative_or_error(value: object, field: str) -> float:
+    try:
+        return _non_negative_seconds(value, field)
+    except ValueError as exc:
+        raise ModelInputError(f"breakdown: {exc}") from None
+
+
+def predict_trace_network(
+    trace: Trace,
+    workers: Sequence[int],
+    per_node: int,
+    net: Network,
+    *,
+    pattern: str = "allreduce",
+    overlap: Overlap = "none",
+    prefetch: bool = False,
+    bucket_bytes: int | None = None,
+    servers: int = 1,
+) -> list[dict[str, float]]:
+    """A layer-wise trace extrapolated to ``workers`` ranks, ``per_node`` to a node: every
+    layer's (or bucket's) message priced by the pattern's model on the two-level network, then
+    scheduled (``none``: after backward; ``wfbp``: wait-free, optional buckets).
+
+    Rows: workers, nodes, t_iter, speedup (``N · t_iter(1) / t_iter(N)``), efficiency,
+    t_comm_exposed, t_comm_total and the phases (seconds)."""
+    counts = _check_predict_options(workers, overlap, prefetch)
+    per_node = _check_workers(per_node, "tasks per node")
+
+    def point(n: int) -> dict[str, float]:
+        def cost(size: int) -> float:
+            return pattern_comm_time(pattern, size, n, per_node, net, servers=servers) * 1e6
+
+        silent = n == 1 and pattern != "parameter-server"
+        layers = tuple(layer.model_copy(update={
+            "comm_us": 0.0 if silent or layer.size_bytes == 0 else cost(layer.size_bytes)})
+            for layer in trace.layers)
+        if overlap == "none":
+            schedule = schedule_none(layers)
+        else:
+            schedule = schedule_wfbp(layers, bucket_bytes=bucket_bytes,
+                                     cost_us=None if silent else cost)
+        t_us = trace_iteration_us(trace.t_io_us, schedule, prefetch=prefetch)
+        return {"t_iter": t_us / 1e6, "t_comm_exposed": schedule.exposed_comm_us / 1e6,
+                "t_comm_total": schedule.comm_total_us / 1e6, "t_io": trace.t_io_us / 1e6,
+                "t_h2d": 0.0, "t_f": schedule.forward_us / 1e6,
+                "t_b": schedule.backward_us / 1e6, "t_u": 0.0}
+
+    pattern_comm_time(pattern, 0, 1, 1, net, servers=servers)  # no model: say so first
+    base = point(1)["t_iter"]
+    rows = []
+    for n in counts:
+        p = point(n)
+        s = n * base / p["t_iter"] if p["t_iter"] > 0 else math.nan
+        rows.append({"workers": n, "nodes": -(-n // per_node), **p, "speedup": s,
+                     "efficiency": s / n})
+    return rows

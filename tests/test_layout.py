@@ -43,6 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze",
                  "orchestrator.convergence")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
+                  "orchestrator.preflight", "orchestrator.predictions",
                   "orchestrator.zoo_counts")),
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),
 ]

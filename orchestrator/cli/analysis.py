@@ -69,9 +69,27 @@ def load_epochs(directory: Path):
     return None
 
 
+def load_scorecard(directory: Path, sweep: Path | None, runs):
+    """The scorecard of the predictions a sweep stated before its runs: scored from the sweep
+    directory (and kept as results/predictions.parquet), or read from a result set's
+    predictions.parquet; None when the sweep stated none."""
+    import pandas as pd
+
+    from .. import predictions
+
+    if sweep is not None:
+        return predictions.scorecard_of_sweep(sweep, runs)
+    d = directory.resolve()
+    for path in (d / "results" / predictions.PARQUET, d / predictions.PARQUET):
+        if path.is_file():
+            return pd.read_parquet(path)
+    return None
+
+
 def comm_lookup(sweep: Path | None, explicit: Path | None):
     """``(site, partition) -> CommModel``: netbench α–β (cached), or none and why."""
     from .. import netbench as nb
+    from .. import preflight
     from ..report import CommModel
 
     cache: dict[tuple[str, str], CommModel] = {}
@@ -79,7 +97,12 @@ def comm_lookup(sweep: Path | None, explicit: Path | None):
     def comm(site: str, partition: str) -> CommModel:
         if (site, partition) not in cache:
             result, source = nb.lookup(site, partition, sweep=sweep, explicit=explicit)
-            cache[site, partition] = CommModel(result.alpha_beta if result else None, source)
+            ab = result.alpha_beta if result else None
+            pre = preflight.load_sweep(sweep).get(partition) if sweep and ab is None else None
+            if pre is not None and pre.site == site:  # the sweep's own pre-flight, not circular
+                ab, source = pre.inter.alpha_beta, (f"pre-flight of this sweep (inter-node, run "
+                                                    f"{pre.inter.run_id})")
+            cache[site, partition] = CommModel(ab, source)
         return cache[site, partition]
 
     return comm
@@ -132,7 +155,8 @@ def report_cmd(
         raise UserError(f"--netbench {netbench_file}: no such file or directory")
     title = f"orch report: {sweep or directory.resolve()}"
     report = rep.build(runs, iters, comm_lookup(sweep, netbench_file), title=title,
-                       figures=plots, epochs=load_epochs(directory))
+                       figures=plots, scorecard=load_scorecard(directory, sweep, runs),
+                       epochs=load_epochs(directory))
     for line in report.summary:
         out_console.print(line, markup=False, highlight=False)
     if report.summary:
@@ -293,12 +317,33 @@ def predict_cmd(
     bucket_size: Annotated[str | None, typer.Option(
         help="With --trace and --overlap wfbp: merge gradients into messages of this many "
         "bytes (e.g. 25M).")] = None,
+    tasks_per_node: Annotated[int | None, typer.Option(
+        help="Ranks per node of the predicted runs (two-level network: ranks of a node talk "
+        "over the intra-node α–β). Default: the result set's, else 1.")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option(
+        help="What-if: GPUs (ranks) per node; the same as --tasks-per-node.")] = None,
+    pattern: Annotated[str | None, typer.Option(
+        help="Communication model: allreduce, hierarchical-allreduce, parameter-server, "
+        "allgather-reducescatter. Default: the mode's declared pattern (--results), else "
+        "allreduce.")] = None,
+    servers: Annotated[int | None, typer.Option(
+        help="Parameter servers (pattern parameter-server); default: the mode's placement, "
+        "else 1.")] = None,
+    intra_bandwidth: Annotated[str | None, typer.Option(
+        help="What-if bandwidth inside a node (e.g. 100GB/s for NVLink).")] = None,
+    intra_latency: Annotated[str | None, typer.Option(
+        help="What-if latency inside a node (e.g. 5us).")] = None,
 ) -> None:
     """Speedup and iteration time at given worker counts, from the performance model.
 
     Inputs: (a) --results DIR, (b) --breakdown FILE or (c) --trace FILE. Communication: the
     input's own, or the α–β all-reduce model from a netbench result (--netbench, or the
     partition's stored one) with what-if overrides --bandwidth / --latency.
+
+    Two-level model (--tasks-per-node, --gpus-per-node, --pattern, --servers,
+    --intra-bandwidth/--intra-latency, or a result set whose sweep ran a pre-flight): the
+    pattern's model on the intra- and inter-node α–β, extrapolated to any worker count, e.g.
+    --workers 64,256,1024 --tasks-per-node 4.
     """
     from .. import perfmodel
 
@@ -315,6 +360,19 @@ def predict_cmd(
         raise UserError(f"--overlap {overlap}: valid: none, wfbp")
     pre = prefetch == "yes"
     measured: dict[int, dict] = {}
+    two_level = TwoLevel(tasks_per_node, gpus_per_node, pattern, servers, intra_bandwidth,
+                         intra_latency)
+    if two_level.wanted(results_dir):
+        rows, header = _predict_two_level(
+            two_level, results_dir, breakdown, trace, run, mode, model, partition, batch_size,
+            workers, overlap, pre, bandwidth, latency, netbench_file, site, grad_bytes,
+            dataset, bucket_size)
+        if format == "json":
+            sys.stdout.write(json.dumps(rows, indent=2) + "\n")
+            return
+        err_console.print(header, markup=False, highlight=False)
+        _print_predictions(rows, any(r.get("measured_t_iter") is not None for r in rows))
+        return
     if results_dir is not None:
         rows, header = _predict_results(results_dir, run, mode, model, partition, batch_size,
                                         workers, overlap, pre, bandwidth, latency,
@@ -358,6 +416,196 @@ def predict_cmd(
         return
     err_console.print(header, markup=False, highlight=False)
     _print_predictions(rows, bool(measured))
+
+
+class TwoLevel:
+    """The two-level options of ``orch predict`` (tasks per node, pattern, intra-node
+    what-ifs); any of them, or a result set with a pre-flight, selects the two-level model."""
+
+    def __init__(self, tasks_per_node, gpus_per_node, pattern, servers, intra_bandwidth,
+                 intra_latency):
+        if tasks_per_node is not None and gpus_per_node is not None and (
+                tasks_per_node != gpus_per_node):
+            raise UserError(f"--tasks-per-node {tasks_per_node} and --gpus-per-node "
+                            f"{gpus_per_node} disagree: give one")
+        self.tasks = tasks_per_node if tasks_per_node is not None else gpus_per_node
+        if self.tasks is not None and self.tasks < 1:
+            raise UserError(f"--tasks-per-node {self.tasks}: must be at least 1")
+        if servers is not None and servers < 1:
+            raise UserError(f"--servers {servers}: must be at least 1")
+        from ..perfmodel import PATTERN_MODELS
+
+        if pattern is not None and pattern not in PATTERN_MODELS:
+            raise UserError(f"--pattern {pattern}: no model for this communication pattern; "
+                            f"patterns with one: {', '.join(PATTERN_MODELS)}")
+        self.pattern, self.servers = pattern, servers
+        self.intra_bandwidth, self.intra_latency = intra_bandwidth, intra_latency
+
+    def wanted(self, results_dir: Path | None) -> bool:
+        given = (self.tasks, self.pattern, self.servers, self.intra_bandwidth,
+                 self.intra_latency)
+        if any(v is not None for v in given):
+            return True
+        if results_dir is not None and results_dir.is_dir():
+            return (results_dir / "preflight.json").is_file()
+        return False
+
+
+def _network(sweep: Path | None, partition: str | None, site: str | None,
+             netbench_file: Path | None, bandwidth: str | None, latency: str | None,
+             two: TwoLevel):
+    """(Network, description): the sweep's pre-flight (both levels), else a netbench result
+    (inter-node only), then the what-ifs."""
+    from .. import netbench as nb
+    from .. import preflight as pf
+    from ..perfmodel import AlphaBeta, Network
+
+    pre = pf.load_sweep(sweep).get(partition or "") if sweep is not None else None
+    if pre is not None and netbench_file is None:
+        inter, intra = pre.inter.alpha_beta, pre.intra.alpha_beta if pre.intra else None
+        desc = [f"pre-flight of {sweep}: {pre.inter.describe()}"]
+        if pre.intra:
+            desc.append(pre.intra.describe())
+    else:
+        inter, src = _alpha_beta(netbench_file, site, partition, sweep, bandwidth, latency)
+        if inter is None:
+            raise UserError("the two-level model needs an inter-node α–β: a result set with a "
+                            "pre-flight, --netbench FILE, --site/--partition with a stored "
+                            f"netbench, or --bandwidth and --latency ({src})")
+        intra, desc = None, [f"inter: {src}"]
+        bandwidth = latency = None  # already applied
+    if bandwidth is not None or latency is not None:
+        inter = AlphaBeta(alpha=nb.parse_latency(latency) if latency else inter.alpha,
+                          bandwidth=nb.parse_bandwidth(bandwidth) if bandwidth
+                          else inter.bandwidth)
+        desc.append(f"what-if inter: α = {nb.format_seconds(inter.alpha)}, B = "
+                    f"{nb.format_bandwidth(inter.bandwidth)}")
+    if two.intra_bandwidth is not None or two.intra_latency is not None:
+        base = intra or inter
+        intra = AlphaBeta(
+            alpha=nb.parse_latency(two.intra_latency, "--intra-latency")
+            if two.intra_latency else base.alpha,
+            bandwidth=nb.parse_bandwidth(two.intra_bandwidth, "--intra-bandwidth")
+            if two.intra_bandwidth else base.bandwidth)
+        desc.append(f"what-if intra: α = {nb.format_seconds(intra.alpha)}, B = "
+                    f"{nb.format_bandwidth(intra.bandwidth)}")
+    if intra is None:
+        desc.append("intra: none measured, the inter-node α–β is used inside nodes too")
+    return Network(inter=inter, intra=intra), "; ".join(desc), pre
+
+
+def _predict_two_level(two, results_dir, breakdown, trace, run_id, mode, model, partition,
+                       batch_size, workers, overlap, prefetch, bandwidth, latency,
+                       netbench_file, site, grad_bytes, dataset, bucket_size):
+    """Predictions on the two-level network with the pattern's model, to any worker count."""
+    import math
+
+    from .. import perfmodel, predictions
+    from .. import report as rep
+
+    if trace is not None:
+        source = perfmodel.load_trace_csv(trace)
+        net, net_desc, _ = _network(None, partition, site, netbench_file, bandwidth, latency,
+                                    two)
+        tasks = two.tasks or 1
+        pat = two.pattern or "allreduce"
+        bucket = None
+        if bucket_size is not None:
+            from ..modes.allreduce_bench.mode import parse_bytes
+
+            bucket = parse_bytes(bucket_size, "--bucket-size")
+        rows = perfmodel.predict_trace_network(
+            source, _workers(workers, [1, 2, 4, 8]), tasks, net, pattern=pat,
+            overlap=overlap or "none", prefetch=prefetch, bucket_bytes=bucket,
+            servers=two.servers or 1)
+        header = (f"trace {trace} ({len(source.layers)} layers), {tasks} rank(s) per node; "
+                  f"model: {pat} per layer message, overlap {overlap or 'none'}; network: "
+                  f"{net_desc}")
+        for r in rows:
+            r.update(pattern=pat, tasks_per_node=tasks, network=net_desc, source="trace")
+        return rows, header
+    if breakdown is not None:
+        source = perfmodel.load_breakdown(breakdown)
+        net, net_desc, _ = _network(None, partition, site, netbench_file, bandwidth, latency,
+                                    two)
+        grad = _grad_bytes(grad_bytes, model, dataset)
+        if grad is None:
+            raise UserError("the pattern model needs the gradient size: give --grad-bytes N or "
+                            "--model NAME [--dataset D]")
+        b1 = source.at(1)
+        phases = {p: b1.phase_at(p, 1) for p in perfmodel.PHASES}
+        base_t = perfmodel.iteration_time(source, 1, prefetch=prefetch)
+        tasks, pat = two.tasks or 1, two.pattern or "allreduce"
+
+        def comm(w: int, nodes: int, t: int) -> float:
+            return perfmodel.pattern_comm_time(pat, grad, w, t, net, servers=two.servers or 1)
+
+        load = None
+        base = {"phases": phases, "t_iter": base_t, "ranks": 1, "nodes": 1, "tasks": 1,
+                "jitter": 0.0, "smallest_t": base_t, "smallest": 1}
+        label = f"breakdown {breakdown}"
+        ov = overlap or "none"
+        measured: dict[int, float] = {}
+    else:
+        runs, _iters, sweep = load_result_set(results_dir)
+        sel = _select_config(runs, run_id, mode, model, partition, batch_size, results_dir)
+        first = sel.iloc[0]
+        done = rep.completed(sel)
+        if done.empty:
+            raise UserError(f"{results_dir}: the selected configuration has no completed run "
+                            "to take a breakdown from")
+        top = done[done["ranks"] == done["ranks"].max()]
+        small = done[done["ranks"] == done["ranks"].min()]
+        net, net_desc, pre = _network(sweep, str(first["partition"]), str(first["site"]),
+                                      netbench_file, bandwidth, latency, two)
+        load = pre.compute_load if pre is not None and pre.shared_machine_cpus() else None
+        if load is not None:
+            net_desc += (f"; the pre-flight found the nodes on one machine of "
+                         f"{pre.shared_machine_cpus()} cores: compute scales with ranks per "
+                         "core")
+        grad = _grad_bytes(grad_bytes, None, "cifar") or rep.gradient_bytes(
+            str(first["model"]), str(first["dataset"]))
+        if grad is None:
+            raise UserError(f"model '{first['model']}' is not in the zoo: give --grad-bytes N")
+        opts = predictions._options(first.get("options"))
+        pat, fn = predictions.comm_function(str(first["mode"]), opts, grad, net,
+                                            pattern=two.pattern, servers=two.servers)
+        tasks = two.tasks or int(top["tasks_per_node"].iloc[0])
+
+        def comm(w: int, nodes: int, t: int) -> float:
+            return fn(w, nodes, t)
+
+        base = {"phases": {p: float(top[p].mean()) for p in perfmodel.PHASES},
+                "t_iter": float(top["t_iter"].mean()), "ranks": int(top["ranks"].iloc[0]),
+                "nodes": int(top["nodes"].iloc[0]),
+                "tasks": int(top["tasks_per_node"].iloc[0]),
+                "jitter": predictions.compute_jitter(top),
+                "smallest_t": float(small["t_iter"].mean()),
+                "smallest": int(small["ranks"].iloc[0])}
+        ov = overlap or rep.overlap_of(str(first["mode"]), first.get("options"), grad)
+        measured = {int(w): float(g["t_iter"].mean()) for w, g in done.groupby("ranks")}
+        label = (f"{results_dir} '{first['mode']} {first['model']}': breakdown of run(s) "
+                 f"{', '.join(top['run_id'])} ({base['ranks']} rank(s))")
+    counts = _workers(workers, [1, 2, 4, 8, 16, 64, 256, 1024])
+    rows = []
+    for w in counts:
+        t = min(tasks, w)
+        nodes = math.ceil(w / t)
+        pred = perfmodel.predict_from_measured(
+            base["phases"], base["t_iter"], comm(base["ranks"], base["nodes"], base["tasks"]),
+            comm(w, nodes, t), overlap=ov, prefetch=prefetch, jitter=base["jitter"],
+            base_workers=base["ranks"], workers=w,
+            compute_scale=load(w) / load(base["ranks"]) if load else 1.0)
+        speedup = (w / base["smallest"]) * base["smallest_t"] / pred["t_iter"]
+        meas = measured.get(w)
+        rows.append({"workers": w, "nodes": nodes, "tasks_per_node": t, **pred,
+                     "speedup": speedup, "efficiency": speedup / (w / base["smallest"]),
+                     "measured_t_iter": meas, "pattern": pat, "overlap": ov,
+                     "network": net_desc, "source": label,
+                     "measured_speedup": None, "residual_speedup": None})
+    header = (f"{label}; model: {pat} (overlap {ov}), {tasks} rank(s) per node, gradient "
+              f"{grad:,} bytes; network: {net_desc}")
+    return rows, header
 
 
 def _add_ab(rows: list[dict], ab, desc: str) -> None:

@@ -6,6 +6,7 @@ plan (one row per run: dimensions, nodes, ranks, roles) before the scripts."""
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -84,6 +85,14 @@ def sweep(
     array: Annotated[bool, typer.Option(
         "--array", help="Slurm: submit runs of the same shape (partition, nodes, tasks, time) "
         "as one job array.")] = False,
+    preflight: Annotated[str, typer.Option(
+        "--preflight", help="auto: measure α and B of each partition inside a node and across "
+        "nodes before the runs (cached 24 h), then run the sweep smallest scale first and "
+        "state every larger run's prediction before submitting it; always: measure again; "
+        "never: no pre-flight, no predictions.")] = "auto",
+    no_preflight: Annotated[bool, typer.Option(
+        "--no-preflight", help="Same as --preflight never: the sweep states no predictions.")]
+    = False,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     from .. import backends, envs, execute, results
@@ -173,10 +182,24 @@ def sweep(
     progress = SweepProgress(
         total=len(prepared), done_before=len(skipped),
         failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
+    from .. import predictions as predmod
+
+    def say(line: str) -> None:
+        err_console.print(line, highlight=False, markup=False)
+
+    networks = predmod.sweep_preflight(runs, site_obj, out_dir,
+                                       "never" if no_preflight else preflight, wait=wait,
+                                       say=say, on_event=print_event)
+    if networks and packing:
+        say(f"--{packing} with predictions: one {packing} per scale, smallest first (each "
+            f"scale's predictions are stated before it is submitted); --no-preflight packs "
+            f"every scale at once")
+    run = (functools.partial(predmod.staged_execute, networks=networks, say=say,
+                             sweep_dir=out_dir) if networks else execute.execute)
     try:
-        execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
-                        require_fabric=require_fabric,
-                        on_progress=progress.update if wait else None, pack=packing)
+        run(prepared, site_obj, wait=wait, on_event=print_event,
+            require_fabric=require_fabric, on_progress=progress.update if wait else None,
+            pack=packing)
     except KeyboardInterrupt:
         progress.close()
         _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)
@@ -190,6 +213,8 @@ def sweep(
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))
     print_fabric_mismatches(results.records(shown))
+    for line in predmod.scorecard_lines(out_dir, runs_df) if networks else []:
+        say(line)
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
 

@@ -18,7 +18,8 @@ import re
 from ..errors import UserError
 
 # Communication patterns a mode can declare (the performance model has one model each).
-PATTERNS = ("allreduce", "parameter-server", "allgather-reducescatter", "none")
+PATTERNS = ("allreduce", "hierarchical-allreduce", "parameter-server", "allgather-reducescatter",
+            "none")
 # How gradient communication meets backward: after it ("none"), or layer by layer behind it
 # as gradients become ready ("wfbp", wait-free back-propagation).
 OVERLAPS = ("none", "wfbp")

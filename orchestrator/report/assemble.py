@@ -12,6 +12,7 @@ from . import convergence, plots
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
+from .scorecard import scorecard_summary, scorecard_table
 from .select import completed, config_labels, config_of, training_runs
 from .tables import (
     Table,
@@ -36,8 +37,12 @@ class Report:
 
 def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
           *, title: str = "orch report", figures: bool = True,
+          scorecard: pd.DataFrame | None = None,
           epochs: pd.DataFrame | None = None) -> Report:
-    """Every table (and, with ``figures``, every PNG) of a report on one result set;
+    """Every table (and, with ``figures``, every PNG) of a report on one result set.
+
+    ``scorecard``: the predictions stated before the runs, scored (predictions.scorecard_frame);
+    its table comes first after throughput and speedup, and its median error in the summary.
     ``epochs`` (results/epochs.parquet) adds the convergence part."""
     train = training_runs(runs)
     labels = config_labels(train)
@@ -55,6 +60,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     tables = [
         throughput_table(done),
         speedup_table(done),
+        *([scorecard_table(scorecard)] if scorecard is not None else []),
         prediction_table(train, label_of, pred_by),
         phase_table(done),
         comm_table(done),
@@ -72,7 +78,10 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
             ["run", "state", "reason"],
             [[r["run_id"], r["state"], (str(r["reason"] or "").splitlines() or [""])[0][:120]]
              for _, r in failed.iterrows()], key_columns=3))
-    report = Report(title=title, summary=_summary(done, pred_by, strag, comm), tables=tables)
+    summary = _summary(done, pred_by, strag, comm)
+    if scorecard is not None:
+        summary += scorecard_summary(scorecard)
+    report = Report(title=title, summary=summary, tables=tables)
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
         png = convergence.figure(runs, epochs) if epochs is not None else None

@@ -14,6 +14,7 @@ sum of a reduced check buffer, equal on every rank only if the all-reduce really
 
 from __future__ import annotations
 
+import os
 import time
 from datetime import timedelta
 
@@ -29,6 +30,15 @@ def gradient_bytes(model: str, dataset: str) -> int | None:
 
         return 4 * int(zoo.get(model).expected_params[dataset])
     except Exception:  # an unknown model only means one size fewer
+        return None
+
+
+def boot_id():
+    """The kernel's boot id: equal on every "node" that is really the same machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
         return None
 
 
@@ -58,6 +68,10 @@ def main(argv=None) -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
         s.footer["backend"] = args.backend
+        # Which physical machine this rank ran on, and its cores: nodes that share one
+        # machine share its cores too (the pre-flight measures that, the model uses it).
+        s.footer["boot_id"] = boot_id()
+        s.footer["host_cpus"] = os.cpu_count()
         s.footer["world_size"] = info.world_size
         buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
                    for n in sizes}

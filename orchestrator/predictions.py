@@ -1,0 +1,366 @@
+"""Predictions stated before the runs they predict, and the sweep staging that makes that so.
+
+Why: a model checked against the runs it was fitted to proves nothing. A staged sweep runs
+its runs in stages of increasing scale (distinct rank counts, smallest first). After each
+stage every later run of a configuration is predicted from that configuration's largest
+completed run so far (its measured phase breakdown and ``t_iter``) plus the pre-flight's
+two-level network (orchestrator.preflight), with the communication model its mode declares
+(``Mode.pattern``: ring all-reduce, parameter server with S servers, reduce-scatter +
+all-gather). Each prediction is appended, with its time, model and inputs, to
+``<sweep>/predictions.jsonl`` (append-only, never rewritten) *before* the next stage is
+submitted. A run's own measurements are never used to predict it: a run is predicted only from
+a run with fewer ranks that had already finished.
+
+``scorecard_frame`` joins every run with the latest prediction made before the run started,
+and the result set keeps them (``results/predictions.parquet``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from . import __version__, execute, modes, perfmodel, protocol, results, rundir
+from .errors import UserError
+from .preflight import Preflight
+from .report.predict import gradient_bytes, overlap_of
+from .report.select import config_of, training_runs
+from .site import Site
+
+FILE = "predictions.jsonl"
+PARQUET = "predictions.parquet"  # in results/
+
+# The runs-table columns a prediction reads (and scores against): kept in one place, so the
+# native-window work (issue 14) can change what t_iter means without touching the model.
+T_ITER = "t_iter"  # whatever iteration time the runs table reports
+PHASE_COLUMNS = protocol.PHASES
+RANKS, NODES, TASKS = "ranks", "nodes", "tasks_per_node"
+# Per-phase spread columns: the measured run's compute jitter (synchronization wait model).
+JITTER_COLUMNS = tuple(f"{p}_std" for p in PHASE_COLUMNS if p != "t_comm")
+
+
+def compute_jitter(base: pd.DataFrame) -> float:
+    """Per-iteration standard deviation of a rank's compute in the measured run(s): the phase
+    spreads combined as if independent (0 where the runs table has none)."""
+    total = 0.0
+    for col in JITTER_COLUMNS:
+        if col in base.columns:
+            value = pd.to_numeric(base[col], errors="coerce").mean()
+            if pd.notna(value):
+                total += float(value) ** 2
+    return math.sqrt(total)
+
+COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "partition",
+           "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
+           "overlap", "servers", "grad_bytes", "predicted_t_iter", "predicted_speedup",
+           "measured_t_iter", "measured_speedup", "error_t_iter", "error_speedup",
+           "t_comm_predicted", "network"]
+
+
+def _mode_of(name: str):
+    return modes.registry().get(name)
+
+
+def servers_of(mode_name: str, nodes: int, tasks_per_node: int, options: dict) -> int:
+    """Parameter servers of a run, from its mode's task placement (0 if it has none)."""
+    mode = _mode_of(mode_name)
+    if mode is None:
+        return 0
+    return sum(t.role in ("server", "ps") for t in mode.tasks(nodes, tasks_per_node, options))
+
+
+def comm_function(mode_name: str, options: dict, grad: int, net: perfmodel.Network,
+                  pattern: str | None = None, servers: int | None = None,
+                  ) -> tuple[str, Callable[[int, int, int], float]]:
+    """(pattern, ``f(workers, nodes, tasks_per_node) -> seconds``) of a mode's declared
+    pattern (or ``pattern``, a what-if); ``servers`` replaces the placement's server count. A
+    pattern without a model raises ModelInputError."""
+    mode = _mode_of(mode_name)
+    if pattern is None:
+        pattern = mode.pattern if mode is not None else "none"
+    if pattern not in perfmodel.PATTERN_MODELS:
+        raise perfmodel.ModelInputError(
+            f"mode '{mode_name}' declares communication pattern '{pattern}', which has no "
+            f"model; patterns with one: {', '.join(perfmodel.PATTERN_MODELS)}")
+    reshard = options.get("reshard_after_forward", "yes") != "no"
+
+    def comm(workers: int, nodes: int, tasks: int) -> float:
+        count = servers if servers is not None else servers_of(mode_name, nodes, tasks,
+                                                                options)
+        count = max(1, count)
+        return perfmodel.pattern_comm_time(pattern, grad, workers, tasks, net,
+                                           servers=count, reshard_after_forward=reshard)
+
+    return pattern, comm
+
+
+def _options(value) -> dict:
+    if isinstance(value, dict):
+        return value
+    try:
+        parsed = json.loads(value) if isinstance(value, str) and value else {}
+    except json.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
+def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Preflight],
+                 now: float | None = None) -> tuple[list[dict], list[str]]:
+    """Predictions of the ``targets`` (run ids) from their configuration's largest completed
+    run with fewer ranks; returns (records, notes on what could not be predicted)."""
+    now = time.time() if now is None else now
+    train = training_runs(runs)
+    if train.empty:
+        return [], []
+    configs = config_of(train)
+    records, notes = [], []
+    for _, group in train.groupby(configs, sort=False):
+        done = group[(group["state"] == "COMPLETED") & group[T_ITER].notna()]
+        smallest = group[RANKS].min()
+        first_done = done[done[RANKS] == smallest]
+        for _, run in group[group["run_id"].isin(targets)].iterrows():
+            w = int(run[RANKS])
+            base = done[done[RANKS] < w]
+            if base.empty:
+                continue
+            base = base[base[RANKS] == base[RANKS].max()]
+            b = base.iloc[0]
+            pf = networks.get(str(run["partition"]))
+            if pf is None:
+                notes.append(f"{run['run_id']}: no pre-flight network for partition "
+                             f"{run['partition']}: not predicted")
+                continue
+            opts = _options(run.get("options"))
+            grad = gradient_bytes(str(run["model"]), str(run["dataset"]))
+            if grad is None:
+                notes.append(f"{run['run_id']}: model {run['model']} not in the zoo (gradient "
+                             "size unknown): not predicted")
+                continue
+            try:
+                pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network)
+            except perfmodel.ModelInputError as exc:
+                notes.append(f"{run['run_id']}: {exc}")
+                continue
+            overlap = overlap_of(str(run["mode"]), opts, grad)
+            phases = {p: float(base[p].mean()) for p in PHASE_COLUMNS}
+            base_t = float(base[T_ITER].mean())
+            jitter = compute_jitter(base)
+            scale = pf.compute_load(w) / pf.compute_load(int(b[RANKS]))
+            pred = perfmodel.predict_from_measured(
+                phases, base_t, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])),
+                comm(w, int(run[NODES]), int(run[TASKS])), overlap=overlap, jitter=jitter,
+                base_workers=int(b[RANKS]), workers=w, compute_scale=scale)
+            speedup = None
+            if not first_done.empty:
+                t1 = float(first_done[T_ITER].mean())
+                speedup = (w / int(smallest)) * t1 / pred["t_iter"]
+            records.append({
+                "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
+                "site": run["site"], "partition": run["partition"], "model": run["model"],
+                "nodes": int(run[NODES]), "tasks_per_node": int(run[TASKS]), "workers": w,
+                "from_run_id": str(b["run_id"]) if len(base) == 1
+                else ",".join(base["run_id"]), "from_workers": int(b[RANKS]),
+                "pattern": pattern, "overlap": overlap,
+                "servers": servers_of(str(run["mode"]), int(run[NODES]), int(run[TASKS]),
+                                      opts),
+                "grad_bytes": grad, "inputs": {**phases, T_ITER: base_t},
+                "network": pf.as_record(),
+                "t_iter": pred["t_iter"], "speedup": speedup,
+                "t_comm_exposed": pred["t_comm_exposed"],
+                "t_comm_total": pred["t_comm_total"],
+                "jitter": jitter, "t_sync_wait": pred["t_sync_wait"],
+                "compute_scale": scale,
+                "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
+                              "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
+                              + (f", compute x{scale:.2f} (nodes share "
+                                 f"{pf.shared_machine_cpus()} cores)" if scale != 1 else ""),
+                "orch_version": __version__,
+            })
+    return records, notes
+
+
+def append(sweep_dir: Path, records: list[dict]) -> None:
+    """Append predictions to ``<sweep>/predictions.jsonl`` (never rewrites a line), flushed
+    and synced before the next stage is submitted."""
+    if not records:
+        return
+    import os
+
+    with open(sweep_dir / FILE, "a", encoding="utf-8") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, sort_keys=True) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def load(path: Path) -> list[dict]:
+    """Every prediction of a predictions.jsonl; a bad line names the file, line and field."""
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); the file is "
+                            "append-only: remove the damaged line") from None
+        for field, kind in (("run_id", str), ("predicted_at", (int, float)),
+                            ("t_iter", (int, float))):
+            value = rec.get(field) if isinstance(rec, dict) else None
+            if not isinstance(value, kind) or isinstance(value, bool) or (
+                    kind is not str and (not math.isfinite(value) or value < 0)):
+                raise UserError(f"{path}:{number}: field '{field}': got {value!r}, expected "
+                                f"{'a run id' if kind is str else 'a non-negative number'}; "
+                                "remove the damaged line")
+        out.append(rec)
+    return out
+
+
+def run_started_at(rdir: Path) -> float | None:
+    """When a run's job script started (job-times.json), else when it was submitted."""
+    path = rdir / protocol.JOB_TIMES_FILE
+    if path.exists():
+        try:
+            value = json.loads(path.read_text()).get("script_started_at")
+            if isinstance(value, (int, float)):
+                return float(value)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            pass
+    try:
+        record = rundir.read_record(rdir)
+    except UserError:
+        return None
+    return record.submitted_at if record else None
+
+
+def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
+                    started: dict[str, float | None]) -> pd.DataFrame:
+    """One row per predicted run: the latest prediction made before the run started, next to
+    what was measured. ``error_*`` = (predicted − measured) / measured."""
+    by_run: dict[str, dict] = {}
+    for rec in preds:
+        start = started.get(rec["run_id"])
+        if start is not None and rec["predicted_at"] >= start:
+            continue  # not stated before the run: never scored
+        old = by_run.get(rec["run_id"])
+        if old is None or rec["predicted_at"] >= old["predicted_at"]:
+            by_run[rec["run_id"]] = rec
+    rows = []
+    table = runs.set_index("run_id") if not runs.empty else runs
+    for rid, rec in by_run.items():
+        run = table.loc[rid] if rid in table.index else None
+        done = run is not None and run["state"] == "COMPLETED" and pd.notna(run[T_ITER])
+        meas_t = float(run[T_ITER]) if done else None
+        meas_s = (float(run["speedup"]) if done and "speedup" in run.index
+                  and pd.notna(run["speedup"]) else None)
+        pred_s = rec.get("speedup")
+        rows.append({
+            "run_id": rid, "predicted_at": rec["predicted_at"],
+            "run_started_at": started.get(rid),
+            "before_run": started.get(rid) is not None,
+            "mode": rec.get("mode"), "partition": rec.get("partition"),
+            "nodes": rec.get("nodes"), "tasks_per_node": rec.get("tasks_per_node"),
+            "workers": rec.get("workers"), "from_run_id": rec.get("from_run_id"),
+            "from_workers": rec.get("from_workers"), "pattern": rec.get("pattern"),
+            "overlap": rec.get("overlap"), "servers": rec.get("servers"),
+            "grad_bytes": rec.get("grad_bytes"),
+            "predicted_t_iter": rec["t_iter"], "predicted_speedup": pred_s,
+            "measured_t_iter": meas_t, "measured_speedup": meas_s,
+            "error_t_iter": (rec["t_iter"] - meas_t) / meas_t if meas_t else None,
+            "error_speedup": (pred_s - meas_s) / meas_s if meas_s and pred_s else None,
+            "t_comm_predicted": rec.get("t_comm_exposed"),
+            "network": json.dumps(rec.get("network"), sort_keys=True),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The scorecard of a sweep directory (None if it stated no predictions); also writes
+    ``results/predictions.parquet`` so the result set keeps the predictions."""
+    path = sweep_dir / FILE
+    if not path.exists():
+        return None
+    preds = load(path)
+    started = {rec["run_id"]: run_started_at(sweep_dir / rec["run_id"]) for rec in preds}
+    frame = scorecard_frame(runs, preds, started)
+    target = sweep_dir / "results" / PARQUET
+    target.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_parquet(target, index=False)
+    return frame
+
+
+def staged_execute(prepared: list, site: Site, sweep_dir: Path,
+                   networks: dict[str, Preflight], *,
+                   say: Callable[[str], None] = lambda line: None,
+                   **execute_kwargs) -> None:
+    """Execute the prepared runs stage by stage (by rank count, smallest first); after each
+    stage, state the predictions of every later run before submitting it."""
+    stages = sorted({p.run.nodes * p.run.tasks_per_node for p in prepared})
+    for i, ranks in enumerate(stages):
+        stage = [p for p in prepared if p.run.nodes * p.run.tasks_per_node == ranks]
+        execute.execute(stage, site, **execute_kwargs)
+        later = {p.run.run_id for p in prepared
+                 if p.run.nodes * p.run.tasks_per_node > ranks and p.action != "skip"}
+        if not later or i == len(stages) - 1:
+            continue
+        runs = results.merge(sweep_dir)
+        records, notes = predict_runs(runs, later, networks)
+        append(sweep_dir, records)
+        for note in notes:
+            say(f"not predicted: {note}")
+        if records:
+            say(f"predictions: {len(records)} run(s) at more than {ranks} rank(s) stated in "
+                f"{sweep_dir / FILE} before they are submitted")
+
+
+def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: bool,
+                    say: Callable[[str], None], on_event: Callable | None = None,
+                    ) -> dict[str, Preflight]:
+    """The pre-flight of a sweep about to run, or {} with the reason said: nothing to predict
+    (one scale only, no training mode with a modelled pattern), ``--no-wait`` (predictions
+    need the smaller runs' results), or ``never``. A pre-flight that fails costs the
+    predictions, never the sweep."""
+    from . import preflight as pre
+
+    if how not in pre.MODES:
+        raise UserError(f"--preflight {how}: valid: {', '.join(pre.MODES)}")
+    modelled = [r for r in runs if (m := _mode_of(r.mode)) is not None and m.trains
+                and m.pattern in perfmodel.PATTERN_MODELS]
+    scales = {r.nodes * r.tasks_per_node for r in modelled}
+    if how == "never":
+        say("no pre-flight (--no-preflight): the sweep states no predictions and its report "
+            "has no scorecard")
+        return {}
+    if len(scales) < 2:
+        return {}  # nothing larger to predict: no pre-flight needed
+    if not wait:
+        say("no pre-flight: predictions need the smaller runs' results (--no-wait); the "
+            "report will have no scorecard")
+        return {}
+    partitions = sorted({r.partition for r in modelled})
+    first = modelled[0]
+    try:
+        return pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
+                             dataset=first.dataset, say=say, on_event=on_event,
+                             nodes=max(r.nodes for r in modelled))
+    except Exception as exc:  # a failed pre-flight costs the predictions only
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        say(f"pre-flight failed ({type(exc).__name__}: {first_line}); the sweep goes on "
+            "without predictions")
+        return {}
+
+
+def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
+    """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
+    stated predictions."""
+    from .report.scorecard import scorecard_summary
+
+    frame = scorecard_of_sweep(sweep_dir, runs)
+    if frame is None:
+        return []
+    return scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]

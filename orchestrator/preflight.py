@@ -1,0 +1,261 @@
+"""Pre-flight network model: α and B inside one node and across nodes, measured before a sweep.
+
+Why: a prediction is only worth stating if its inputs were known before the runs it predicts.
+Before a sweep's training runs, orch measures every partition the sweep uses with the
+all-reduce micro-benchmark (mode ``allreduce-bench``) as real jobs:
+
+* ``intra``: one node, several tasks on it (2 on CPU partitions, one per GPU on GPU ones;
+  skipped on a 1-GPU-per-node partition: there is nothing inside a node to talk to);
+* ``inter``: the sweep's largest node count (at least 2), one task per node.
+
+Each level's α–β is fitted (netbench.fit_run: ring all-reduce model, relative least squares)
+and its fit quality recorded: R² of the fitted against the measured seconds and the largest
+relative residual. A level is cached as ``<store>/preflight-<site>-<partition>-<level>-
+<nodes>x<tasks>.json`` (``store`` = netbench.store_dir(): ``$ORCH_NETBENCH_DIR``, else
+``~/.cache/orch/netbench``) with the time it was measured; ``--preflight=auto`` re-uses an
+entry younger than :data:`MAX_AGE_S`, ``always`` measures again, ``never`` skips (and the
+sweep then states no predictions). The jobs run in ``<sweep>/preflight/``, a sweep directory of
+their own, so the sweep's result set holds only its training runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from . import execute, gather, netbench, results, rundir
+from . import sweep as sweepmod
+from .errors import UserError
+from .perfmodel import AlphaBeta, Network
+from .site import Site
+
+MODES = ("auto", "always", "never")
+MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
+# Few sizes and iterations: the pre-flight must cost seconds, not minutes (4 B pins α,
+# 1-4 MiB pin B; the model's own gradient size is added by the benchmark).
+SIZES = "4:1024:16384:262144:1048576:4194304"
+ITERS, WARMUP, REPS = 5, 1, 3
+PREFLIGHT_DIR = "preflight"
+LEVELS = ("intra", "inter")
+
+
+class Level(BaseModel):
+    """The fitted α–β of one level of one partition, with its fit quality and provenance."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    level: str
+    site: str
+    partition: str
+    nodes: int
+    tasks_per_node: int
+    alpha: float
+    bandwidth: float
+    r2: float
+    max_rel_residual: float
+    sizes: list[int]
+    seconds: list[float]
+    measured_at: float
+    run_id: str
+    run_dir: str
+    # Physical machines under the job's nodes (distinct kernel boot ids) and their cores:
+    # fewer machines than nodes means the nodes share cores (the test cluster: 4 on 1).
+    machines: int | None = None
+    machine_cpus: int | None = None
+
+    @property
+    def alpha_beta(self) -> AlphaBeta:
+        return AlphaBeta(alpha=self.alpha, bandwidth=self.bandwidth)
+
+    def describe(self, now: float | None = None) -> str:
+        age = format_age((now or time.time()) - self.measured_at)
+        shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
+                  f"{self.machine_cpus} cores" if self.machines else "")
+        return (f"{self.level}: α = {netbench.format_seconds(self.alpha)}, B = "
+                f"{netbench.format_bandwidth(self.bandwidth)}, R² = {self.r2:.3f}, worst "
+                f"residual {self.max_rel_residual:.0%} ({self.nodes} node(s) x "
+                f"{self.tasks_per_node}{shared}, measured {age} ago, run {self.run_id})")
+
+
+class Preflight(BaseModel):
+    """The two-level network of one partition (``intra`` may be None, see the module doc)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    site: str
+    partition: str
+    inter: Level
+    intra: Level | None = None
+
+    @property
+    def network(self) -> Network:
+        return Network(inter=self.inter.alpha_beta,
+                       intra=self.intra.alpha_beta if self.intra else None)
+
+    def shared_machine_cpus(self) -> int | None:
+        """Cores of the one machine all nodes share, when the across-nodes job found its
+        nodes on a single machine (None: nodes are machines of their own)."""
+        if self.inter.machines == 1 and self.inter.nodes > 1 and self.inter.machine_cpus:
+            return self.inter.machine_cpus
+        return None
+
+    def compute_load(self, ranks: int) -> float:
+        """How many ranks share each core at ``ranks`` ranks (>= 1): on nodes sharing one
+        machine of C cores, ``max(1, ranks / C)``; on machines of their own, 1."""
+        cpus = self.shared_machine_cpus()
+        return max(1.0, ranks / cpus) if cpus else 1.0
+
+    def as_record(self) -> dict:
+        """What a prediction records as its network input."""
+        return {"site": self.site, "partition": self.partition,
+                "inter": self.inter.model_dump(exclude={"sizes", "seconds"}),
+                "intra": self.intra.model_dump(exclude={"sizes", "seconds"})
+                if self.intra else None}
+
+
+def format_age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def fit_quality(sizes: list[int], seconds: list[float], fitted: list[float]) -> tuple[float,
+                                                                                      float]:
+    """(R², largest relative residual) of the fitted seconds against the measured ones.
+
+    R² is taken on log-seconds: the sizes span decades, and on linear seconds the largest
+    message alone would decide it."""
+    if len(seconds) != len(fitted) or not seconds:
+        raise UserError("fit quality: measured and fitted seconds differ in length")
+    logs = [math.log(s) for s in seconds]
+    logf = [math.log(max(f, 1e-12)) for f in fitted]
+    mean = sum(logs) / len(logs)
+    total = sum((x - mean) ** 2 for x in logs)
+    resid = sum((x - y) ** 2 for x, y in zip(logs, logf, strict=True))
+    r2 = 1.0 - resid / total if total > 0 else 1.0
+    worst = max(abs(f - s) / s for s, f in zip(seconds, fitted, strict=True))
+    return r2, worst
+
+
+def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, int]]:
+    """Level -> (nodes, tasks per node) of its micro-benchmark job on this partition: the
+    across-nodes job spans ``nodes`` (the sweep's largest node count, at least 2), so the fit
+    sees what a ring of that many nodes meets (switch hops, and on the test cluster the
+    machine its nodes share)."""
+    part = site.partition(partition)
+    gpus = part.gpus_per_node or 0
+    out: dict[str, tuple[int, int]] = {}
+    if gpus != 1:
+        out["intra"] = (1, gpus if gpus >= 2 else 2)
+    out["inter"] = (max(2, nodes), 1)
+    return out
+
+
+def cache_path(site: str, partition: str, level: str, nodes: int, tasks: int,
+               store: Path | None = None) -> Path:
+    return (store or netbench.store_dir()) / (
+        f"preflight-{site}-{partition}-{level}-{nodes}x{tasks}.json")
+
+
+def load_level(path: Path) -> Level:
+    """A cached level; a damaged file names itself and the field."""
+    try:
+        return Level.model_validate(json.loads(path.read_text()))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the pre-flight cache ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); delete it or run the sweep with "
+                        "--preflight=always") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise UserError(f"{path}: field '{field}': {err['msg']}; delete it or run the sweep "
+                        "with --preflight=always") from None
+
+
+def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
+                  model: str, dataset: str,
+                  on_event: Callable | None = None) -> Level:
+    """Run the micro-benchmark job of one level (a real job) and fit it."""
+    spec = sweepmod.SweepSpec(
+        nodes=(nodes,), modes=(netbench.MODE,), models=(model,), dataset=dataset,
+        partitions=(partition,), tasks_per_node=(tasks,), iters=ITERS, warmup=WARMUP,
+        options={"sizes": (SIZES,), "reps": (str(REPS),)})
+    runs = sweepmod.expand(spec, site)
+    prepared = execute.prepare(runs, site, out, retry_failed=True)
+    execute.execute(prepared, site, wait=True, on_event=on_event)
+    results.merge(out)
+    rdir = out / runs[0].run_id
+    fit = netbench.fit_run(rdir)
+    r2, worst = fit_quality(fit.sizes, fit.seconds, fit.model_seconds())
+    record = rundir.read_record(rdir)
+    footers = [log.footer for log in gather.read_run_logs(rdir) if log.footer]
+    boots = {f.get("boot_id") for f in footers if f.get("boot_id")}
+    cpus = [int(f["host_cpus"]) for f in footers if isinstance(f.get("host_cpus"), int)]
+    return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
+                 level=level, site=site.name, partition=partition, nodes=nodes,
+                 tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
+                 max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,
+                 measured_at=(record.ended_at if record and record.ended_at else time.time()),
+                 run_id=fit.run_id, run_dir=fit.run_dir)
+
+
+def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = "auto",
+              model: str = "lenet5", dataset: str = "cifar", store: Path | None = None,
+              say: Callable[[str], None] = lambda line: None,
+              on_event: Callable | None = None,
+              max_age_s: float = MAX_AGE_S, nodes: int = 2) -> dict[str, Preflight]:
+    """The two-level network of every partition: from the cache when fresh (``auto``), else
+    measured now; the result is also written to ``<sweep>/preflight.json``."""
+    if how not in MODES:
+        raise UserError(f"--preflight {how}: valid: {', '.join(MODES)}")
+    out: dict[str, Preflight] = {}
+    if how == "never":
+        return out
+    now = time.time()
+    for partition in partitions:
+        levels: dict[str, Level] = {}
+        for level, (count, tasks) in layouts(site, partition, nodes).items():
+            path = cache_path(site.name, partition, level, count, tasks, store)
+            cached = load_level(path) if path.exists() and how == "auto" else None
+            if cached is not None and now - cached.measured_at <= max_age_s:
+                say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
+                    f"{path}]")
+                levels[level] = cached
+                continue
+            why = "stale" if cached is not None else (
+                "on request" if how == "always" else "not measured yet")
+            say(f"pre-flight {site.name}/{partition} {level}: measuring ({why}): "
+                f"allreduce-bench on {count} node(s) x {tasks} task(s)")
+            fresh = measure_level(site, partition, level, count, tasks,
+                                  sweep_dir / PREFLIGHT_DIR, model, dataset, on_event)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
+            say(f"pre-flight {site.name}/{partition} {fresh.describe()}")
+            levels[level] = fresh
+        out[partition] = Preflight(site=site.name, partition=partition, inter=levels["inter"],
+                                   intra=levels.get("intra"))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    rundir.write_json_atomic(sweep_dir / "preflight.json",
+                             {p: pf.model_dump(mode="json") for p, pf in out.items()})
+    return out
+
+
+def load_sweep(sweep_dir: Path) -> dict[str, Preflight]:
+    """The pre-flight a sweep used (``<sweep>/preflight.json``), or {} if it had none."""
+    path = sweep_dir / "preflight.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return {p: Preflight.model_validate(v) for p, v in data.items()}
+    except (json.JSONDecodeError, ValidationError, AttributeError) as exc:
+        raise UserError(f"{path}: damaged pre-flight record ({str(exc).splitlines()[0]}); "
+                        "run the sweep again with --preflight=always") from None

@@ -1,0 +1,213 @@
+"""Predictions orch can be held to (issue 16), on the real test cluster: a sweep runs its
+pre-flight (α–β inside a node and across nodes, real allreduce-bench jobs), states the 2-node
+run's prediction before that run's job starts, and its report shows the scorecard;
+``orch predict`` extrapolates from the result set to 1,024 workers. Bad input: one line, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from orchestrator import predictions, preflight, rundir
+from orchestrator.errors import UserError
+
+from .conftest import run_orch
+
+ITERS, WARMUP = 4, 1
+
+
+@pytest.fixture(scope="module")
+def staged(slurm_cluster, tmp_path_factory):
+    """One small sweep, torch-ddp on 1 and 2 nodes, with a pre-flight measured now."""
+    base = tmp_path_factory.mktemp("preflight")
+    env = {"ORCH_NETBENCH_DIR": str(base / "store")}
+    out = base / "sweep"
+    proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2", "--mode", "torch-ddp",
+                    "--iters", ITERS, "--warmup", WARMUP, "--preflight", "always", "--out", out,
+                    env=env, check=True)
+    return out, env, proc
+
+
+@pytest.mark.slurm
+@pytest.mark.ranks
+def test_sweep_states_predictions_before_the_runs(staged):
+    out, env, proc = staged
+    # the pre-flight measured both levels as real jobs and cached them with their fit quality
+    assert "pre-flight testcluster/ib intra: measuring" in proc.stderr
+    assert "pre-flight testcluster/ib inter: measuring" in proc.stderr
+    used = preflight.load_sweep(out)["ib"]
+    assert (used.intra.nodes, used.intra.tasks_per_node) == (1, 2)
+    assert (used.inter.nodes, used.inter.tasks_per_node) == (2, 1)
+    for level in (used.intra, used.inter):
+        assert level.alpha >= 0 and level.bandwidth > 0 and level.r2 <= 1
+        assert rundir.read_record(out / "preflight" / level.run_id).state == "COMPLETED"
+    # one prediction per larger run, stated before that run's job script started
+    preds = predictions.load(out / predictions.FILE)
+    assert len(preds) == 1
+    p = preds[0]
+    two = out / p["run_id"]
+    started = predictions.run_started_at(two)
+    assert started is not None and p["predicted_at"] < started
+    assert p["workers"] == 2 and p["from_workers"] == 1 and p["pattern"] == "allreduce"
+    assert p["network"]["inter"]["run_id"] == used.inter.run_id
+    assert set(p["inputs"]) >= {"t_f", "t_b", "t_comm", "t_iter"} and p["t_iter"] > 0
+    # the report: scorecard table, its median error, and the result set keeps the predictions
+    rep = run_orch("report", out, "--no-plots", env=env, check=True)
+    assert "Scorecard: predictions stated before the runs vs measured" in rep.stdout
+    assert "Median absolute t_iter error over the sweep" in rep.stdout
+    import pandas as pd
+
+    frame = pd.read_parquet(out / "results" / predictions.PARQUET)
+    assert list(frame["run_id"]) == [p["run_id"]] and bool(frame["before_run"].iloc[0])
+    measured = pd.read_parquet(out / "results" / "runs.parquet").set_index("run_id")
+    assert frame["measured_t_iter"].iloc[0] == pytest.approx(measured.loc[p["run_id"],
+                                                                          "t_iter"])
+    err = frame["error_t_iter"].iloc[0]
+    assert err == pytest.approx((p["t_iter"] - frame["measured_t_iter"].iloc[0])
+                                / frame["measured_t_iter"].iloc[0])
+    # extrapolation from the result set to 1,024 workers, 4 per node, naming model and inputs
+    pr = run_orch("predict", "--results", out, "--workers", "64,256,1024", "--tasks-per-node",
+                  4, "--format", "json", env=env, check=True)
+    rows = {r["workers"]: r for r in json.loads(pr.stdout)}
+    assert rows[1024]["nodes"] == 256 and rows[1024]["pattern"] == "allreduce"
+    assert "pre-flight of" in rows[64]["network"]
+    assert rows[1024]["t_comm_total"] > rows[64]["t_comm_total"] > 0
+    # no pre-flight: said, and nothing predicted (the same sweep again: every run is done,
+    # no job is submitted, and the stated predictions are left as they were)
+    stated = (out / predictions.FILE).read_bytes()
+    again = run_orch("sweep", "--site", "testcluster", "--nodes", "1,2", "--mode", "torch-ddp",
+                     "--iters", ITERS, "--warmup", WARMUP, "--no-preflight", "--out", out,
+                     env=env, check=True)
+    assert "the sweep states no predictions" in again.stderr
+    assert (out / predictions.FILE).read_bytes() == stated
+
+
+def test_preflight_cache_is_used_when_fresh_and_damage_is_named(tmp_path):
+    from orchestrator import site as sitemod
+
+    site, _ = sitemod.load("testcluster")
+    store = tmp_path / "store"
+    now = time.time()
+    for level, (nodes, tasks) in preflight.layouts(site, "eth").items():
+        path = preflight.cache_path(site.name, "eth", level, nodes, tasks, store)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({
+            "level": level, "site": site.name, "partition": "eth", "nodes": nodes,
+            "tasks_per_node": tasks, "alpha": 1e-4, "bandwidth": 1e9, "r2": 0.99,
+            "max_rel_residual": 0.05, "sizes": [4, 1024], "seconds": [1e-4, 2e-4],
+            "measured_at": now - 60, "run_id": f"x-{level}", "run_dir": "/nowhere"}))
+    said: list[str] = []
+    got = preflight.preflight(site, ["eth"], tmp_path / "sweep", store=store, say=said.append)
+    assert got["eth"].inter.run_id == "x-inter" and got["eth"].intra.run_id == "x-intra"
+    assert all("[cached" in line and "measured 1.0 min ago" in line for line in said)
+    assert not (tmp_path / "sweep" / "preflight").exists()  # no job was run
+    bad = preflight.cache_path(site.name, "eth", "inter", 2, 1, store)
+    bad.write_text(json.dumps({"level": "inter", "alpha": "fast"}))
+    with pytest.raises(UserError, match=r"preflight-testcluster-eth-inter-2x1\.json: field "):
+        preflight.preflight(site, ["eth"], tmp_path / "sweep", store=store)
+
+
+@pytest.mark.parametrize(("line", "match"), [
+    ("{not json", r"predictions\.jsonl:2: not valid JSON"),
+    (json.dumps({"run_id": "r", "predicted_at": 1.0, "t_iter": -1.0}),
+     r"predictions\.jsonl:2: field 't_iter': got -1\.0"),
+    (json.dumps({"run_id": "r", "predicted_at": 1.0}), r"field 't_iter': got None"),
+])
+def test_bad_predictions_file_names_line_and_field(tmp_path, line, match):
+    path = tmp_path / predictions.FILE
+    good = json.dumps({"run_id": "a", "predicted_at": 1.0, "t_iter": 0.1})
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(UserError, match=match):
+        predictions.load(path)
+
+
+def test_scorecard_never_scores_a_prediction_made_after_the_run_started():
+    import pandas as pd
+
+    runs = pd.DataFrame([{"run_id": "r", "state": "COMPLETED", "t_iter": 0.2, "speedup": 1.5}])
+    early = {"run_id": "r", "predicted_at": 10.0, "t_iter": 0.1, "speedup": 2.0}
+    late = {"run_id": "r", "predicted_at": 30.0, "t_iter": 0.2, "speedup": 1.5}
+    frame = predictions.scorecard_frame(runs, [early, late], {"r": 20.0})
+    assert list(frame["predicted_t_iter"]) == [0.1]
+    assert frame["error_t_iter"].iloc[0] == pytest.approx(-0.5)
+    assert frame["error_speedup"].iloc[0] == pytest.approx(0.5 / 1.5)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--pattern", "none"), "--pattern none: no model for this communication pattern"),
+    (("--tasks-per-node", "0"), "--tasks-per-node 0: must be at least 1"),
+    (("--tasks-per-node", "2", "--gpus-per-node", "4"), "disagree"),
+])
+def test_predict_two_level_bad_input_is_one_line(tmp_path, args, message):
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,name,forward_us,backward_us,comm_us,size_bytes\n1,a,1,2,1,100\n")
+    proc = run_orch("predict", "--trace", trace, "--bandwidth", "10Gb/s", "--latency", "2us",
+                    *args, env={"ORCH_NETBENCH_DIR": str(tmp_path / "none")})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_predict_from_a_trace_to_1024_workers(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,name,forward_us,backward_us,comm_us,size_bytes\n0,data,10,0,0,0\n"
+                     "1,conv,100,200,5,4000\n2,fc,50,100,20,400000\n")
+    proc = run_orch("predict", "--trace", trace, "--workers", "64,256,1024", "--tasks-per-node",
+                    4, "--bandwidth", "10Gb/s", "--latency", "5us", "--intra-bandwidth",
+                    "100GB/s", "--pattern", "hierarchical-allreduce", "--format", "json",
+                    env={"ORCH_NETBENCH_DIR": str(tmp_path / "none")}, check=True)
+    rows = {r["workers"]: r for r in json.loads(proc.stdout)}
+    # fc's message at 1,024 = 256 nodes x 4: intra ring of 4 (α 5 µs, B 1e11) + inter ring
+    # of 256 (α 5 µs, B 1.25e9): 6·5 + 1.5·4e5/1e11·1e6 + 510·5 + 2·255/256·4e5/1.25e9·1e6
+    fc = 6 * 5 + 1.5 * 4e5 / 1e11 * 1e6 + 510 * 5 + 2 * 255 / 256 * 4e5 / 1.25e9 * 1e6
+    conv = 6 * 5 + 1.5 * 4e3 / 1e11 * 1e6 + 510 * 5 + 2 * 255 / 256 * 4e3 / 1.25e9 * 1e6
+    assert rows[1024]["t_comm_total"] == pytest.approx((fc + conv) / 1e6)
+    assert rows[1024]["nodes"] == 256 and rows[1024]["pattern"] == "hierarchical-allreduce"
+    assert "what-if intra" in rows[64]["network"]
+
+
+def _level(level: str, nodes: int, tasks: int, machines: int | None) -> preflight.Level:
+    return preflight.Level(level=level, site="s", partition="p", nodes=nodes,
+                           tasks_per_node=tasks, alpha=1e-3, bandwidth=1e6, r2=1.0,
+                           max_rel_residual=0.0, sizes=[4, 8], seconds=[1e-3, 1e-3],
+                           measured_at=0.0, run_id=level, run_dir="/x", machines=machines,
+                           machine_cpus=2)
+
+
+def test_predictions_come_only_from_smaller_finished_runs_by_hand():
+    import pandas as pd
+
+    phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.01, "t_b": 0.02, "t_u": 0.0}
+    stds = {f"{p}_std": 0.0 for p in phases}
+    common = {"site": "s", "partition": "p", "mode": "mpi-ssgd", "model": "lenet5",
+              "dataset": "cifar", "batch_size": 32, "launcher": "srun",
+              "options": '{"overlap": "none"}', "data": None, "prefetch": True,
+              "tasks_per_node": 1, **phases, **stds}
+    runs = pd.DataFrame([
+        {**common, "run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED",
+         "t_iter": 0.031, "t_comm": 0.0},
+        {**common, "run_id": "n2", "nodes": 2, "ranks": 2, "state": "NEW", "t_iter": None,
+         "t_comm": None},
+    ])
+    own = preflight.Preflight(site="s", partition="p", inter=_level("inter", 2, 1, 2))
+    records, notes = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
+    assert notes == [] and len(records) == 1
+    rec = records[0]
+    # ring of 2 over α = 1 ms, B = 1e6: 2·1e-3 + 248,024/1e6 s; nothing else changes
+    grad = 248024
+    assert rec["grad_bytes"] == grad and rec["compute_scale"] == 1.0
+    assert rec["t_iter"] == pytest.approx(0.031 + 2e-3 + grad / 1e6)
+    assert rec["speedup"] == pytest.approx(2 * 0.031 / rec["t_iter"])
+    # the run's own measurement (had it one) changes nothing: it is never an input
+    runs.loc[1, ["state", "t_iter", "t_comm"]] = ["COMPLETED", 9.9, 9.0]
+    again, _ = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
+    assert again[0]["t_iter"] == rec["t_iter"]
+    # nodes found on one machine of 2 cores: 2 ranks -> 1 per core, no slowdown; from 2 to 4
+    shared = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1, 1))
+    assert shared.compute_load(2) == 1.0 and shared.compute_load(4) == 2.0
+    # no pre-flight for the partition: said, not guessed
+    _, notes = predictions.predict_runs(runs, {"n2"}, {}, now=5.0)
+    assert notes and "no pre-flight network for partition p" in notes[0]
