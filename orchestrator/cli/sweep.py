@@ -187,13 +187,19 @@ def sweep(
     def say(line: str) -> None:
         err_console.print(line, highlight=False, markup=False)
 
-    networks = predmod.sweep_preflight(runs, site_obj, out_dir,
-                                       "never" if no_preflight else preflight, wait=wait,
-                                       say=say, on_event=print_event)
+    how = "never" if no_preflight else preflight
+    if packing and how == "auto":
+        # A pack pays the queue once for every scale; predictions need the smaller scales
+        # finished before the larger are submitted. The user picks: --preflight always stages.
+        say(f"no predictions: --{packing} submits every scale at once; --preflight always "
+            f"states them, with one {packing} per scale, smallest first")
+        networks = {}
+    else:
+        networks = predmod.sweep_preflight(runs, site_obj, out_dir, how, wait=wait, say=say,
+                                           on_event=print_event)
     if networks and packing:
         say(f"--{packing} with predictions: one {packing} per scale, smallest first (each "
-            f"scale's predictions are stated before it is submitted); --no-preflight packs "
-            f"every scale at once")
+            f"scale's predictions are stated before it is submitted)")
     run = (functools.partial(predmod.staged_execute, networks=networks, say=say,
                              sweep_dir=out_dir) if networks else execute.execute)
     try:
