@@ -127,8 +127,8 @@ CLUSTER_MODES = ("horovod", "mpi-ssgd", "tf-allreduce", "tf-ps", "mxnet-kvstore"
 @pytest.fixture(scope="module")
 def cluster_epochs(slurm_cluster, tmp_path_factory):
     """2 nodes x batch 64, 2 epochs of digits, every mode (mxnet-kvstore: dist_sync and
-    dist_async); and mpi-ssgd (the cheapest synchronous one to start) on 1 node at batch 128,
-    the sync check's reference."""
+    dist_async); and cntk (the quickest synchronous one to start) on 1 node at batch 128, the
+    sync check's reference."""
     from .test_cntk_chainer import need
 
     need("torch-mpi", "tensorflow", "mxnet", "cntk", "chainer")
@@ -141,7 +141,7 @@ def cluster_epochs(slurm_cluster, tmp_path_factory):
     run_orch("sweep", "--mode", ",".join(CLUSTER_MODES), "--option",
              "kvstore=dist_sync,dist_async", "--nodes", 2, "--batch-size", 64, *common,
              check=True, timeout=900)
-    run_orch("sweep", "--mode", "mpi-ssgd", "--nodes", 1, "--batch-size", 128, *common,
+    run_orch("sweep", "--mode", "cntk", "--nodes", 1, "--batch-size", 128, *common,
              check=True, timeout=600)
     return out
 
@@ -169,5 +169,5 @@ def test_every_mode_trains_epochs_on_the_cluster(cluster_epochs):
             assert rows.groupby("epoch")["test_acc"].nunique().max() == 1, r["run_id"]
         elif r["ranks"] == 2:
             assert r["sync_check"] == "async", r["run_id"]
-    ssgd = next(r for r in two if r["mode"] == "mpi-ssgd")
-    assert ssgd["sync_check"] == "pass", ssgd["sync_detail"]
+    cntk = next(r for r in two if r["mode"] == "cntk")
+    assert cntk["sync_check"] == "pass", cntk["sync_detail"]
