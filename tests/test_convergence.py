@@ -125,14 +125,14 @@ CLUSTER_MODES = ("horovod", "mpi-ssgd", "tf-allreduce", "tf-ps", "mxnet-kvstore"
 
 
 @pytest.fixture(scope="module")
-def cluster_epochs(slurm_cluster, tmp_path_factory):
+def cluster_epochs(slurm_cluster, digits, tmp_path_factory):
     """2 nodes x batch 64, 2 epochs of digits, every mode (mxnet-kvstore: dist_sync and
     dist_async); and cntk (the quickest synchronous one to start) on 1 node at batch 128, the
     sync check's reference."""
     from .test_cntk_chainer import need
 
     need("torch-mpi", "tensorflow", "mxnet", "cntk", "chainer")
-    data = tmp_path_factory.mktemp("digits-all")
+    data = digits  # raw records are there: add the other frameworks' formats
     run_orch("data", "make", "--out", data, "--from", "digits", "--format",
              "raw,tfrecord,recordio", check=True)
     out = tmp_path_factory.mktemp("tta-cluster") / "sweep"
