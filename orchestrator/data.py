@@ -39,9 +39,12 @@ MANIFEST = "manifest.json"
 def format_environments() -> dict[str, str]:
     """format -> the site environment whose Python writes it: the environment of a mode that
     reads it (its ``data_format``), preferring the one named after the mode's library (torch
-    over torch-mpi for raw records)."""
+    over torch-mpi for raw records), and torch's among those: raw records are PyTorch's, and
+    the modes that read them with numpy (cntk, chainermn) must not make writing them need
+    their environments."""
     out: dict[str, str] = {}
-    for mode in sorted(modes.registry().values(), key=lambda m: m.framework != m.library):
+    for mode in sorted(modes.registry().values(),
+                       key=lambda m: (m.framework != m.library, m.library != "torch")):
         if mode.data_format:
             out.setdefault(mode.data_format, mode.framework)
     return out

@@ -96,8 +96,8 @@ def test_time_to_accuracy_reached_and_not():
     ("args", "message"),
     [
         (["--epochs", "2"], "--epochs: needs --data DIR of a labelled data set"),
-        (["--epochs", "2", "--data", "DIGITS", "--mode", "horovod"],
-         "mode 'horovod' does not train epochs yet"),
+        (["--epochs", "2", "--data", "DIGITS", "--mode", "torch-fsdp"],
+         "mode 'torch-fsdp' does not train epochs yet"),
         (["--target-accuracy", "0.5"], "--target-accuracy: give --epochs N too"),
         (["--epochs", "2", "--data", "DIGITS", "--target-accuracy", "0"], "in (0, 1]"),
         (["--epochs", "0", "--data", "DIGITS"], "--epochs 0: between 1 and"),
@@ -115,3 +115,59 @@ def test_epochs_refuse_random_images(tmp_path):
     proc = run_orch("sweep", "--nodes", "1", "--epochs", "1", "--data", tmp_path / "rand",
                     "--out", tmp_path / "x", "--dry-run")
     assert proc.returncode == 2 and "random images without a held-out split" in proc.stderr
+
+
+# --- every mode that trains epochs, on the test cluster ---------------------------------------
+
+# Every epoch mode but torch-ddp (above), each with its own sharding, reader and evaluation.
+CLUSTER_MODES = ("horovod", "mpi-ssgd", "tf-allreduce", "tf-ps", "mxnet-kvstore", "cntk",
+                 "chainermn")
+
+
+@pytest.fixture(scope="module")
+def cluster_epochs(slurm_cluster, digits, tmp_path_factory):
+    """2 nodes x batch 64, 2 epochs of digits, every mode (mxnet-kvstore: dist_sync and
+    dist_async); and cntk (the quickest synchronous one to start) on 1 node at batch 128, the
+    sync check's reference."""
+    from .test_cntk_chainer import need
+
+    need("torch-mpi", "tensorflow", "mxnet", "cntk", "chainer")
+    data = digits  # raw records are there: add the other frameworks' formats
+    run_orch("data", "make", "--out", data, "--from", "digits", "--format",
+             "raw,tfrecord,recordio", check=True)
+    out = tmp_path_factory.mktemp("tta-cluster") / "sweep"
+    common = ("--site", slurm_cluster, "--epochs", 2, "--data", data, "--warmup", 1,
+              "--out", out)
+    run_orch("sweep", "--mode", ",".join(CLUSTER_MODES), "--option",
+             "kvstore=dist_sync,dist_async", "--nodes", 2, "--batch-size", 64, *common,
+             check=True, timeout=900)
+    run_orch("sweep", "--mode", "cntk", "--nodes", 1, "--batch-size", 128, *common,
+             check=True, timeout=600)
+    return out
+
+
+@pytest.mark.slurm
+@pytest.mark.ranks
+def test_every_mode_trains_epochs_on_the_cluster(cluster_epochs):
+    recs = json.loads(run_orch("results", cluster_epochs, "--format", "json",
+                               check=True).stdout)
+    two = [r for r in recs if r["ranks"] == 2]
+    kinds = sorted((r["mode"], r["options"].get("kvstore")) for r in two)
+    assert kinds == sorted([(m, None) for m in CLUSTER_MODES if m != "mxnet-kvstore"]
+                           + [("mxnet-kvstore", "dist_sync"), ("mxnet-kvstore", "dist_async")])
+    ep = pd.read_parquet(cluster_epochs / "results" / "epochs.parquet")
+    for r in recs:
+        assert r["state"] == "COMPLETED", (r["run_id"], r["reason"])
+        assert r["epochs_done"] == 2 and r["samples_per_s"] > 0, r["run_id"]
+        rows = ep[ep["run_id"] == r["run_id"]]
+        # every logging rank (workers; tf-ps: the chief) wrote both epochs
+        assert len(rows) == 2 * (1 if r["mode"] == "tf-ps" else r["ranks"]), r["run_id"]
+        synchronous = r["mode"] != "tf-ps" and r["options"].get("kvstore") != "dist_async"
+        if synchronous:  # LeNet-5 learns the digits: clearly above chance (0.1)
+            assert r["final_test_acc"] >= 0.2, (r["run_id"], r["final_test_acc"])
+            # the whole held-out split, counts summed over ranks: the same on every rank
+            assert rows.groupby("epoch")["test_acc"].nunique().max() == 1, r["run_id"]
+        elif r["ranks"] == 2:
+            assert r["sync_check"] == "async", r["run_id"]
+    cntk = next(r for r in two if r["mode"] == "cntk")
+    assert cntk["sync_check"] == "pass", cntk["sync_detail"]

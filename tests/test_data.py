@@ -112,9 +112,10 @@ def test_frameworks_read_their_native_format(native, tmp_path, mode):
 
 
 def test_mode_without_a_reader_refuses_data(dataset, tmp_path):
-    proc = run_orch("sweep", "--mode", "tf-ps", "--nodes", "1", "--data", dataset,
+    proc = run_orch("sweep", "--mode", "allreduce-bench", "--nodes", "1", "--data", dataset,
                     "--out", tmp_path / "x")
-    assert proc.returncode == 2 and "mode 'tf-ps' reads no on-disk data yet" in proc.stderr
+    assert proc.returncode == 2
+    assert "mode 'allreduce-bench' reads no on-disk data yet" in proc.stderr
 
 
 # --- real labelled data sets (issue 18): orch data make --from -------------------------------

@@ -41,8 +41,11 @@ def loaders(args, info):
     return dl, share
 
 
-def evaluate(model, share, device, world_size: int, batch_size: int = 256) -> float:
-    """Held-out accuracy over the whole split: this rank's share, counts summed over ranks."""
+def evaluate(model, share, device, world_size: int, batch_size: int = 256,
+             reduce=None) -> float:
+    """Held-out accuracy over the whole split: this rank's share, counts summed over ranks
+    (``reduce(tensor) -> summed tensor``: the mode's own all-reduce; torch.distributed's by
+    default)."""
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
@@ -55,15 +58,18 @@ def evaluate(model, share, device, world_size: int, batch_size: int = 256) -> fl
             pred = model(x.to(device)).argmax(dim=1).cpu()
             counts[0] += int((pred == y).sum())
             counts[1] += len(y)
-    if world_size > 1 and dist.is_initialized():
+    if world_size > 1 and reduce is not None:
+        counts = reduce(counts)
+    elif world_size > 1 and dist.is_initialized():
         dist.all_reduce(counts)
     model.train(was_training)
     return float(counts[0] / counts[1]) if counts[1] else 0.0
 
 
-def train(s, args, info, step, model, device) -> None:
+def train(s, args, info, step, model, device, reduce=None) -> None:
     """Train ``--epochs`` epochs (or until ``--target-accuracy``) with ``step(x, y) -> (loss,
-    logits)``, the mode's own training step; evaluate ``model`` after each epoch."""
+    logits)``, the mode's own training step; evaluate ``model`` after each epoch (held-out
+    counts summed with ``reduce``, see :func:`evaluate`)."""
     dl, share = loaders(args, info)
     steps = len(dl)
     for epoch in range(1, args.epochs + 1):
@@ -79,7 +85,7 @@ def train(s, args, info, step, model, device) -> None:
             seen += len(y)
         t_epoch = time.perf_counter() - t0
         t1 = time.perf_counter()
-        acc = evaluate(model, share, device, info.world_size)
+        acc = evaluate(model, share, device, info.world_size, reduce=reduce)
         t_eval = time.perf_counter() - t1
         if s.log_epoch(epoch, wall, t_epoch, t_eval, loss_sum / seen, correct / seen, acc, seen):
             break

@@ -56,19 +56,8 @@ def input_batches(tf, args, rank: int, world: int, shape, classes: int, seed: in
         import itertools
 
         return itertools.cycle(synthetic_pool(tf, args.batch_size, shape, classes, seed))
-    h, w, c = shape
-    spec = {"image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64)}
-
-    def decode(record):
-        ex = tf.io.parse_single_example(record, spec)
-        chw = tf.reshape(tf.io.decode_raw(ex["image"], tf.uint8), (c, h, w))
-        x = (tf.cast(tf.transpose(chw, (1, 2, 0)), tf.float32) / 255.0 - 0.5) / 0.25
-        return x, tf.cast(ex["label"], tf.int32)
-
-    files = sorted(tf.io.gfile.glob(f"{args.data}/shard-*.tfrecord"))
-    if not files:
-        raise FileNotFoundError(f"no shard-*.tfrecord under {args.data}")
+    decode = record_decoder(tf, shape)
+    files = tfrecord_files(tf, args.data)
     prefetch = args.prefetch == "yes"
     ds = (tf.data.TFRecordDataset(files).shard(world, rank).repeat()
           .shuffle(1000, seed=seed)
@@ -82,6 +71,29 @@ def input_batches(tf, args, rank: int, world: int, shape, classes: int, seed: in
         opts.experimental_optimization.inject_prefetch = False
         ds = ds.with_options(opts)
     return iter(ds)
+
+
+def record_decoder(tf, shape):
+    """A TFRecord example (CHW uint8 ``image`` bytes, int64 ``label``) -> (NHWC float32 image
+    normalised as the PyTorch modes do, int32 label)."""
+    h, w, c = shape
+    spec = {"image": tf.io.FixedLenFeature([], tf.string),
+            "label": tf.io.FixedLenFeature([], tf.int64)}
+
+    def decode(record):
+        ex = tf.io.parse_single_example(record, spec)
+        chw = tf.reshape(tf.io.decode_raw(ex["image"], tf.uint8), (c, h, w))
+        x = (tf.cast(tf.transpose(chw, (1, 2, 0)), tf.float32) / 255.0 - 0.5) / 0.25
+        return x, tf.cast(ex["label"], tf.int32)
+
+    return decode
+
+
+def tfrecord_files(tf, root: str) -> list[str]:
+    files = sorted(tf.io.gfile.glob(f"{root}/shard-*.tfrecord"))
+    if not files:
+        raise FileNotFoundError(f"no shard-*.tfrecord under {root}")
+    return files
 
 
 def leave_together(log_dir: str, task: int, tasks: int, timeout_s: float = 60.0) -> int:

@@ -10,6 +10,8 @@ MODE = Mode(
     library="chainer",
     launchers=("srun", "mpirun"),
     mpi=True,
+    data_format="raw",  # orch's raw records, read with numpy (--data)
+    epochs=True,
     options=(
         Option(
             name="communicator",

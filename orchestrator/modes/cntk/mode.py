@@ -13,6 +13,8 @@ MODE = Mode(
     # cluster, mpirun on the local site.
     launchers=("srun", "mpirun"),
     mpi=True,
+    data_format="raw",  # orch's raw records, read with numpy (--data)
+    epochs=True,
     options=(
         Option(
             name="learner",

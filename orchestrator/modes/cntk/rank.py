@@ -106,14 +106,22 @@ def main(argv=None) -> None:
             learner = distributed.data_parallel_distributed_learner(
                 local, num_quantization_bits=1 if args.learner == "one_bit_sgd" else 32)
         trainer = C.Trainer(z, (loss, None), [learner])
+        if args.epochs:  # time to accuracy (issue 18): each rank its share of the minibatches
+            from orchestrator.rankside import epochs_cntk
+
+            epochs_cntk.train(s, args, info, C, trainer, x, y, z, classes)
 
         # Synthetic data in host memory: a few distinct numpy batches, cycled.
         rng = np.random.RandomState(1000 + info.rank)
         eye = np.eye(classes, dtype=np.float32)
         pool = [(rng.standard_normal((args.batch_size, *shape)).astype(np.float32),
                  eye[rng.randint(0, classes, args.batch_size)]) for _ in range(4)]
+        if args.data:  # orch's raw records (issue 18), read into memory once
+            from orchestrator.rankside.epochs_common import raw_pool
 
-        for it in s.iterations():
+            pool = [(xs, eye[ys]) for xs, ys in raw_pool(args, rank, world)]
+
+        for it in () if args.epochs else s.iterations():
             with s.phase("t_io"):
                 xs, ys = pool[it % len(pool)]
             stamps.clear()
@@ -128,7 +136,8 @@ def main(argv=None) -> None:
             s.add("t_comm_total", t1 - b_end)
             s.add("t_u", 0.0)
         s.footer["param_checksum"] = parameter_checksum(z)
-        s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
+        if not args.epochs:
+            s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
         learner.communicator().barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
         # reports a rank that "exited without calling finalize". Only on success: a failed rank

@@ -11,5 +11,6 @@ MODE = Mode(
     launchers=("srun", "mpirun"),
     mpi=True,
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
+    epochs=True,
     overlap="wfbp",  # tensor fusion sends gradients from a background thread during backward
 )

@@ -57,10 +57,24 @@ def main(argv=None) -> None:
                                              op=hvd.Average)
         loss_fn = torch.nn.CrossEntropyLoss()
 
+        if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as Horovod's
+            from orchestrator.rankside import epochs_torch  # examples shard an epoch
+
+            def step(x, y):  # Horovod's own step: gradients averaged in optimizer.step()
+                optimizer.zero_grad()
+                logits = model(x)
+                loss = loss_fn(logits, y)
+                loss.backward()
+                optimizer.step()
+                return loss.detach(), logits.detach()
+
+            epochs_torch.train(s, args, info, step, model, device,
+                               reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"))
+
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
         source = input_batches(args, info, models_torch)
 
-        for _ in s.iterations():
+        for _ in () if args.epochs else s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -82,7 +96,8 @@ def main(argv=None) -> None:
                 optimizer.zero_grad()
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
-        s.footer["loss"] = float(loss.detach())
+        if not args.epochs:
+            s.footer["loss"] = float(loss.detach())
         hvd.join()
         # The harness ends the process with os._exit (no atexit): shut Horovod down (it
         # finalizes the MPI it initialized), or mpirun reports a rank that "exited without

@@ -14,6 +14,7 @@ MODE = Mode(
     launchers=("srun", "mpirun"),
     mpi=True,
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
+    epochs=True,
     overlap_option="overlap",  # the run's own --option overlap=none|wfbp decides
     options=(
         Option(

@@ -226,10 +226,32 @@ def main(argv=None) -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
 
+        if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as torch-ddp
+            from orchestrator.rankside import epochs_torch
+
+            def step(x, y):  # this mode's own step: bucketed all-reduce, then SGD
+                logits = model(x)
+                loss = loss_fn(logits, y)
+                reducer.reset()
+                loss.backward()
+                if args.overlap == "wfbp":
+                    reducer.wait_all()
+                else:
+                    reducer.allreduce_all()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                return loss.detach(), logits.detach()
+
+            def summed(t):
+                comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
+                return t
+
+            epochs_torch.train(s, args, info, step, model, device, reduce=summed)
+
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
         source = input_batches(args, info, models_torch)
 
-        for _ in s.iterations():
+        for _ in () if args.epochs else s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -254,7 +276,8 @@ def main(argv=None) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
-        s.footer["loss"] = float(loss.detach())
+        if not args.epochs:
+            s.footer["loss"] = float(loss.detach())
         comm.Barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
         # reports a rank that "exited without calling finalize" and fails the job.

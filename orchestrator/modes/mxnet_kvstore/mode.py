@@ -59,6 +59,7 @@ MODE = Mode(
     description="MXNet Gluon over the KVStore parameter server (scheduler, servers, workers)",
     library="mxnet",
     data_format="recordio",  # Gluon over MXNet RecordIO (orch data make --format recordio)
+    epochs=True,
     launchers=("srun", "local"),
     synchronous=True,  # dist_sync; per run: synchronous_if
     synchronous_if=is_synchronous,

@@ -142,10 +142,14 @@ def train(s: harness.Session, args) -> None:
     trainer._init_params()
     mx.nd.waitall()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    if args.epochs:  # time to accuracy (issue 18): the KVStore's rank/num_workers shard
+        from orchestrator.rankside import epochs_mxnet
+
+        epochs_mxnet.train(s, args, info, mx, net, trainer, kv, ctx, on_server, loss_fn)
 
     source = input_batches(mx, gluon, args, kv.rank, kv.num_workers, info.role_index)
 
-    for _ in s.iterations():
+    for _ in () if args.epochs else s.iterations():
         with s.phase("t_io"):
             x, y = next(source)
         with s.phase("t_h2d"):
@@ -179,7 +183,8 @@ def train(s: harness.Session, args) -> None:
                 trainer.update(1)
                 mx.nd.waitall()
     s.footer["param_checksum"] = parameter_checksum(params)
-    s.footer["loss"] = float(loss.mean().asscalar())
+    if not args.epochs:
+        s.footer["loss"] = float(loss.mean().asscalar())
     close_kvstore(kv)
 
 

@@ -14,6 +14,7 @@ MODE = Mode(
     library="tensorflow",
     data_format="tfrecord",  # tf.data over TFRecord files (orch data make --format tfrecord)
     launchers=("srun", "local"),
+    epochs=True,
     overlap="wfbp",
     options=(
         Option(

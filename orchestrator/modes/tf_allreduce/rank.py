@@ -108,12 +108,16 @@ def main(argv=None) -> None:
 
             return strategy.run(replica, args=(value,))
 
+        if args.epochs:  # time to accuracy (issue 18): tf.data shard + per-epoch reshuffle
+            from orchestrator.rankside import epochs_tf
+
+            epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params, slots)
         shape = models_tf.input_shape(args.dataset)
         source = tf_common.input_batches(tf, args, info.rank, info.world_size, shape,
                                          models_tf.num_classes(args.dataset), 1000 + info.rank)
         device = "/GPU:0" if on_gpu else "/CPU:0"
 
-        for _ in s.iterations():
+        for _ in () if args.epochs else s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -139,7 +143,8 @@ def main(argv=None) -> None:
                 tf_common.sync_devices(tf, on_gpu)
 
         s.footer["param_checksum"] = tf_common.checksum(tf, params)
-        s.footer["loss"] = float(loss)
+        if not args.epochs:
+            s.footer["loss"] = float(loss)
         s.footer["gradient_tensors"] = len(params)
         # The last collective: every worker arrives here before any of them exits.
         with strategy.scope():

@@ -35,6 +35,8 @@ MODE = Mode(
     library="tensorflow",
     launchers=("srun", "local"),
     synchronous=False,
+    data_format="tfrecord",  # the per-worker datasets read TFRecord (--data)
+    epochs=True,
     options=(
         Option(name="ps_per_node", choices=(), default="1",
                help="parameter-server tasks per node (workers per node: --tasks-per-node)"),

@@ -224,10 +224,17 @@ def coordinate(s, args) -> None:
 
         return strategy.run(replica, args=(x, y))
 
-    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     s.samples = workers * batch  # the global samples of one chief iteration
+    if args.data or args.epochs:  # TFRecord (issue 18): the per-worker datasets read it
+        from orchestrator.rankside import epochs_tf
 
-    for _ in s.iterations():
+        dataset_fn = epochs_tf.ps_dataset_fn(tf, args, shape)
+    if args.epochs:  # whole epochs of scheduled steps, the chief evaluates after each
+        epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params, slots,
+                           workers)
+    iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
+
+    for _ in () if args.epochs else s.iterations():
         scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
         coordinator.join()
         results = [rv.fetch() for rv in scheduled]
@@ -242,7 +249,8 @@ def coordinate(s, args) -> None:
         s.add("t_push", t_push)
 
     s.footer["param_checksum"] = tf_common.checksum(tf, params)
-    s.footer["loss"] = float(results[-1][1])
+    if not args.epochs:
+        s.footer["loss"] = float(results[-1][1])
     # Stop the servers first, then leave: a coordinator gone early makes them log errors.
     with open(os.path.join(args.log_dir, DONE_FILE), "w") as fh:
         fh.write(f"{time.time()}\n")
