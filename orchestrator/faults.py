@@ -76,6 +76,8 @@ class Guard:
             if nodes:
                 p = _with(p, nodes=nodes)
         if key in self._hung:
+            if state == "COMPLETED":  # it ended by itself before the cancel: logs judge
+                return p, state, reason
             if state in TERMINAL or self.sched.cancel_is_final:
                 return p, "HUNG", self._hung[key].reason
             return p, "RUNNING", ""
@@ -118,9 +120,10 @@ class Guard:
         failed, evidence = self._failed_nodes(p, record)
         exclude = sorted(set(record.excluded) | set(failed))
         how = f"retry {record.retries + 1} of {limit} after {record.state}"
-        if exclude and not self.sched.excludes_nodes:
-            how += f"; keeping off {', '.join(exclude)} does not apply on this site " \
-                   f"({self.sched.name}: every node is this machine)"
+        if not self.sched.excludes_nodes:
+            if exclude or record.state != "PREEMPTED":
+                how += (f"; node exclusion does not apply on the {self.sched.name} site "
+                        "(every node is this machine)")
             exclude = []
         elif exclude and self.partition_nodes is not None \
                 and self.partition_nodes(p.run) - len(exclude) < p.run.nodes:

@@ -2,14 +2,16 @@
 
     <out>/<run-id>/run.json      the Run record (what was asked)
     <out>/<run-id>/job.sbatch    rendered allocation script;  launch.sh: one rank
-    <out>/<run-id>/job.json      ledger entry: job id, state, reason (rewritten atomically)
+    <out>/<run-id>/job.json      ledger entry: job id, state, reason, nodes, and the history of
+                                 every state change of every attempt (rewritten atomically)
     <out>/<run-id>/ranks/        rank-<k>.jsonl (measurements) and rank-<k>.out (stdout/stderr)
     <out>/<run-id>/attempts/<n>/ an earlier attempt, moved aside, never deleted
     <out>/.orch/lib-<hash>/      the rank-side code the runs import
     <out>/results/               merged result set (Parquet)
 
 Nothing measured is overwritten: a finished run is skipped; a retried run's old files move to
-attempts/ first.
+attempts/ first (``--retry-failed``, or an automatic retry after a node failure or a hang:
+faults.py), so the run directory always holds the latest attempt.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ rank logs with a fake clock (no cluster, no waiting).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -129,7 +130,7 @@ def test_history_records_every_state_change_and_survives_stale_copies(tmp_path):
 
 
 def test_state_table_and_reasons():
-    assert rundir.RETRYABLE == {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "HUNG"}
+    assert {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "HUNG"} == rundir.RETRYABLE
     assert {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED"} <= rundir.TERMINAL - \
         rundir.RETRYABLE
     rec = rundir.JobRecord(run_id="r", scheduler="slurm")
@@ -204,10 +205,8 @@ def hang_and_scancel(slurm_cluster, tmp_path_factory):
     finally:
         for pid in stopped:
             for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
         if proc.poll() is None:
             proc.kill()
             run_orch("cancel", out)
