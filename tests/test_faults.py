@@ -147,7 +147,7 @@ def test_state_table_and_reasons():
 
 def _sweep(out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
-                             "testcluster", "--nodes", "2", "--iters", "300", "--warmup", "1",
+                             "testcluster", "--nodes", "2", "--iters", "150", "--warmup", "1",
                              "--hang-timeout", HANG_S, "--max-retries", "1", "--out", str(out),
                              *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
