@@ -113,9 +113,16 @@ def _print_history(entries) -> None:
 
     from rich.table import Table
 
+    from ..rundir import Event
+
     table = Table("run", "time (UTC)", "attempt", "state", "job", "nodes", "reason", box=None)
     for run, record, _ in entries:
-        for i, event in enumerate(record.history):
+        # A ledger written before histories were kept: its current state is all there is.
+        events = record.history or [Event(at=record.ended_at or record.submitted_at or 0.0,
+                                          attempt=record.attempt, state=record.state,
+                                          job_id=record.job_id, nodes=record.nodes,
+                                          reason=record.reason)]
+        for i, event in enumerate(events):
             when = dt.datetime.fromtimestamp(event.at, dt.timezone.utc).strftime(
                 "%Y-%m-%d %H:%M:%S")
             style = STATE_STYLE.get(event.state, "")
