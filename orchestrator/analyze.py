@@ -24,7 +24,7 @@ from .protocol import PHASES
 # ranks per node is a size dimension, so 1, 2, 4 ranks on one node and 8 on 4 nodes scale from
 # the same 1-rank baseline).
 GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "launcher",
-              "options", "data", "prefetch")
+              "options", "data", "prefetch", "epochs", "target_accuracy")
 
 
 # Every column run_metrics can fill: a run with no measured iteration has them all as None.

@@ -4,9 +4,16 @@ Synthetic data in memory hides the input pipeline (t_io ≈ 0). The source paper
 framework's native format from disk; ``orch data make`` writes the same random images in the
 formats the modes read, each in a subdirectory, with a manifest:
 
-    DIR/manifest.json      dataset (cifar | imagenet), samples, formats, seed
+    DIR/manifest.json      dataset (cifar | imagenet), samples, formats, seed; for a real
+                           data set also source, origin, classes, test_samples
     DIR/raw/               fixed-size binary records, CIFAR-10's layout (PyTorch modes)
     DIR/<format>/          further formats, written by the framework that reads them
+    DIR/<format>/test/     the held-out split of a real data set, in the same format
+
+``orch data make --from SRC`` (issue 18) writes a real labelled data set instead: SRC is read
+once by :mod:`orchestrator.datasources` (``digits``, the embedded set, or a cluster's CIFAR,
+MNIST or ImageFolder copy), written as ``raw`` records here, and every other format is
+converted from those records by its framework — the same images, labels and order in all.
 
 Writers run rank-side (orchestrator.rankside.datagen) in the Python of the environment whose
 framework owns the format, so the control plane imports no framework.
@@ -21,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import envs, files, modes, zoo
+from . import datasources, envs, files, modes, zoo
 from .errors import UserError
 from .site import Site
 from .staging import stage_lib
@@ -50,6 +57,11 @@ class Manifest(BaseModel):
     samples: int = Field(ge=1)
     seed: int
     formats: list[str]
+    # A real data set (``--from``); absent for random images.
+    source: str | None = None
+    origin: str | None = None
+    classes: int | None = None
+    test_samples: int = Field(default=0, ge=0)
 
 
 def load_manifest(path: str | Path) -> tuple[Path, Manifest]:
@@ -70,19 +82,78 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
     """Write ``samples`` random images of ``dataset`` in each format (skips existing ones)."""
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    _check_formats(formats)
+    if samples < 1:
+        raise UserError("--samples: at least 1")
+    want = Manifest(dataset=dataset, samples=samples, seed=seed, formats=[])
+    return _write_formats(out.resolve(), want, formats, site, log,
+                          ["--samples", str(samples), "--seed", str(seed)])
+
+
+def make_from(out: Path, source: str, dataset: str, formats: list[str], site: Site,
+              test_fraction: float = 0.2, seed: int = 0, log=print) -> Manifest:
+    """Write the real labelled data set at ``source`` (or ``digits``) in each format, with its
+    held-out split; ``raw`` is always written, first: the other formats convert from it."""
+    import numpy as np
+
+    if dataset not in zoo.DATASETS:
+        raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    _check_formats(formats)
+    ds = zoo.DATASETS[dataset]
+    out = out.resolve()
+    real = datasources.load(source, (ds.channels, ds.height, ds.width), test_fraction, seed)
+    if real.classes > ds.num_classes:
+        raise UserError(f"--from {source}: {real.classes} classes, but orch's {dataset} models "
+                        f"have {ds.num_classes} outputs; use a data set of at most "
+                        f"{ds.num_classes} classes")
+    src = source if source == datasources.DIGITS else str(Path(source).expanduser().resolve())
+    want = Manifest(dataset=dataset, samples=len(real.train_y), seed=seed, formats=[],
+                    source=src, origin=real.origin, classes=real.classes,
+                    test_samples=len(real.test_y))
+    old = _existing(out, want)
+    if "raw" not in (old.formats if old else []):
+        out.mkdir(parents=True, exist_ok=True)
+        for sub, x, y in (("raw", real.train_x, real.train_y),
+                          ("raw/test", real.test_x, real.test_y)):
+            _write_raw_records(out / sub, x, y, np)
+        files.write_json_atomic(out / MANIFEST, _dump(want.model_copy(update={
+            "formats": ["raw"]})))
+        log(f"raw: {want.samples} training and {want.test_samples} held-out images of "
+            f"{real.origin}")
+    rest = [f for f in formats if f != "raw"]
+    return _write_formats(out, want, ["raw", *rest], site, log, ["--from-raw", str(out / "raw")])
+
+
+def _check_formats(formats: list[str]) -> None:
     for fmt in formats:
         if fmt not in FORMAT_ENV:
             raise UserError(f"unknown data format '{fmt}'; valid: {', '.join(FORMAT_ENV)}")
-    if samples < 1:
-        raise UserError("--samples: at least 1")
-    out = out.resolve()
-    done: list[str] = []
-    if (out / MANIFEST).is_file():
-        _, old = load_manifest(out)
-        if (old.dataset, old.samples, old.seed) != (dataset, samples, seed):
-            raise UserError(f"{out} already holds {old.samples} {old.dataset} samples (seed "
-                            f"{old.seed}); choose another --out")
-        done = old.formats
+
+
+def _dump(manifest: Manifest) -> dict:
+    # Fields at their defaults are left out: a random-image manifest reads as it always did.
+    return json.loads(manifest.model_dump_json(exclude_defaults=True))
+
+
+def _existing(out: Path, want: Manifest) -> Manifest | None:
+    """The manifest already at ``out`` if it describes the same data set; another one is
+    never overwritten."""
+    if not (out / MANIFEST).is_file():
+        return None
+    _, old = load_manifest(out)
+    same = ("dataset", "samples", "seed", "source", "test_samples")
+    if any(getattr(old, k) != getattr(want, k) for k in same):
+        what = f"{old.source} ({old.samples} images)" if old.source else \
+            f"{old.samples} random {old.dataset} samples (seed {old.seed})"
+        raise UserError(f"{out} already holds {what}; choose another --out")
+    return old
+
+
+def _write_formats(out: Path, want: Manifest, formats: list[str], site: Site, log,
+                   source_args: list[str]) -> Manifest:
+    """Each format not yet there, written by its framework's Python (rank-side datagen)."""
+    old = _existing(out, want)
+    done: list[str] = list(old.formats) if old else []
     out.mkdir(parents=True, exist_ok=True)
     lib = stage_lib(out)
     for fmt in formats:
@@ -92,14 +163,26 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
         env = site.environment(FORMAT_ENV[fmt])
         envs.check(site, {FORMAT_ENV[fmt]})
         cmd = [envs.python_of(env), "-m", "orchestrator.rankside.datagen", "--format", fmt,
-               "--dataset", dataset, "--samples", str(samples), "--seed", str(seed),
-               "--out", str(out / fmt)]
-        log(f"{fmt}: writing {samples} {dataset} samples with {cmd[0]}")
+               "--dataset", want.dataset, *source_args, "--out", str(out / fmt)]
+        log(f"{fmt}: writing {want.samples} {want.dataset} samples with {cmd[0]}")
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               env={**os.environ, **env.env, "PYTHONPATH": str(lib)})
         if proc.returncode != 0:
             raise UserError(f"writing {fmt} failed:\n{proc.stderr.strip()[-1500:]}")
         done.append(fmt)
-        manifest = Manifest(dataset=dataset, samples=samples, seed=seed, formats=done)
-        files.write_json_atomic(out / MANIFEST, json.loads(manifest.model_dump_json()))
-    return Manifest(dataset=dataset, samples=samples, seed=seed, formats=done)
+        files.write_json_atomic(out / MANIFEST, _dump(want.model_copy(update={"formats": done})))
+    return want.model_copy(update={"formats": done})
+
+
+def _write_raw_records(out: Path, x, y, np) -> None:
+    """``raw`` shards (label byte + CHW pixels), the layout rankside.datagen writes."""
+    out.mkdir(parents=True, exist_ok=True)
+    shard = 10_000
+    for k, start in enumerate(range(0, len(y), shard)):
+        n = min(shard, len(y) - start)
+        records = np.empty((n, 1 + x[0].size), dtype=np.uint8)
+        records[:, 0] = y[start:start + n]
+        records[:, 1:] = x[start:start + n].reshape(n, -1)
+        tmp = out / f".shard-{k:05d}.tmp"
+        records.tofile(tmp)
+        os.replace(tmp, out / f"shard-{k:05d}.bin")

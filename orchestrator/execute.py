@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import backends, containers, fabric, faults, provenance, rundir, verdict
+from . import pack as packing
 from .render import Rendered, render_run, sbatch_options
 from .rundir import TERMINAL, JobRecord, Prepared
 from .site import Site
@@ -33,17 +34,19 @@ POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
 
 
 def render_for(run: Run, site: Site, out: Path, lib: Path,
-               images: dict[str, containers.ImageFacts] | None = None) -> Rendered:
-    return _render(run, site, _resolved_run_dir(out.resolve(), run), lib, images)
+               images: dict[str, containers.ImageFacts] | None = None,
+               packed: bool = False) -> Rendered:
+    return _render(run, site, _resolved_run_dir(out.resolve(), run), lib, images, packed)
 
 
 def _render(run: Run, site: Site, rdir: Path, lib: Path,
-            images: dict[str, containers.ImageFacts] | None = None) -> Rendered:
+            images: dict[str, containers.ImageFacts] | None = None,
+            packed: bool = False) -> Rendered:
     partition = site.partition(run.partition)
     env = site.environment(run.framework)
     image = (images or {}).get(run.framework)
     return render_run(run, site, partition, env, rdir, lib,
-                      image_digest=image.digest if image else None)
+                      image_digest=image.digest if image else None, packed=packed)
 
 
 def _resolved_run_dir(resolved_out: Path, run: Run) -> Path:
@@ -53,19 +56,22 @@ def _resolved_run_dir(resolved_out: Path, run: Run) -> Path:
     return rdir.resolve() if rdir.is_symlink() else rdir
 
 
-def dry_run(runs: list[Run], site: Site, out: Path) -> list[tuple[Run, Rendered]]:
+def dry_run(runs: list[Run], site: Site, out: Path,
+            packed: bool = False) -> list[tuple[Run, Rendered]]:
     """Render every run without writing or submitting anything (all before any output, so a
     rendering error comes first). The rank-side code's hash and ``out`` are resolved once."""
     lib = rundir.lib_path(out)
     resolved_out = out.resolve()
-    return [(run, _render(run, site, _resolved_run_dir(resolved_out, run), lib))
+    return [(run, _render(run, site, _resolved_run_dir(resolved_out, run), lib, packed=packed))
             for run in runs]
 
 
 def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
-            study: dict | None = None) -> list[Prepared]:
+            study: dict | None = None, packed: bool = False) -> list[Prepared]:
     """Run directories for the runs that need submitting (``study``: the study file that
-    planned them, recorded in each run's provenance)."""
+    planned them, recorded in each run's provenance; ``packed``: they will run as steps of
+    a pack allocation, orch sweep --pack). A run that the end of its pack allocation cut off
+    is submitted again, like a failed one with ``retry_failed``."""
     # Container images (exist, runtime installed, binds possible): before anything is written.
     images = containers.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
@@ -84,7 +90,7 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
             # overwrite or append to them (they move to attempts/<n>/).
             attempt = rundir.salvage(rdir)
         if record is not None and record.state in TERMINAL:
-            if record.state == "COMPLETED" or not retry_failed:
+            if record.state == "COMPLETED" or not (retry_failed or record.cut_off):
                 prepared.append(Prepared(run, rdir, record, "skip"))
                 continue
             attempt = rundir.archive_attempt(rdir, record)
@@ -92,7 +98,7 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
         if record is not None and record.state in ("PENDING", "RUNNING"):
             prepared.append(Prepared(run, rdir, record, "wait"))
             continue
-        rendered = render_for(run, site, out, lib, images)
+        rendered = render_for(run, site, out, lib, images, packed)
         scripts = provenance.rendered_files(rendered)
         record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler,
                            history=history)
@@ -105,13 +111,16 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
 
 def execute(prepared: list[Prepared], site: Site, wait: bool = True,
             on_event: Event | None = None, require_fabric: bool = False,
-            on_progress: Progress | None = None,
+            on_progress: Progress | None = None, pack: str | None = None,
             policy: faults.FaultPolicy | None = faults.FaultPolicy()) -> list[JobRecord]:
     """Submit the runs that need it; with ``wait``, follow every run to a terminal state.
 
     ``require_fabric``: a run whose fabric verdict is ``mismatch`` is FAILED (the requirement
     is kept in the run directory, so a later ``orch status``/``gather`` finalizes alike).
-    ``policy``: hang timeouts and retries while waiting (faults.py); None: neither."""
+    ``pack``: "pack" or "array": the runs go out as packs or job arrays (orchestrator/pack.py),
+    then are followed like any other.
+    ``policy``: hang timeouts and retries while waiting (faults.py); None: neither. A retry
+    goes out as a job of its own, packed or not."""
     on_event = on_event or (lambda run, record: None)
     for p in prepared:
         if p.action == "submit":
@@ -121,8 +130,10 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
         sched.check(site.partition(name))
     live: list[Prepared] = [p for p in prepared if p.action == "wait"]
     guard = _guard(site, sched, policy) if policy is not None else None
+    if pack is not None:
+        live += packing.submit(prepared, site, pack, on_event)
     for p in prepared:
-        if p.action != "submit":
+        if p.action != "submit" or pack is not None:
             continue
         partition = site.partition(p.run.partition)
         job_id = sched.submit(p.run, p.rdir, partition,
@@ -190,7 +201,8 @@ def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event,
                         pending[rid], state = retry, retry.record.state
             elif state != last.get(rid):
                 changed = True
-                record = p.record.model_copy(update={"state": state})
+                record = p.record.model_copy(update={"state": state,
+                                                     "step": packing.step_of(p.rdir, p.record)})
                 record = rundir.write_record(p.rdir, record)
                 pending[rid] = Prepared(p.run, p.rdir, record, "wait")
                 on_event(p.run, record)
@@ -229,7 +241,8 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
         reason = faults.cancel_reason(record, reason)
     return record.model_copy(update={"state": state, "reason": reason or None,
                                      "ended_at": rundir.now(),
-                                     "logs_digest": rundir.logs_digest(rdir)})
+                                     "logs_digest": rundir.logs_digest(rdir),
+                                     "step": packing.step_of(rdir, record)})
 
 
 def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
@@ -249,7 +262,8 @@ def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
             if state in TERMINAL:
                 new = finalize(run, rdir, record, state, reason)
             else:
-                new = record.model_copy(update={"state": state})
+                new = record.model_copy(update={"state": state,
+                                                "step": packing.step_of(rdir, record)})
             if new != record:
                 rundir.write_record(rdir, new)
     return [(run, rundir.read_record(rdir), rdir) for run, _, rdir in entries]

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import backends, fabric, rundir
+from . import backends, fabric, protocol, rundir
 from .errors import UserError
 from .rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from .sweep import Run
@@ -170,6 +170,8 @@ def _with(p: Prepared, **updates) -> Prepared:
 def cancel_reason(record: JobRecord, reason: str) -> str:
     """Why a job ended CANCELLED: by orch (what asked: orch cancel, Ctrl-C, the hang watch),
     or outside it (scancel, an administrator; Slurm's 'by <uid>' named as a user)."""
+    if (reason or "").startswith(protocol.CUT_OFF):  # a packed allocation ended: kept as is
+        return reason
     if record.cancel_requested:
         return f"cancelled by orch ({record.cancel_requested})"
     match = re.search(r"\bby (\d+)\b", reason or "")

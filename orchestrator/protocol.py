@@ -9,6 +9,10 @@ A rank log, ``<run dir>/ranks/rank-<task>.jsonl``, is one JSON object per line:
 * a ``header`` (who, where, versions, environment),
 * one ``iter`` record per iteration (warm-up included and flagged) with ``iter``, ``warmup``,
   ``t_start`` (epoch seconds), ``t_iter``, ``samples`` and the phases below,
+* with ``--epochs`` (issue 18), one ``epoch`` record per epoch: ``epoch`` (from 1),
+  ``t_start``, ``t_epoch`` (seconds of training, evaluation excluded), ``t_eval``,
+  ``train_loss`` and ``train_acc`` (over the samples this rank trained on), ``test_acc``
+  (held-out accuracy of the whole held-out split, the same on every rank), ``samples``,
 * a ``footer`` (status ``ok`` or ``error``, peak memory, parameter checksum, versions, and
   ``fabric``: the evidence of which interfaces the rank's bytes crossed, see below).
 
@@ -49,8 +53,10 @@ T_COMM_TOTAL = "t_comm_total"
 
 HEADER = "header"
 ITER = "iter"
+EPOCH = "epoch"
 FOOTER = "footer"
-RECORD_KINDS = (HEADER, ITER, FOOTER)
+RECORD_KINDS = (HEADER, ITER, EPOCH, FOOTER)
+EPOCH_FIELDS = ("t_start", "t_epoch", "t_eval", "train_loss", "train_acc", "test_acc")
 WINDOW = "window"
 WINDOW_NATIVE = "native"
 WINDOW_BREAKDOWN = "breakdown"
@@ -68,6 +74,22 @@ JOB_TIMES_FILE = "job-times.json"
 PROVENANCE_FILE = "provenance.json"
 RANKS_DIR = "ranks"
 TRACE_FILE = "trace.csv"  # layer-wise trace (second paper's format), in RANKS_DIR
+
+# Packed sweeps (orch sweep --pack/--array): the pack or array job scripts live in
+# <sweep>/PACKS_DIR/<pack>/; in each run directory the pack script writes STEP_STARTED_FILE
+# when it starts the run (job id, hosts) and STEP_FILE (the run's Slurm step, JOBID.STEP);
+# `orch cancel` of a run whose step has not started leaves CANCEL_FILE, so the pack skips it.
+# A run that the end of its allocation cut off has a ledger reason starting with CUT_OFF:
+# the next sweep into the same directory submits it again.
+PACKS_DIR = "packs"
+PACK_SCRIPT = "pack.sbatch"
+ARRAY_SCRIPT = "array.sbatch"
+STEP_STARTED_FILE = "step-started.json"
+STEP_FILE = "step"
+CANCEL_FILE = "cancel-requested"
+CUT_OFF = "cut off"
+PACK_PREFIX = "pack-"  # a pack's name (and Slurm job name): pack-<n>-<partition>-<tag>
+ARRAY_PREFIX = "array-"  # an array's: array-<n>-<partition>-<tag>
 
 _RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
 
@@ -119,17 +141,18 @@ def rank_logs(ranks_dir):
 
 
 class RankLog:
-    """One rank's log as read back: header, iteration records, footer, and the problems met
-    (unreadable lines). Built by :func:`parse_lines` / :func:`read_rank_log`."""
+    """One rank's log as read back: header, iteration records, epoch records, footer, and the
+    problems met (unreadable lines). Built by :func:`parse_lines` / :func:`read_rank_log`."""
 
-    __slots__ = ("footer", "header", "iters", "problems", "rank")
+    __slots__ = ("epochs", "footer", "header", "iters", "problems", "rank")
 
-    def __init__(self, rank, header=None, iters=None, footer=None, problems=None):
+    def __init__(self, rank, header=None, iters=None, footer=None, problems=None, epochs=None):
         self.rank = rank
         self.header = header
         self.iters = [] if iters is None else iters
         self.footer = footer
         self.problems = [] if problems is None else problems
+        self.epochs = [] if epochs is None else epochs
 
     def __repr__(self):
         return f"RankLog(rank={self.rank!r}, iters={len(self.iters)}, footer={bool(self.footer)})"
@@ -162,6 +185,12 @@ def parse_record(line):
         for name in (*PHASES, T_COMM_TOTAL):  # a phase a workload does not time may be absent
             if rec.get(name) is not None and not _number(rec[name]):
                 return None
+    elif rec["type"] == EPOCH:
+        ep = rec.get("epoch")
+        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+            return None
+        if not all(_number(rec.get(name)) for name in EPOCH_FIELDS):
+            return None
     return rec
 
 
@@ -179,6 +208,8 @@ def parse_lines(lines, rank, name="rank log"):
         kind = rec["type"]
         if kind == ITER:
             out.iters.append(rec)
+        elif kind == EPOCH:
+            out.epochs.append(rec)
         elif kind == HEADER:
             out.header = rec
         else:

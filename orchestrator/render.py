@@ -151,16 +151,22 @@ def workload_args(run: Run, run_dir: Path) -> list[str]:
     if run.data:
         fmt = modes.get(run.mode).data_format
         args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
+    if run.epochs is not None:
+        args += ["--epochs", str(run.epochs)]
+        if run.target_accuracy is not None:
+            args += ["--target-accuracy", repr(run.target_accuracy)]
     return args
 
 
 
 def render_run(
     run: Run, site: Site, partition: Partition, env: Environment, run_dir: Path, lib_dir: Path,
-    image_digest: str | None = None,
+    image_digest: str | None = None, packed: bool = False,
 ) -> Rendered:
     """Both scripts of a run; with a container environment also ``container-python``, the
-    wrapper job.sbatch makes every rank's ORCH_PYTHON (``image_digest`` is recorded in it)."""
+    wrapper job.sbatch makes every rank's ORCH_PYTHON (``image_digest`` is recorded in it).
+    ``packed``: the run is one step of a pack allocation (orch sweep --pack): its srun step
+    keeps to the nodes the pack gave it (SLURM_JOB_NODELIST) and is named after the run."""
     mode = modes.get(run.mode)
     tasks = run.tasks()
     layout = _layout(run.task_table, run.nodes)
@@ -186,6 +192,7 @@ def render_run(
         "env_vars": sorted(env.env.items()),
         "args": workload_args(run, run_dir),
         "container": None,
+        "packed": packed,
     }
     if env.container is not None:
         data = [run.data] if getattr(run, "data", None) else []

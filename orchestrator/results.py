@@ -19,13 +19,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import analyze, fabric, files, gather, protocol, rundir, verdict
+from . import analyze, convergence, fabric, files, gather, protocol, rundir, verdict
 from .rundir import TERMINAL, JobRecord
 from .sweep import Run
 
 RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
               "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
-              "repeat", "data", "prefetch")
+              "repeat", "data", "prefetch", "epochs", "target_accuracy")
 
 
 def merge(out: Path) -> pd.DataFrame:
@@ -117,6 +117,7 @@ def merge(out: Path) -> pd.DataFrame:
         gather.write_parquet(full, parquet)
     _write_entries(cache, entries, _file_token(parquet))
     runs_df = analyze.add_scaling(pd.DataFrame(runs))
+    runs_df = convergence.write(out, runs_df)  # epoch runs: epochs.parquet, time to accuracy
     if not runs_df.empty:
         files.replace_with(out / "results" / "runs.parquet",
                            lambda tmp: runs_df.to_parquet(tmp, index=False))

@@ -93,6 +93,16 @@ class JobRecord(BaseModel):
     # without it was cancelled outside orch (scancel, an administrator).
     cancel_requested: str | None = None
     history: list[Event] = Field(default_factory=list)
+    # Packed sweeps (orch sweep --pack/--array, orchestrator/pack.py): the pack's name (its
+    # directory under packs/ and its Slurm job name), and the run's own job step (JOBID.STEP).
+    pack: str | None = None
+    step: str | None = None
+
+    @property
+    def cut_off(self) -> bool:
+        """Ended by the end of its (packed) allocation, not by itself: submitted again by the
+        next sweep into the same directory."""
+        return (self.reason or "").startswith(protocol.CUT_OFF)
 
 
 def logs_digest(rdir: Path) -> str:

@@ -91,6 +91,10 @@ class Study(_Strict):
     data: StrictStr | None = Field(None, description="on-disk data set (orch data make)")
     prefetch: list[StrictBool] = Field([True], min_length=1,
                                        description="with data: read ahead (true), or not")
+    epochs: Count | None = Field(None, description="train whole epochs of data's labelled "
+                                 "set instead of iters (held-out accuracy after each)")
+    target_accuracy: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="with epochs: stop at the epoch whose held-out accuracy reaches it")
 
 
 @dataclass(frozen=True)
@@ -316,7 +320,7 @@ def _check_model(model: str, dataset: str, prefix: str) -> None:
 # The SweepSpec fields a study fills in (the same names as the file's).
 _SPEC_FIELDS = ("nodes", "tasks_per_node", "modes", "models", "dataset", "batch_sizes",
                 "partitions", "options", "iters", "warmup", "repeats", "launcher",
-                "time_limit_min", "data", "prefetch")
+                "time_limit_min", "data", "prefetch", "epochs", "target_accuracy")
 
 
 def spec_fields(study: Study) -> dict[str, Any]:

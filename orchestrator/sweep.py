@@ -49,6 +49,9 @@ class Run(BaseModel):
     inject_failure: str | None = None  # "RANK@ITER": a test aid that makes one rank fail
     data: str | None = None  # on-disk data set (orch data make); None: synthetic in memory
     prefetch: bool = True  # with data: read ahead in a loader process, or not (t_io exposed)
+    # Time to accuracy (issue 18): whole epochs of a labelled data set instead of ``iters``.
+    epochs: int | None = None
+    target_accuracy: float | None = None
 
     # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
     # for each run's id and task table several times per run. functools.cached_property keeps
@@ -96,6 +99,9 @@ def run_id(run: Run) -> str:
     params = run.model_dump(mode="json")
     if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
         del params["data"], params["prefetch"]
+    for name in ("epochs", "target_accuracy"):  # the same for runs of iterations
+        if params.get(name) is None:
+            params.pop(name, None)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
     return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
 
@@ -122,6 +128,8 @@ class SweepSpec(BaseModel):
     inject_failure: str | None = None
     data: str | None = None
     prefetch: tuple[bool, ...] = (True,)
+    epochs: int | None = None
+    target_accuracy: float | None = None
 
     @field_validator("tasks_per_node", mode="before")
     @classmethod
@@ -214,6 +222,7 @@ def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partit
     _check_options(spec, mode_list)
     partitions = [site.partition(p) for p in spec.partitions]
     data_dir = _check_data(spec, mode_list) if spec.data is not None else None
+    _check_epochs(spec, mode_list)
     return mode_list, partitions, data_dir
 
 
@@ -282,6 +291,35 @@ def _check_data(spec: SweepSpec, mode_list: list[modes.Mode]) -> str:
                             f"{root} has {', '.join(formats)}: run 'orch data make "
                             f"--out {root} --format {mode.data_format}'")
     return str(root)
+
+
+MAX_EPOCHS = 10_000
+
+
+def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode]) -> None:
+    """--epochs needs a labelled data set with a held-out split and modes that train epochs;
+    --target-accuracy is a share in (0, 1] and needs --epochs."""
+    if spec.target_accuracy is not None:
+        if not 0 < spec.target_accuracy <= 1:
+            raise UserError(f"--target-accuracy {spec.target_accuracy}: a share of the held-out "
+                            f"images, in (0, 1] (e.g. 0.9)")
+        if spec.epochs is None:
+            raise UserError("--target-accuracy: give --epochs N too (the most epochs to train)")
+    if spec.epochs is None:
+        return
+    if not 1 <= spec.epochs <= MAX_EPOCHS:
+        raise UserError(f"--epochs {spec.epochs}: between 1 and {MAX_EPOCHS}")
+    if spec.data is None:
+        raise UserError("--epochs: needs --data DIR of a labelled data set with a held-out "
+                        "split; make one with 'orch data make --out DIR --from digits'")
+    _, manifest = data.load_manifest(spec.data)
+    if not manifest.test_samples:
+        raise UserError(f"--epochs: {spec.data} holds random images without a held-out split; "
+                        f"make a labelled set with 'orch data make --out DIR --from digits'")
+    for mode in mode_list:
+        if not mode.epochs:
+            raise UserError(f"--epochs: mode '{mode.name}' does not train epochs yet; "
+                            f"modes that do: {', '.join(modes.epoch_modes())}")
 
 
 MatrixPoint = tuple[Partition, modes.Mode, str, int, int | None, int, bool, int]
@@ -356,6 +394,8 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         inject_failure=spec.inject_failure,
         data=data_dir,
         prefetch=prefetch,
+        epochs=spec.epochs,
+        target_accuracy=spec.target_accuracy,
     )
 
 

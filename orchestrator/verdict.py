@@ -58,6 +58,10 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
         elif log.footer.get("status") != "ok":
             error = (log.footer.get("error") or "failed").strip()
             problems.append((0, log.footer.get("ended_at") or 0.0, f"{label}: {error}"))
+        elif rank in trains and run.epochs is not None:
+            message = _epochs_problem(run, log)
+            if message:
+                problems.append((3, 0.0, f"{label}: {message}"))
         elif rank in trains:
             measured = [r for r in log.iters if not r.get("warmup")]
             if len(measured) != run.iters:
@@ -81,6 +85,20 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
                     return False, (f"ranks out of sync: parameter checksum of rank {r} is {s!r}, "
                                    f"rank {first} has {ref!r}")
     return True, None
+
+
+def _epochs_problem(run: Run, log: RankLog) -> str | None:
+    """An epoch run is complete with all its epochs, or fewer when the last one reached the
+    target accuracy."""
+    done = [e["epoch"] for e in log.epochs]
+    if done != list(range(1, len(done) + 1)) or not done:
+        return f"epochs logged {done or 'none'}, expected 1..{run.epochs}"
+    if len(done) == run.epochs:
+        return None
+    target = run.target_accuracy
+    if target is not None and log.epochs[-1]["test_acc"] >= target and len(done) < run.epochs:
+        return None
+    return f"{len(done)} of {run.epochs} epochs logged"
 
 
 def _excerpt(rdir: Path, rank: int) -> str:

@@ -115,3 +115,149 @@ def test_mode_without_a_reader_refuses_data(dataset, tmp_path):
     proc = run_orch("sweep", "--mode", "tf-ps", "--nodes", "1", "--data", dataset,
                     "--out", tmp_path / "x")
     assert proc.returncode == 2 and "mode 'tf-ps' reads no on-disk data yet" in proc.stderr
+
+
+# --- real labelled data sets (issue 18): orch data make --from -------------------------------
+
+def _records(path, image_bytes=3 * 32 * 32):
+    return np.fromfile(path, dtype=np.uint8).reshape(-1, 1 + image_bytes)
+
+
+def _tfrecord_count(path) -> int:
+    """Records in a TFRecord file, from its framing (u64 length, u32 crc, data, u32 crc)."""
+    import struct
+
+    data, n, at = path.read_bytes(), 0, 0
+    while at < len(data):
+        (length,) = struct.unpack("<Q", data[at:at + 8])
+        at += 8 + 4 + length + 4
+        n += 1
+    return n
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    need_env("tensorflow")
+    need_env("mxnet")
+    out = tmp_path_factory.mktemp("digits")
+    run_orch("data", "make", "--out", out, "--from", "digits", "--format",
+             "raw,tfrecord,recordio", check=True)
+    return out
+
+
+def test_digits_are_real_labelled_images_with_a_held_out_split(digits):
+    from sklearn.datasets import load_digits
+
+    manifest = json.loads((digits / "manifest.json").read_text())
+    assert manifest["source"] == "digits" and manifest["classes"] == 10
+    assert "CC BY 4.0" in manifest["origin"]
+    assert manifest["samples"] + manifest["test_samples"] == 1797
+    assert 0.18 < manifest["test_samples"] / 1797 < 0.22
+    train, test = _records(digits / "raw" / "shard-00000.bin"), \
+        _records(digits / "raw" / "test" / "shard-00000.bin")
+    assert (len(train), len(test)) == (manifest["samples"], manifest["test_samples"])
+    for split in (train, test):  # every class in both splits (stratified)
+        assert sorted(set(split[:, 0].tolist())) == list(range(10))
+    # The images are sklearn's, upscaled 4x and repeated over 3 channels: find one back.
+    d = load_digits()
+    img = train[0, 1:].reshape(3, 32, 32)
+    assert (img[0] == img[1]).all() and (img[0] == img[2]).all()
+    small = img[0, ::4, ::4].astype(float) * 16 / 255
+    match = np.flatnonzero(np.abs(d.images - small).reshape(1797, -1).max(axis=1) < 0.1)
+    assert len(match) >= 1 and train[0, 0] in d.target[match]
+    # The other formats are converted from the same records, split by split.
+    assert _tfrecord_count(digits / "tfrecord" / "shard-00000.tfrecord") == len(train)
+    assert _tfrecord_count(digits / "tfrecord" / "test" / "shard-00000.tfrecord") == len(test)
+    assert len((digits / "recordio" / "test" / "data.idx").read_text().splitlines()) == len(test)
+    rec = (digits / "recordio" / "test" / "data.rec").read_bytes()
+    assert test[5, 1:].tobytes() in rec
+    again = run_orch("data", "make", "--out", digits, "--from", "digits", check=True)
+    assert "raw: already there" in again.stderr
+    other = run_orch("data", "make", "--out", digits, "--samples", 10)
+    assert other.returncode == 2 and "already holds digits (1438 images)" in other.stderr
+
+
+def _cifar10_dir(root, per_batch=6):
+    import pickle
+
+    root.mkdir()
+    rng = np.random.default_rng(1)
+    for name in ("data_batch_1", "data_batch_2", "test_batch"):
+        batch = {b"data": rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8),
+                 b"labels": [int(v) for v in rng.integers(0, 10, per_batch)]}
+        (root / name).write_bytes(pickle.dumps(batch))
+    return root
+
+
+def _mnist_dir(root, n=8, bad_label=None):
+    import gzip
+    import struct
+
+    root.mkdir()
+    rng = np.random.default_rng(2)
+    for prefix in ("train", "t10k"):
+        images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        if bad_label is not None:
+            labels[-1] = bad_label
+        with gzip.open(root / f"{prefix}-images-idx3-ubyte.gz", "wb") as fh:
+            fh.write(struct.pack(">HBBIII", 0, 8, 3, n, 28, 28) + images.tobytes())
+        (root / f"{prefix}-labels-idx1-ubyte").write_bytes(
+            struct.pack(">HBBI", 0, 8, 1, n) + labels.tobytes())
+    return root, images, labels
+
+
+def _imagefolder(root, per_class=5, size=(40, 30)):
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    for c in ("cat", "dog", "emu"):
+        (root / c).mkdir(parents=True)
+        for k in range(per_class):
+            pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / c / f"{k}.{'png' if k % 2 else 'jpg'}")
+    return root
+
+
+def test_cifar_mnist_and_imagefolder_sources(tmp_path):
+    cifar = _cifar10_dir(tmp_path / "cifar-10-batches-py")
+    run_orch("data", "make", "--out", tmp_path / "c", "--from", cifar, check=True)
+    m = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    assert (m["samples"], m["test_samples"], m["classes"]) == (12, 6, 10)
+    train = _records(tmp_path / "c" / "raw" / "shard-00000.bin")
+    import pickle
+
+    first = pickle.loads((cifar / "data_batch_1").read_bytes())
+    assert train[0, 1:].tobytes() == first[b"data"][0].tobytes()  # CHW, as CIFAR stores it
+    assert train[0, 0] == first[b"labels"][0]
+
+    mnist, images, labels = _mnist_dir(tmp_path / "mnist")
+    run_orch("data", "make", "--out", tmp_path / "m", "--from", mnist, check=True)
+    test = _records(tmp_path / "m" / "raw" / "test" / "shard-00000.bin")
+    img = test[-1, 1:].reshape(3, 32, 32)
+    assert (img[:, 2:30, 2:30] == images[-1]).all() and img[:, :2].max() == 0  # padded 28->32
+    assert test[-1, 0] == labels[-1]
+
+    folder = _imagefolder(tmp_path / "folder")
+    run_orch("data", "make", "--out", tmp_path / "f", "--from", folder, "--test-fraction",
+             "0.4", check=True)
+    m = json.loads((tmp_path / "f" / "manifest.json").read_text())
+    assert (m["samples"], m["test_samples"], m["classes"]) == (9, 6, 3)
+
+
+def test_bad_real_data_input(tmp_path):
+    (tmp_path / "empty").mkdir()
+    mnist, _, _ = _mnist_dir(tmp_path / "mnist", bad_label=12)
+    one_each = _imagefolder(tmp_path / "one", per_class=1)
+    cases = [
+        (["--from", tmp_path / "empty"], "no known data set format there"),
+        (["--from", tmp_path / "nowhere"], "not a directory"),
+        (["--from", mnist], "label 12 outside the 10 classes"),
+        (["--from", one_each], "the held-out split is empty"),
+        (["--from", "digits", "--test-fraction", "1.5"], "must be between 0 and 1"),
+        (["--from", "digits", "--samples", "5"], "--samples: not with --from"),
+    ]
+    for args, message in cases:
+        proc = run_orch("data", "make", "--out", tmp_path / "out", *args)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr

@@ -38,6 +38,8 @@ class Scheduler:
       (the comment at the top of every job script);
     * ``excludes_nodes``: a job can be kept off named nodes (a retry after a node failure);
       without, exclusion is a no-op, and orch says so.
+    * ``packs``: runs a sweep's runs as steps of one allocation or as a job array (``orch
+      sweep --pack/--array``, :meth:`submit_script`).
     """
 
     name: ClassVar[str] = ""
@@ -49,6 +51,7 @@ class Scheduler:
     hand_command: ClassVar[str] = "sbatch"
     hand_note: ClassVar[str] = ""
     excludes_nodes: ClassVar[bool] = False
+    packs: ClassVar[bool] = False
 
     @property
     def launchers(self) -> tuple[str, ...]:
@@ -64,6 +67,15 @@ class Scheduler:
 
     def submit(self, run: Any, rdir: Path, partition: Any, sbatch: dict[str, str | bool]) -> str:
         """Submit ``rdir/job.sbatch``; return the job id. ``sbatch``: the job's options."""
+        raise NotImplementedError
+
+    def max_time_min(self, partition: Any) -> int | None:
+        """The longest a job may run on the partition, in minutes (None: no limit known)."""
+        return None
+
+    def submit_script(self, script: Path, name: str) -> str:
+        """Submit a pack's or array's own job script (``packs`` schedulers); return its job
+        id. ``name``: the job name the script gives itself."""
         raise NotImplementedError
 
     def poll(self, records: list, rdirs: list[Path]) -> dict[str, tuple[str, str]]:

@@ -19,8 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .. import protocol
 from ..errors import SubmitError
 from ..jobscript import job_function
+from . import slurm_pack
 from .base import Scheduler, register_scheduler
 
 # The one table of Slurm job states (squeue(1)/sacct(1) "JOB STATE CODES", Slurm 20.11-24.11)
@@ -88,6 +90,7 @@ class SlurmScheduler(Scheduler):
     name = "slurm"
     hand_note = "(paths are absolute; rank logs go to ranks/)"
     excludes_nodes = True
+    packs = True
 
     def check(self, partition) -> None:
         """Fail before anything is submitted if Slurm or the partition cannot be reached."""
@@ -145,35 +148,55 @@ class SlurmScheduler(Scheduler):
             raise SubmitError(f"sbatch refused run {run.run_id}: {exc}") from None
         return str(job.job_id)
 
+    def max_time_min(self, partition) -> int | None:
+        """The partition's time limit from sinfo (``%l``: infinite, MM, HH:MM:SS,
+        D-HH:MM:SS); None where it has none or sinfo cannot say."""
+        try:
+            res = subprocess.run(["sinfo", "-h", "-p", partition.name, "-o", "%l"],
+                                 capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        words = res.stdout.split()
+        return slurm_pack.minutes(words[0]) if res.returncode == 0 and words else None
+
+    def submit_script(self, script: Path, name: str) -> str:
+        """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array)."""
+        return slurm_pack.submit_script(script, name)
+
     def poll(self, records, rdirs) -> dict[str, tuple[str, str]]:
         """State of each run's job: slurmctld (squeue) first, accounting (sacct) after.
 
         slurmctld is authoritative for live jobs and for finished ones it still remembers
         (MinJobAge); slurmdbd lags, and shows a running job as a placeholder named
         'allocation' in state PENDING. Only jobs slurmctld has forgotten come from sacct.
+        Runs of a pack or an array (``record.pack``) are told apart in slurm_pack.
         """
+        kinds: dict[str, tuple[list, list]] = {"": ([], []), protocol.PACK_PREFIX: ([], []),
+                                                protocol.ARRAY_PREFIX: ([], [])}
+        for record, rdir in zip(records, rdirs, strict=True):
+            pack = getattr(record, "pack", None) or ""
+            kind = next((k for k in kinds if k and pack.startswith(k)), "")
+            kinds[kind][0].append(record)
+            kinds[kind][1].append(rdir)
+        out: dict[str, tuple[str, str]] = {}
+        if kinds[protocol.PACK_PREFIX][0]:
+            out.update(slurm_pack.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs,
+                                             slurm_state=slurm_state))
+        if kinds[protocol.ARRAY_PREFIX][0]:
+            out.update(slurm_pack.poll_arrays(kinds[protocol.ARRAY_PREFIX][0], slurm_state))
+        records = kinds[""][0]
         ids = [r.job_id for r in records if r.job_id]
         if not ids:
-            return {}
-        seen = _squeue(ids)
-        missing = [i for i in ids if i not in seen]
-        if missing:
-            seen.update(_sacct(missing))
-        out = {}
-        for record in records:
-            name, raw = seen.get(record.job_id or "", (None, None))
-            if raw is None:  # neither knows it yet (just submitted)
-                out[record.run_id] = ("PENDING", "")
-            elif name != record.run_id:
-                # Job ids restart after a cluster reset: this id now belongs to another job.
-                out[record.run_id] = ("FAILED", f"job {record.job_id} is no longer this run's "
-                                      f"(Slurm knows it as '{name}')")
-            else:
-                out[record.run_id] = slurm_state(raw)
+            return out
+        out.update(slurm_pack.named_states(records, _jobs(ids), lambda r: r.run_id,
+                                           slurm_state))
         return out
 
     def cancel(self, record, rdir: Path) -> None:
-        if record.job_id:
+        if (getattr(record, "pack", None) or "").startswith(protocol.PACK_PREFIX):
+            slurm_pack.cancel_packed(record, rdir)  # its step, not the whole allocation
+            return
+        if record.job_id:  # an array run's JOBID_k cancels that array task alone
             subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)
 
     def nodes(self, records) -> dict[str, list[str]]:
@@ -285,6 +308,15 @@ def expand_hostlist(text: str) -> list[str]:
             for k in range(int(lo), int(hi or lo) + 1):
                 hosts.append(f"{prefix}{k:0{len(lo)}d}{suffix}")
     return hosts
+
+
+def _jobs(ids: list[str]) -> dict[str, tuple[str, str]]:
+    """job id -> (job name, state field): slurmctld first, accounting for what it forgot."""
+    seen = _squeue(ids)
+    missing = [i for i in ids if i not in seen]
+    if missing:
+        seen.update(_sacct(missing))
+    return seen
 
 
 def _query(cmd: list[str]) -> dict[str, tuple[str, str]]:

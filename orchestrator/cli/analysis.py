@@ -58,6 +58,17 @@ def load_result_set(directory: Path):
     return runs, iters, sweep
 
 
+def load_epochs(directory: Path):
+    """``epochs.parquet`` of a result set (a sweep directory or its results/), if it has one:
+    the sweep had runs with --epochs."""
+    import pandas as pd
+
+    for path in (directory / "results" / "epochs.parquet", directory / "epochs.parquet"):
+        if path.is_file():
+            return pd.read_parquet(path)
+    return None
+
+
 def comm_lookup(sweep: Path | None, explicit: Path | None):
     """``(site, partition) -> CommModel``: netbench α–β (cached), or none and why."""
     from .. import netbench as nb
@@ -121,7 +132,7 @@ def report_cmd(
         raise UserError(f"--netbench {netbench_file}: no such file or directory")
     title = f"orch report: {sweep or directory.resolve()}"
     report = rep.build(runs, iters, comm_lookup(sweep, netbench_file), title=title,
-                       figures=plots)
+                       figures=plots, epochs=load_epochs(directory))
     for line in report.summary:
         out_console.print(line, markup=False, highlight=False)
     if report.summary:

@@ -17,20 +17,40 @@ def data_make(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory to write (manifest + one "
                                       "dir per format).")],
     dataset: Annotated[str, typer.Option(help="cifar (32x32) or imagenet (224x224).")] = "cifar",
-    samples: Annotated[int, typer.Option(help="Number of images.")] = 10000,
+    samples: Annotated[int | None, typer.Option(help="Number of random images (default "
+                                                "10000; not with --from).")] = None,
+    source: Annotated[str | None, typer.Option(
+        "--from", help="A real labelled data set instead of random images: 'digits' (the "
+        "embedded UCI handwritten digits from scikit-learn) or a directory of CIFAR-10 python "
+        "batches, MNIST idx files or an ImageFolder tree (DIR/<class>/*.jpg).")] = None,
+    test_fraction: Annotated[float, typer.Option(
+        help="With --from: the share of each class held out for accuracy, where the data "
+        "set has no test split of its own.")] = 0.2,
     format: Annotated[str, typer.Option("--format", help="Formats, comma-separated: raw "
                                         "(PyTorch), tfrecord, recordio.")] = "raw",
     site: Annotated[str, typer.Option(help="Site whose environments write the formats.")]
     = "local",
-    seed: Annotated[int, typer.Option(help="Random seed of the images and labels.")] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed of the images and labels (with "
+                                     "--from: of the held-out split).")] = 0,
 ) -> None:
-    """Write random images to disk so that sweeps with --data measure real input I/O."""
+    """Write a data set to disk in each framework's native format, so that sweeps with --data
+    measure real input I/O: random images, or a real labelled set with a held-out split."""
     from .. import data as datamod
     from .. import site as sitemod
     from .. import sweep as sweepmod
+    from ..errors import UserError
 
     s, _ = sitemod.load(site)
-    manifest = datamod.make(out, dataset, samples, list(sweepmod.parse_name_list(format)), s,
-                            seed=seed, log=lambda m: err_console.print(m, highlight=False))
-    err_console.print(f"{out}: {manifest.samples} {manifest.dataset} samples in "
+    formats = list(sweepmod.parse_name_list(format))
+    log = lambda m: err_console.print(m, highlight=False)  # noqa: E731
+    if source is None:
+        manifest = datamod.make(out, dataset, 10000 if samples is None else samples, formats,
+                                s, seed=seed, log=log)
+    elif samples is not None:
+        raise UserError("--samples: not with --from (a real data set has the images it has)")
+    else:
+        manifest = datamod.make_from(out, source, dataset, formats, s,
+                                     test_fraction=test_fraction, seed=seed, log=log)
+    held = f" (+{manifest.test_samples} held out)" if manifest.test_samples else ""
+    err_console.print(f"{out}: {manifest.samples}{held} {manifest.dataset} samples in "
                       f"{', '.join(manifest.formats)}")

@@ -101,8 +101,9 @@ def status(
         counts[record.state] = counts.get(record.state, 0) + 1
         style = STATE_STYLE.get(record.state, "")
         reason = (record.reason or "").splitlines()[0][:80] if record.reason else ""
-        table.add_row(run.run_id, record.job_id or "-", str(record.attempt),
-                      f"[{style}]{record.state}[/]", reason)
+        job = record.step or record.job_id or "-"  # a packed run: its own step
+        table.add_row(run.run_id, job, str(record.attempt), f"[{style}]{record.state}[/]",
+                      reason)
     out_console.print(table)
     out_console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
 

@@ -53,6 +53,13 @@ def sweep(
                                              "default: synthetic batches in memory.")] = None,
     prefetch: Annotated[str, typer.Option(help="With --data: yes, no or yes,no (read ahead in "
                                           "a loader process or not).")] = "yes",
+    epochs: Annotated[int | None, typer.Option(help="Train whole epochs of --data's labelled "
+                                               "set (orch data make --from) instead of "
+                                               "--iters; held-out accuracy after each.")]
+    = None,
+    target_accuracy: Annotated[float | None, typer.Option(
+        help="With --epochs: stop at the end of the epoch whose held-out accuracy reaches "
+        "it (0-1); time to accuracy is measured to there.")] = None,
     time_limit: Annotated[int | None, typer.Option(help="Hard time limit per run, minutes.")]
     = None,
     out: Annotated[Path | None, typer.Option("--out", help="Sweep directory; default "
@@ -84,6 +91,12 @@ def sweep(
         "the nodes that failed (sbatch --exclude). FAILED, OUT_OF_MEMORY, TIMEOUT and "
         "CANCELLED runs are never retried. Default 1, as Slurm requeues a job after a node "
         "failure by default.", min=0, max=10)] = 1,
+    pack: Annotated[bool, typer.Option(
+        "--pack", help="Slurm: run each partition's runs as job steps of one allocation sized "
+        "for its largest run (one queue wait per partition).")] = False,
+    array: Annotated[bool, typer.Option(
+        "--array", help="Slurm: submit runs of the same shape (partition, nodes, tasks, time) "
+        "as one job array.")] = False,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     from .. import backends, envs, execute, results
@@ -114,6 +127,8 @@ def sweep(
                                                   ("kvstore", kvstore)) if value)]),
         data=lambda: data,
         prefetch=lambda: _yes_no_list(prefetch, "--prefetch"),
+        epochs=lambda: epochs,
+        target_accuracy=lambda: target_accuracy,
     )
     loaded = None
     if study is not None:
@@ -135,10 +150,17 @@ def sweep(
                                   inject_failure=inject_failure)
         runs = sweepmod.expand(spec, site_obj)
     out_dir = check_out(out or Path("runs") / site_obj.name)
+    packing = "pack" if pack else "array" if array else None
+    if pack or array:
+        from .. import pack as packmod
+
+        packmod.refuse(site_obj, packing, both=pack and array)
+        if not dry_run:
+            packmod.check(runs, site_obj, packing, out_dir)
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
-        rendered_runs = execute.dry_run(runs, site_obj, out_dir)
+        rendered_runs = execute.dry_run(runs, site_obj, out_dir, packed=pack)
         if loaded is not None:
             print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
                        f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
@@ -148,10 +170,14 @@ def sweep(
             sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
             for name, text in rendered.files:  # e.g. the container wrapper
                 sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
+        if packing:
+            for path, text in packmod.dry_run(runs, site_obj, out_dir, packing):
+                sys.stdout.write(f"# ===== {path}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
-                               study=loaded.provenance() if loaded is not None else None)
+                               study=loaded.provenance() if loaded is not None else None,
+                               packed=pack)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
@@ -166,7 +192,8 @@ def sweep(
     try:
         execute.execute(prepared, site_obj, wait=wait, on_event=print_event,
                         require_fabric=require_fabric,
-                        on_progress=progress.update if wait else None, policy=policy)
+                        on_progress=progress.update if wait else None, pack=packing,
+                        policy=policy)
     except KeyboardInterrupt:
         progress.close()
         _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)

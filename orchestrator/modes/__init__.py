@@ -76,3 +76,8 @@ def get(name):
     if name not in modes:
         raise UserError("unknown mode '{}'; valid: {}".format(name, ", ".join(modes)))
     return modes[name]
+
+
+def epoch_modes():
+    """The names of the modes that train whole epochs and report held-out accuracy."""
+    return [name for name, mode in registry().items() if mode.epochs]

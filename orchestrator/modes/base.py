@@ -133,7 +133,9 @@ class Mode:
       function of the run's options returning one), or ``overlap_option`` (the option that
       decides it per run), and ``first_bucket_bytes`` (a
       gradient no larger than this is one bucket, sent after backward: DDP's first bucket);
-    * ``trains``: False for a mode that measures the network rather than training.
+    * ``trains``: False for a mode that measures the network rather than training;
+    * ``epochs``: the rank side can train whole epochs of a labelled data set and evaluate
+      held-out accuracy (``--epochs``, issue 18).
 
     ``package`` (the folder's name) is filled in by the registry.
     """
@@ -144,7 +146,7 @@ class Mode:
         "placement": workers_only, "training_roles": ("worker",), "iteration_roles": None,
         "synchronous": True, "synchronous_if": None, "data_format": None,
         "pattern": "allreduce", "overlap": "none", "overlap_option": None,
-        "first_bucket_bytes": None, "trains": True, "package": None,
+        "first_bucket_bytes": None, "trains": True, "epochs": False, "package": None,
     }
 
     def __init__(self, **fields):

@@ -67,6 +67,11 @@ def base_parser(description: str) -> argparse.ArgumentParser:
                    "default: synthetic batches in memory")
     p.add_argument("--prefetch", choices=("yes", "no"), default="yes",
                    help="with --data: read ahead in a loader process (yes) or not (no)")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="with --data of a labelled set: train whole epochs of its training "
+                   "split, held-out accuracy after each (instead of --iters)")
+    p.add_argument("--target-accuracy", type=float, default=None,
+                   help="with --epochs: stop after the epoch whose held-out accuracy reaches it")
     return p
 
 
@@ -202,6 +207,34 @@ class Session:
                 for name, value in self._phases.items():
                     record.setdefault(name, value)
             self.log.write(record)
+
+    def epoch_steps(self, steps: int, epoch: int):
+        """Yield the step numbers of one training epoch (``--epochs``), each logged as a
+        native-window iteration (wall clock only): the first epoch's first ``--warmup`` steps
+        are warm-up. Numbers run on across epochs."""
+        for k in range(steps):
+            it = self._next_iter
+            if self.failure and self.failure == (self.info.task, it):
+                raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
+            wall = time.time()
+            t0 = time.perf_counter()
+            yield it
+            t_iter = time.perf_counter() - t0
+            self._next_iter = it + 1
+            self.log.write({"type": protocol.ITER, "iter": it, "window": protocol.WINDOW_NATIVE,
+                            "warmup": epoch == 1 and k < self.args.warmup, "t_start": wall,
+                            "t_iter": t_iter, "samples": self.samples, "epoch": epoch})
+
+    def log_epoch(self, epoch: int, t_start: float, t_epoch: float, t_eval: float,
+                  train_loss: float, train_acc: float, test_acc: float, samples: int) -> bool:
+        """Write one epoch record; True when training should stop there (the held-out accuracy
+        reached ``--target-accuracy``)."""
+        self.log.write({"type": protocol.EPOCH, "epoch": epoch, "t_start": t_start,
+                        "t_epoch": t_epoch, "t_eval": t_eval, "train_loss": float(train_loss),
+                        "train_acc": float(train_acc), "test_acc": float(test_acc),
+                        "samples": int(samples)})
+        target = self.args.target_accuracy
+        return target is not None and test_acc >= target
 
     def fabric_lifetime(self) -> None:
         """For a task without a measured window (a server): its evidence since it started."""

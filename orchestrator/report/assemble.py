@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from . import plots
+from . import convergence, plots
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
@@ -35,8 +35,10 @@ class Report:
 
 
 def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
-          *, title: str = "orch report", figures: bool = True) -> Report:
-    """Every table (and, with ``figures``, every PNG) of a report on one result set."""
+          *, title: str = "orch report", figures: bool = True,
+          epochs: pd.DataFrame | None = None) -> Report:
+    """Every table (and, with ``figures``, every PNG) of a report on one result set;
+    ``epochs`` (results/epochs.parquet) adds the convergence part."""
     train = training_runs(runs)
     labels = config_labels(train)
     configs = config_of(train)
@@ -58,6 +60,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
         comm_table(done),
         rank_table(done, strag),
     ]
+    tables += convergence.tables(runs)
     tables += netbench_tables(runs, comm)
     fab = fabric_table(runs)
     if fab is not None:
@@ -72,6 +75,11 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     report = Report(title=title, summary=_summary(done, pred_by, strag, comm), tables=tables)
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
+        png = convergence.figure(runs, epochs) if epochs is not None else None
+        if png is not None:
+            report.figures["accuracy.png"] = png
+            report.figure_titles["accuracy.png"] = ("Held-out accuracy against wall time and "
+                                                    "epochs (dashed: asynchronous)")
     return report
 
 

@@ -10,6 +10,7 @@ MODE = Mode(
     # mpirun too (Open MPI only starts the processes; DDP still rendezvous over env://).
     launchers=("srun", "local", "mpirun"),
     data_format="raw",
+    epochs=True,
     # Buckets are all-reduced while backward goes on; the first bucket holds up to 1 MiB of
     # gradients, so a smaller model's gradient is one bucket sent after backward.
     overlap="wfbp",

@@ -71,10 +71,22 @@ def main(argv=None) -> None:
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
 
+        if args.epochs:  # time to accuracy (issue 18): whole epochs instead of --iters
+            from orchestrator.rankside import epochs_torch
+
+            def step(x, y):  # DDP's own training step
+                optimizer.zero_grad(set_to_none=True)
+                logits = ddp(x)
+                loss = loss_fn(logits, y)
+                loss.backward()
+                optimizer.step()
+                return loss.detach(), logits.detach()
+
+            epochs_torch.train(s, args, info, step, model, device)
         source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-        for _ in s.iterations():
+        for _ in () if args.epochs else s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -108,7 +120,8 @@ def main(argv=None) -> None:
             if info.rank == 0:
                 trace_torch.write_csv(rows, os.path.join(args.log_dir, "trace.csv"))
         s.footer["comm_buckets"] = timer.buckets
-        s.footer["loss"] = float(loss.detach())
+        if not args.epochs:
+            s.footer["loss"] = float(loss.detach())
         dist.barrier()
         dist.destroy_process_group()
 

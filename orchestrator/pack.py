@@ -1,0 +1,247 @@
+"""Packed sweeps: pay the queue once per partition (``orch sweep --pack``) or per shape
+(``orch sweep --array``).
+
+``--pack``: the runs of a sweep that go to one partition share one allocation, sized for the
+largest of them. Its job script (``templates/pack.sbatch.j2``, kept in
+``<sweep>/packs/<pack>/pack.sbatch``) runs every run's own, unchanged ``job.sbatch`` on nodes
+of the allocation no other run is using, as if those nodes were a job of its own: the run's
+srun is one job step of the allocation, named after the run. Runs side by side where they
+fit, largest first; one failing does not end the others; each keeps its run directory, logs,
+provenance and ledger entry (allocation job id + its step). A run the allocation's end cuts off
+(time limit, cancel) is recorded with a reason starting "cut off", and the next sweep into the
+same directory submits it again.
+
+``--array``: runs of the same shape (partition, nodes, tasks, time: the same sbatch options)
+go out as one Slurm job array (``templates/array.sbatch.j2``); array task k runs the k-th run's
+job.sbatch in an allocation of its own, and the run's job id is ``JOBID_k``.
+
+Which to use: ``--pack`` where the queue wait dominates and runs of different sizes should run
+in one place back to back; ``--array`` where the scheduler should place each run on its own
+(runs of one shape, e.g. repeats), at the price of one queue wait per array task it cannot
+start at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__, backends, files, protocol, rundir, templating
+from .errors import UserError
+from .render import max_tasks_per_node, sbatch_lines, sbatch_options
+from .rundir import JobRecord, Prepared
+from .site import Site
+
+KINDS = ("pack", "array")
+# Grace after a run's own time limit before its job.sbatch is killed (timeout --kill-after).
+KILL_GRACE_S = 10
+# Added to a pack's computed time: starting each run, the scheduler's own slack.
+PACK_MARGIN_MIN = 2
+
+
+@dataclass(frozen=True)
+class Group:
+    """Runs that go out as one submission: a pack (one partition) or an array (one shape)."""
+
+    kind: str  # "pack" | "array"
+    partition: str
+    members: tuple[Prepared, ...]  # in the order they start (packs: largest first)
+
+
+def refuse(site: Site, kind: str | None, both: bool = False) -> None:
+    """Bad input before anything is written: --pack with --array, or a scheduler that has no
+    queue to pay once (the local site runs one job at a time, on this machine: side by side
+    they would distort each other's measurements, and there is no queue wait to save)."""
+    if both:
+        raise UserError("--pack and --array exclude each other: --pack runs a partition's runs "
+                        "in one allocation, --array runs same-shape runs as one job array; "
+                        "choose one")
+    if kind is not None and not backends.scheduler(site.scheduler).packs:
+        raise UserError(f"--{kind}: site '{site.name}' (scheduler {site.scheduler}) has no "
+                        f"queue to wait in and runs one job at a time; drop --{kind}")
+
+
+def check(runs: list, site: Site, kind: str, out: Path) -> None:
+    """Bad input before anything is written: a run larger than its partition, or a pack whose
+    runs need more time one after another than the partition allows one job (its MaxTime, as
+    the scheduler reports it): those runs cannot share one allocation."""
+    sched = backends.scheduler(site.scheduler)
+    for group in groups(_as_prepared(runs, site, out), site, kind):
+        opts = pack_options(group, site, out, "check")
+        hours, minutes, _ = str(opts["time"]).split(":")
+        need = int(hours) * 60 + int(minutes)
+        limit = sched.max_time_min(site.partition(group.partition))
+        if limit is not None and need > limit:
+            raise UserError(f"--{kind}: the {len(group.members)} run(s) on partition "
+                            f"'{group.partition}' need {need} min in one allocation (each run's "
+                            f"time limit, side by side where they fit), more than the "
+                            f"partition's limit of {limit} min; lower --time-limit, split the "
+                            f"sweep, or use --array")
+
+
+def _as_prepared(runs: list, site: Site, out: Path) -> list[Prepared]:
+    return [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler=site.scheduler),
+                     "submit") for r in runs]
+
+
+def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
+    """The submissions of the runs to submit: one pack per partition, or one array per
+    shape (partition and sbatch options). Pure: nothing is written."""
+    todo = [p for p in prepared if p.action == "submit"]
+    keyed: dict[tuple, list[Prepared]] = {}
+    for p in todo:
+        part = site.partition(p.run.partition)
+        if p.run.nodes > part.nodes:
+            raise UserError(f"--{kind}: run {p.run.run_id} needs {p.run.nodes} nodes, more "
+                            f"than partition '{part.name}' has ({part.nodes}); lower --nodes")
+        key: tuple = (part.name,)
+        if kind == "array":
+            opts = sbatch_options(p.run, part, Path("/"))
+            key += tuple(sorted((k, str(v)) for k, v in opts.items()
+                                if k not in ("job-name", "output")))
+        keyed.setdefault(key, []).append(p)
+    out = []
+    for key, members in keyed.items():
+        if kind == "pack":  # largest first: the big runs do not wait behind small ones
+            members = sorted(members, key=lambda p: -p.run.nodes)
+        out.append(Group(kind, key[0], tuple(members)))
+    return out
+
+
+def makespan_min(sizes: list[tuple[int, int]], nodes: int) -> int:
+    """Minutes the pack script needs at most for runs of (nodes, time limit in minutes),
+    started in order, each as soon as enough nodes are free (what pack.sbatch does)."""
+    free_at = [0] * nodes  # when each node is free again
+    start = end = 0
+    for need, minutes in sizes:
+        free_at.sort()
+        start = max(start, free_at[need - 1])  # in order: never before the previous run
+        for i in range(need):
+            free_at[i] = start + minutes
+        end = max(end, start + minutes)
+    return end
+
+
+def pack_options(group: Group, site: Site, pack_dir: Path, name: str) -> dict[str, str | bool]:
+    """The allocation: the largest run's nodes, the busiest node's tasks, the time the runs
+    need where they cannot run side by side."""
+    part = site.partition(group.partition)
+    runs = [p.run for p in group.members]
+    nodes = max(r.nodes for r in runs)
+    busiest = max(runs, key=max_tasks_per_node)
+    opts = sbatch_options(busiest, part, pack_dir)
+    opts["nodes"] = str(nodes)
+    if "ntasks" in opts:
+        opts["ntasks"] = str(max_tasks_per_node(busiest) * nodes)
+    if group.kind == "pack":
+        limit = makespan_min([(r.nodes, r.time_limit_min + 1) for r in runs], nodes)
+        limit += PACK_MARGIN_MIN
+    else:
+        limit = max(r.time_limit_min for r in runs) + 1
+    opts.update({"job-name": name, "time": f"{limit // 60:02d}:{limit % 60:02d}:00",
+                 "output": str(pack_dir / ("slurm-%A_%a.out" if group.kind == "array"
+                                           else "slurm-%j.out")),
+                 "no-requeue": True})
+    if group.kind == "array":
+        opts["array"] = f"0-{len(runs) - 1}"
+    return opts
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _row(p: Prepared, site: Site) -> str:
+    """One line of the pack script's run table (the run directory last: it may hold spaces)."""
+    run, part = p.run, site.partition(p.run.partition)
+    opts = sbatch_options(run, part, p.rdir)
+    ntasks = opts.get("ntasks") or str(len(run.task_table))
+    return " ".join([run.run_id, str(run.nodes), str(ntasks),
+                     str(opts.get("ntasks-per-node", "-")), str(opts.get("cpus-per-task", "-")),
+                     str(run.time_limit_min * 60), str(p.rdir.resolve())])
+
+
+def render(group: Group, site: Site, out: Path, pack_dir: Path, name: str) -> str:
+    """The pack's (or array's) job script: readable shell a user could sbatch by hand."""
+    for p in group.members:
+        if _CONTROL.search(str(p.rdir.resolve())):
+            raise UserError(f"--out {out}: a control character in the path; choose another "
+                            f"--out")
+    kind = group.kind
+    script = pack_dir / _script_name(kind)
+    opts = pack_options(group, site, pack_dir, name)
+    first = group.members[0].run
+    ctx = {
+        "version": __version__, "pack": name, "out": str(out), "site": site,
+        "partition": site.partition(group.partition),
+        "scheduler": backends.scheduler(site.scheduler), "script": str(script),
+        "sbatch": sbatch_lines(opts), "nodes": opts["nodes"], "kill_grace_s": KILL_GRACE_S,
+        "rows": ([_row(p, site) for p in group.members] if kind == "pack"
+                 else [str(p.rdir.resolve()) for p in group.members]),
+        "shape": f"{first.nodes} node(s) x {max_tasks_per_node(first)} task(s), "
+                 f"{first.time_limit_min} min",
+        "files": {"started": protocol.STEP_STARTED_FILE, "step": protocol.STEP_FILE,
+                  "times": protocol.JOB_TIMES_FILE, "cancel": protocol.CANCEL_FILE},
+    }
+    return templating.template(f"{kind}.sbatch.j2").render(**ctx)
+
+
+def _pack_name(out: Path, kind: str, partition: str, offset: int = 0) -> str:
+    """A new pack's name: its directory under <out>/packs/ (numbered, never reused: nothing is
+    overwritten) and its Slurm job name (with a tag of the sweep directory, so a job id that
+    Slurm reused after a reset is told apart)."""
+    base = out / protocol.PACKS_DIR
+    names = [d.name for d in base.iterdir()] if base.is_dir() else []
+    taken = [int(m.group(1)) for n in names if (m := re.match(r"[a-z]+-(\d+)-", n))]
+    tag = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:6]
+    prefix = protocol.PACK_PREFIX if kind == "pack" else protocol.ARRAY_PREFIX
+    return f"{prefix}{max(taken, default=0) + 1 + offset}-{partition}-{tag}"
+
+
+def _script_name(kind: str) -> str:
+    return protocol.PACK_SCRIPT if kind == "pack" else protocol.ARRAY_SCRIPT
+
+
+def dry_run(runs: list, site: Site, out: Path, kind: str) -> list[tuple[Path, str]]:
+    """The pack (or array) scripts a sweep would submit, as (path, text); nothing written."""
+    shown = []
+    for i, group in enumerate(groups(_as_prepared(runs, site, out), site, kind)):
+        name = _pack_name(out, kind, group.partition, offset=i)
+        pack_dir = out / protocol.PACKS_DIR / name
+        shown.append((pack_dir / _script_name(kind), render(group, site, out, pack_dir, name)))
+    return shown
+
+
+def submit(prepared: list[Prepared], site: Site, kind: str,
+           on_event: Callable[[object, JobRecord], None]) -> list[Prepared]:
+    """Submit the runs to submit as packs or arrays; their ledger entries become PENDING with
+    the pack's job id (array: JOBID_k). Returns them to follow."""
+    sched = backends.scheduler(site.scheduler)
+    out = prepared[0].rdir.parent if prepared else Path(".")
+    live = []
+    for group in groups(prepared, site, kind):
+        name = _pack_name(out, kind, group.partition)
+        pack_dir = out / protocol.PACKS_DIR / name
+        text = render(group, site, out, pack_dir, name)
+        pack_dir.mkdir(parents=True)
+        script = pack_dir / _script_name(kind)
+        files.write_text_atomic(script, text)
+        job_id = sched.submit_script(script, name)
+        for k, p in enumerate(group.members):
+            rid = f"{job_id}_{k}" if kind == "array" else job_id
+            record = p.record.model_copy(update={"job_id": rid, "state": "PENDING", "pack": name,
+                                                 "submitted_at": rundir.now()})
+            rundir.write_record(p.rdir, record)
+            on_event(p.run, record)
+            live.append(Prepared(p.run, p.rdir, record, "wait"))
+    return live
+
+
+def step_of(rdir: Path, record: JobRecord) -> str | None:
+    """The run's own job step (JOBID.STEP) as its pack script recorded it, else the ledger's."""
+    try:
+        return (rdir / protocol.STEP_FILE).read_text().strip() or record.step
+    except OSError:
+        return record.step

@@ -1,0 +1,85 @@
+"""Whole epochs of a labelled data set and held-out accuracy, for the PyTorch modes (issue 18).
+
+Throughput alone rewards a mode that trains fast but learns badly (an asynchronous parameter
+server); time to accuracy weighs both. An epoch here is what PyTorch's own recipe makes it:
+a ``DistributedSampler`` gives each rank its share of the training split, reshuffled per epoch
+(``set_epoch``), batches of ``--batch-size`` per rank, the last partial batch dropped. Every
+training step is the mode's own step, timed by wall clock only (``Session.epoch_steps`` logs it
+as a native-window iteration); after each epoch the whole held-out split is evaluated — each
+rank its strided share, the correct counts summed over the ranks — so every rank records the
+same held-out accuracy.
+
+With the same seed and sampler, a synchronous run of W ranks at batch B sees, step by step, the
+same samples as one rank at batch W·B (the sampler's shares interleave the same permutation),
+so its loss curve must match that run's: the sync-correctness check of the results.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def loaders(args, info):
+    """(training DataLoader with its DistributedSampler, this rank's held-out Subset)."""
+    from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+    from orchestrator.rankside.datasets_torch import RawRecords
+
+    train = RawRecords(args.data, args.dataset)
+    test = RawRecords(os.path.join(args.data, "test"), args.dataset)
+    sampler = DistributedSampler(train, num_replicas=info.world_size, rank=info.rank,
+                                 shuffle=True, seed=0, drop_last=True)
+    prefetch = args.prefetch == "yes"
+    dl = DataLoader(train, batch_size=args.batch_size, sampler=sampler, drop_last=True,
+                    num_workers=1 if prefetch else 0, prefetch_factor=4 if prefetch else None,
+                    persistent_workers=prefetch)
+    if len(dl) == 0:
+        raise ValueError(f"--batch-size {args.batch_size} x {info.world_size} ranks is more than "
+                         f"the {len(train)} training images: not one step per epoch")
+    share = Subset(test, list(range(info.rank, len(test), info.world_size)))
+    return dl, share
+
+
+def evaluate(model, share, device, world_size: int, batch_size: int = 256) -> float:
+    """Held-out accuracy over the whole split: this rank's share, counts summed over ranks."""
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    was_training = model.training
+    model.eval()
+    counts = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        for x, y in DataLoader(share, batch_size=batch_size):
+            pred = model(x.to(device)).argmax(dim=1).cpu()
+            counts[0] += int((pred == y).sum())
+            counts[1] += len(y)
+    if world_size > 1 and dist.is_initialized():
+        dist.all_reduce(counts)
+    model.train(was_training)
+    return float(counts[0] / counts[1]) if counts[1] else 0.0
+
+
+def train(s, args, info, step, model, device) -> None:
+    """Train ``--epochs`` epochs (or until ``--target-accuracy``) with ``step(x, y) -> (loss,
+    logits)``, the mode's own training step; evaluate ``model`` after each epoch."""
+    dl, share = loaders(args, info)
+    steps = len(dl)
+    for epoch in range(1, args.epochs + 1):
+        dl.sampler.set_epoch(epoch - 1)
+        batches = iter(dl)
+        loss_sum, correct, seen = 0.0, 0, 0
+        wall, t0 = time.time(), time.perf_counter()
+        for _ in s.epoch_steps(steps, epoch):
+            x, y = next(batches)
+            loss, logits = step(x.to(device), y.to(device))
+            loss_sum += float(loss) * len(y)
+            correct += int((logits.argmax(dim=1).cpu() == y).sum())
+            seen += len(y)
+        t_epoch = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        acc = evaluate(model, share, device, info.world_size)
+        t_eval = time.perf_counter() - t1
+        if s.log_epoch(epoch, wall, t_epoch, t_eval, loss_sum / seen, correct / seen, acc, seen):
+            break

@@ -1,0 +1,117 @@
+"""Time to accuracy (issue 18): epochs of a real labelled set, held-out accuracy, the sync check.
+
+One small real sweep on the local site: torch-ddp on the embedded digits, 1 rank at batch 128
+and 2 ranks at batch 64 (the same global batch), 3 epochs — then the epochs table, time to
+accuracy, the sync check and the report's convergence part are read back from it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from orchestrator import convergence
+
+from .conftest import run_orch
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    out = tmp_path_factory.mktemp("digits")
+    run_orch("data", "make", "--out", out, "--from", "digits", check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sweep(digits, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tta") / "sweep"
+    for nodes, batch in ((1, 128), (2, 64)):
+        run_orch("sweep", "--nodes", nodes, "--batch-size", batch, "--epochs", 3,
+                 "--target-accuracy", "0.4", "--data", digits, "--warmup", 1, "--out", out,
+                 check=True)
+    return out
+
+
+@pytest.mark.ranks
+def test_epochs_accuracy_time_to_accuracy_and_sync_check(sweep):
+    recs = {r["ranks"]: r for r in json.loads(
+        run_orch("results", sweep, "--format", "json", check=True).stdout)}
+    one, two = recs[1], recs[2]
+    for r in (one, two):
+        assert r["state"] == "COMPLETED", r["reason"]
+        assert r["epochs"] == 3 and r["target_accuracy"] == 0.4
+        # LeNet-5 learns the digits: far above chance (0.1) after at most 3 epochs
+        assert r["best_test_acc"] >= 0.4 and r["tta_epochs"] <= 3 and r["tta_s"] > 0
+        assert r["samples_per_s"] > 0  # throughput from the epochs' steps (native window)
+    assert two["sync_check"] == "pass", two["sync_detail"]
+    assert one["run_id"] in two["sync_detail"]
+    ep = pd.read_parquet(sweep / "results" / "epochs.parquet")
+    assert set(ep.columns) >= set(convergence.EPOCH_COLUMNS)
+    stopped = {rid: int(g["epoch"].max()) for rid, g in ep.groupby("run_id")}
+    assert stopped == {one["run_id"]: one["epochs_done"], two["run_id"]: two["epochs_done"]}
+    assert len(ep[ep["run_id"] == two["run_id"]]) == 2 * two["epochs_done"]  # both ranks
+    # every rank of a run records the same held-out accuracy (the whole split, summed counts)
+    assert ep.groupby(["run_id", "epoch"])["test_acc"].nunique().max() == 1
+    # each rank trained on its half of the training split each epoch
+    halves = ep[ep["run_id"] == two["run_id"]].groupby("epoch")["samples"].sum()
+    assert (halves == ep[ep["run_id"] == one["run_id"]].groupby("epoch")["samples"].sum()
+            .loc[halves.index]).all()
+
+    report = run_orch("report", sweep, check=True)
+    assert "Time to accuracy" in report.stdout and "Synchronisation check" in report.stdout
+    assert (sweep / "report" / "accuracy.png").stat().st_size > 10_000
+    assert "accuracy.png" in (sweep / "report" / "report.md").read_text()
+
+
+def _curve(losses, accs):
+    return pd.DataFrame({"epoch": range(1, len(losses) + 1), "train_loss": losses,
+                         "test_acc": accs, "elapsed_s": range(1, len(losses) + 1)})
+
+
+def test_sync_check_fails_ranks_that_drift_apart():
+    run = {"run_id": "b", "mode": "torch-ddp", "options": "{}", "ranks": 2, "batch_size": 64}
+    ref = {"run_id": "a", "batch_size": 128}
+    same = _curve([2.3, 2.2, 1.9], [0.2, 0.35, 0.55])
+    close = _curve([2.3 * 1.001, 2.2, 1.9], [0.2, 0.35, 0.55])
+    apart = _curve([2.3, 2.15, 1.8], [0.2, 0.37, 0.6])  # what unsynchronised ranks look like
+    assert convergence.sync_check(run, close, ref, same)[0] == "pass"
+    verdict, detail = convergence.sync_check(run, apart, ref, same)
+    assert verdict == "fail" and "5.263%" in detail
+    async_run = {**run, "mode": "mxnet-kvstore", "options": '{"kvstore": "dist_async"}'}
+    assert convergence.sync_check(async_run, apart, ref, same)[0] == "async"
+    assert convergence.sync_check(run, apart, None, None)[0] is None
+
+
+def test_time_to_accuracy_reached_and_not():
+    curve = _curve([2.3, 2.2, 1.9], [0.2, 0.35, 0.55])
+    got = convergence.run_summary({"target_accuracy": 0.3}, curve)
+    assert (got["tta_s"], got["tta_epochs"], got["best_test_acc"]) == (2.0, 2, 0.55)
+    got = convergence.run_summary({"target_accuracy": 0.9}, curve)
+    assert got["tta_s"] is None and "not reached in 3 epoch(s)" in got["tta_reason"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--epochs", "2"], "--epochs: needs --data DIR of a labelled data set"),
+        (["--epochs", "2", "--data", "DIGITS", "--mode", "horovod"],
+         "mode 'horovod' does not train epochs yet"),
+        (["--target-accuracy", "0.5"], "--target-accuracy: give --epochs N too"),
+        (["--epochs", "2", "--data", "DIGITS", "--target-accuracy", "0"], "in (0, 1]"),
+        (["--epochs", "0", "--data", "DIGITS"], "--epochs 0: between 1 and"),
+    ],
+)
+def test_bad_epoch_input(digits, tmp_path, args, message):
+    args = [str(digits) if a == "DIGITS" else a for a in args]
+    proc = run_orch("sweep", "--nodes", "1", *args, "--out", tmp_path / "x", "--dry-run")
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_epochs_refuse_random_images(tmp_path):
+    run_orch("data", "make", "--out", tmp_path / "rand", "--samples", 50, check=True)
+    proc = run_orch("sweep", "--nodes", "1", "--epochs", "1", "--data", tmp_path / "rand",
+                    "--out", tmp_path / "x", "--dry-run")
+    assert proc.returncode == 2 and "random images without a held-out split" in proc.stderr

@@ -1,0 +1,225 @@
+"""Packed sweeps (orch sweep --pack / --array) on the real 4-node test Slurm cluster, and the
+pack and array job scripts as golden files.
+
+One packed sweep does most of the work: submitted without waiting, its allocation is
+cancelled once its first run has started (every run is then cut off), and the same sweep
+run again resubmits them all as one new pack, in which one failing step does not stop the
+run beside it. Under CI=true these run (a missing cluster fails them); elsewhere they skip.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import pack, protocol
+from orchestrator import site as sitemod
+from orchestrator.backends.slurm_pack import minutes, packed_state
+from orchestrator.render import render_run
+from orchestrator.rundir import JobRecord, Prepared
+from orchestrator.sweep import SweepSpec, expand
+
+from .conftest import run_orch
+from .test_render import check_golden
+
+ITERS, WARMUP = 3, 1
+# n3 and n2 have a rank 1, which fails at its first iteration; n1 has not and completes.
+SWEEP = ("sweep", "--site", "testcluster", "--nodes", "1,2,3", "--pack", "--iters", ITERS,
+         "--warmup", WARMUP, "--inject-failure", "1@1")
+
+
+def ledger(out: Path) -> dict[str, dict]:
+    return {d.name: json.loads((d / protocol.JOB_FILE).read_text())
+            for d in sorted(out.iterdir()) if (d / protocol.JOB_FILE).exists()}
+
+
+def packs(out: Path) -> list[Path]:
+    return sorted((out / protocol.PACKS_DIR).iterdir())
+
+
+def by_nodes(out: Path) -> dict[int, Path]:
+    return {json.loads((d / "run.json").read_text())["nodes"]: d
+            for d in out.iterdir() if (d / "run.json").exists()}
+
+
+@pytest.fixture(scope="module")
+def packed(slurm_cluster, tmp_path_factory):
+    """The packed sweep, cut off once and resubmitted: (out, first ledger, second run)."""
+    out = tmp_path_factory.mktemp("packed")
+    run_orch(*SWEEP, "--out", out, "--no-wait", check=True)
+    job = {r["job_id"] for r in ledger(out).values()}
+    assert len(job) == 1, job  # one allocation for the three runs
+    first = by_nodes(out)[3]  # the largest run starts first
+    deadline = time.time() + 120
+    while not (first / protocol.STEP_STARTED_FILE).exists():
+        assert time.time() < deadline, "the pack's first run did not start in 120 s"
+        time.sleep(0.5)
+    subprocess.run(["scancel", job.pop()], check=True, timeout=30)
+    deadline = time.time() + 90
+    while True:  # status (from another process) finalizes the ledger
+        run_orch("status", out, check=True)
+        cut = ledger(out)
+        if all(r["state"] in ("CANCELLED", "TIMEOUT", "FAILED") for r in cut.values()):
+            break
+        assert time.time() < deadline, cut
+        time.sleep(2)
+    second = run_orch(*SWEEP, "--out", out)
+    return out, cut, second
+
+
+def test_cut_off_runs_are_recorded_and_resubmitted(packed):
+    out, cut, second = packed
+    for rec in cut.values():
+        assert rec["state"] == "CANCELLED", rec
+        assert rec["reason"].startswith(protocol.CUT_OFF), rec
+    started = [rec for rid, rec in cut.items() if (out / rid / "attempts" / "1" /
+                                                   protocol.STEP_STARTED_FILE).exists()]
+    assert len(started) == 1 and "this run" in started[0]["reason"]
+    # The next sweep submitted all three again, as one new pack (one sbatch), and kept the
+    # first attempt's files.
+    assert "0 already finished, 3 to submit" in second.stderr, second.stderr
+    assert len(packs(out)) == 2
+    assert all((out / rid / "attempts" / "1" / "job.sbatch").exists() for rid in cut)
+
+
+def test_each_run_is_its_own_step_and_a_failing_step_does_not_stop_the_others(packed):
+    out, _, second = packed
+    assert second.returncode == 1, second.stderr  # two runs fail: exit 1, not a crash
+    recs = ledger(out)
+    jobs = {r["job_id"] for r in recs.values()}
+    assert len(jobs) == 1
+    job = jobs.pop()
+    assert len({r["pack"] for r in recs.values()}) == 1
+    steps = {r["step"] for r in recs.values()}
+    assert len(steps) == 3 and all(s.startswith(f"{job}.") for s in steps), steps
+    nodes = by_nodes(out)
+    state = {n: recs[d.name]["state"] for n, d in nodes.items()}
+    assert state == {3: "FAILED", 2: "FAILED", 1: "COMPLETED"}, recs
+    # n2 and n1 ran side by side on nodes of their own, after n3.
+    times = {n: json.loads((d / protocol.JOB_TIMES_FILE).read_text()) for n, d in nodes.items()}
+    hosts = {n: set(t["hosts"].split(",")) for n, t in times.items()}
+    assert len(hosts[3]) == 3 and len(hosts[2]) == 2 and len(hosts[1]) == 1
+    assert not hosts[2] & hosts[1]
+    assert times[1]["script_started_at"] < times[2]["script_ended_at"]
+    assert times[2]["script_started_at"] >= times[3]["script_ended_at"] - 1
+    for d in nodes.values():
+        assert (d / f"slurm-{job}.out").exists() and (d / protocol.PROVENANCE_FILE).exists()
+    # Slurm agrees: one job, one step per run, named after the run.
+    res = subprocess.run(["sacct", "-n", "-P", "-j", job, "-o", "JobID,JobName"],
+                         capture_output=True, text=True, timeout=60)
+    named = dict(line.split("|") for line in res.stdout.split())
+    assert {named[r["step"]] for r in recs.values()} == set(recs)
+    # gather: a row per run, the failed ones with their reason.
+    gathered = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    assert len(gathered) == 3
+    failed = [r for r in gathered if r["state"] == "FAILED"]
+    assert len(failed) == 2 and all(r["reason"] for r in failed)
+
+
+def test_array_runs_same_shape_runs_as_one_job_array(slurm_cluster, tmp_path):
+    out = tmp_path / "array"
+    run_orch("sweep", "--site", slurm_cluster, "--nodes", "1", "--repeats", 2, "--array",
+             "--iters", ITERS, "--warmup", WARMUP, "--out", out, check=True)
+    recs = ledger(out)
+    assert len(recs) == 2 and len(packs(out)) == 1
+    ids = sorted(r["job_id"] for r in recs.values())
+    base = ids[0].split("_")[0]
+    assert ids == [f"{base}_0", f"{base}_1"]
+    assert all(r["state"] == "COMPLETED" for r in recs.values()), recs
+    for rid, rec in recs.items():
+        assert (out / rid / f"slurm-{rec['job_id']}.out").exists()
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (("--site", "testcluster", "--pack", "--array"), "--pack and --array exclude each other"),
+    (("--site", "local", "--pack"), "--pack: site 'local'"),
+    (("--site", "testcluster", "--pack", "--nodes", "8"), "8"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    proc = run_orch("sweep", *args, "--out", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "out").exists()
+
+
+def _group(kind: str, nodes: tuple[int, ...], repeats: int = 1):
+    site = sitemod.load("testcluster")[0]
+    runs = expand(SweepSpec(nodes=nodes, repeats=repeats, iters=ITERS, warmup=WARMUP), site)
+    out = Path("/scratch/runs")
+    prepared = [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
+                         "submit") for r in runs]
+    return site, out, pack.groups(prepared, site, kind)
+
+
+@pytest.mark.parametrize(("kind", "nodes", "repeats"), [("pack", (1, 2, 4), 1),
+                                                        ("array", (1,), 2)])
+def test_pack_and_array_scripts_golden(tmp_path, kind, nodes, repeats):
+    site, out, groups = _group(kind, nodes, repeats)
+    assert len(groups) == 1
+    name = f"{kind}-1-ib-000000"
+    text = pack.render(groups[0], site, out, out / "packs" / name, name)
+    check_golden(f"{kind}.testcluster.ib.sbatch", text)
+    script = tmp_path / "s.sh"
+    script.write_text(text)
+    subprocess.run(["bash", "-n", str(script)], check=True)
+
+
+def test_packed_job_script_golden():
+    """A packed run's srun keeps to the nodes its pack gave it and is named after the run."""
+    site = sitemod.load("testcluster")[0]
+    run = expand(SweepSpec(nodes=(2,)), site)[0]
+    env = site.environment(run.framework)
+    env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
+    r = render_run(run, site, site.partition("ib"), env, Path("/scratch/runs") / run.run_id,
+                   Path("/scratch/runs/.orch/lib-0123456789ab"), packed=True)
+    check_golden("torch-ddp.testcluster.ib.packed.job.sbatch", r.job_script)
+    assert '--nodelist="$SLURM_JOB_NODELIST"' in r.job_script
+
+
+def test_pack_order_and_time():
+    """Largest first; the allocation's time is what the runs need in that order."""
+    _, _, groups = _group("pack", (1, 2, 4), 2)
+    assert [p.run.nodes for p in groups[0].members] == [4, 4, 2, 2, 1, 1]
+    # 4, 4 one after another, then 2 beside 2, then 1 beside 1: four slots of 11 min; and
+    # 4, then 2 beside 1: two.
+    sizes = [(p.run.nodes, 11) for p in groups[0].members]
+    assert pack.makespan_min(sizes, 4) == 44
+    assert pack.makespan_min([(4, 11), (2, 11), (1, 11)], 4) == 22
+    _, _, arrays = _group("array", (1, 2), 2)
+    assert sorted(len(g.members) for g in arrays) == [2, 2]
+
+
+@pytest.mark.parametrize(("alloc", "times", "started", "cancel", "step", "want"), [
+    (("RUNNING", "RUNNING"), None, False, False, None, "PENDING"),
+    (("RUNNING", "RUNNING"), None, True, False, None, "RUNNING"),
+    (("RUNNING", "RUNNING"), {"exit_status": 0}, True, False, None, "COMPLETED"),
+    (("RUNNING", "RUNNING"), {"exit_status": 124}, True, False, None, "TIMEOUT"),
+    (("RUNNING", "RUNNING"), {"exit_status": 1}, True, False, None, "FAILED"),
+    (("RUNNING", "RUNNING"), {"exit_status": 143}, True, False, "CANCELLED", "CANCELLED"),
+    (("RUNNING", "RUNNING"), None, False, True, None, "CANCELLED"),
+    (("RUNNING", "RUNNING"), {"exit_status": 143, "cut_off": True}, True, False, None,
+     "RUNNING"),
+    (("TIMEOUT", "TIMEOUT"), {"exit_status": 143, "cut_off": True}, True, False, None,
+     "TIMEOUT cut"),
+    (("CANCELLED", "CANCELLED"), {"exit_status": 143, "cut_off": True}, True, False,
+     "CANCELLED", "CANCELLED cut"),
+    (("CANCELLED", "CANCELLED"), None, False, False, None, "CANCELLED cut"),
+    (("COMPLETED", "COMPLETED"), None, True, False, None, "FAILED cut"),
+])
+def test_packed_run_state(alloc, times, started, cancel, step, want):
+    state, reason = packed_state("7", alloc, times, started, cancel, step)
+    assert state == want.split()[0]
+    assert reason.startswith(protocol.CUT_OFF) == want.endswith("cut"), reason
+
+
+@pytest.mark.parametrize(("text", "want"), [("infinite", None), ("30", 30), ("30:00", 30),
+                                            ("01:30:00", 90), ("2-00:00:00", 2880),
+                                            ("1-12", 2160), ("00:10:30", 11), ("UNLIMITED", None)])
+def test_partition_time_limits(text, want):
+    """sinfo's %l, which a pack's time must fit (else: one line, exit 2)."""
+    assert minutes(text) == want
