@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import backends, containers, fabric, provenance, rundir, verdict
+from . import backends, containers, fabric, faults, provenance, rundir, verdict
 from . import pack as packing
 from .render import Rendered, render_run, sbatch_options
 from .rundir import TERMINAL, JobRecord, Prepared
@@ -84,7 +84,7 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
             record = rundir.read_record(rdir)
         except rundir.DamagedFile:
             record = None
-        attempt = 1
+        attempt, history = 1, []
         if record is None and rdir.is_dir():
             # No readable ledger, yet maybe an earlier attempt's files: keep them, never
             # overwrite or append to them (they move to attempts/<n>/).
@@ -94,13 +94,14 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
                 prepared.append(Prepared(run, rdir, record, "skip"))
                 continue
             attempt = rundir.archive_attempt(rdir, record)
-            record = None
+            history, record = record.history, None
         if record is not None and record.state in ("PENDING", "RUNNING"):
             prepared.append(Prepared(run, rdir, record, "wait"))
             continue
         rendered = render_for(run, site, out, lib, images, packed)
         scripts = provenance.rendered_files(rendered)
-        record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler)
+        record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler,
+                           history=history)
         rundir.materialise(rdir, run, scripts,
                            provenance.build(run, site, rdir, lib, scripts,
                                             images.get(run.framework), study=study), record)
@@ -110,13 +111,16 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
 
 def execute(prepared: list[Prepared], site: Site, wait: bool = True,
             on_event: Event | None = None, require_fabric: bool = False,
-            on_progress: Progress | None = None, pack: str | None = None) -> list[JobRecord]:
+            on_progress: Progress | None = None, pack: str | None = None,
+            policy: faults.FaultPolicy | None = faults.FaultPolicy()) -> list[JobRecord]:
     """Submit the runs that need it; with ``wait``, follow every run to a terminal state.
 
     ``require_fabric``: a run whose fabric verdict is ``mismatch`` is FAILED (the requirement
     is kept in the run directory, so a later ``orch status``/``gather`` finalizes alike).
     ``pack``: "pack" or "array": the runs go out as packs or job arrays (orchestrator/pack.py),
-    then are followed like any other."""
+    then are followed like any other.
+    ``policy``: hang timeouts and retries while waiting (faults.py); None: neither. A retry
+    goes out as a job of its own, packed or not."""
     on_event = on_event or (lambda run, record: None)
     for p in prepared:
         if p.action == "submit":
@@ -125,6 +129,7 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
     for name in sorted({p.run.partition for p in prepared if p.action != "skip"}):
         sched.check(site.partition(name))
     live: list[Prepared] = [p for p in prepared if p.action == "wait"]
+    guard = _guard(site, sched, policy) if policy is not None else None
     if pack is not None:
         live += packing.submit(prepared, site, pack, on_event)
     for p in prepared:
@@ -140,17 +145,30 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
         current = Prepared(p.run, p.rdir, record, "wait")
         if sched.sequential:
             # One job at a time (the local site): concurrent runs would distort each other.
-            follow([current], sched, on_event, on_progress)
+            follow([current], sched, on_event, on_progress, guard)
         else:
             live.append(current)
     if wait and live:
-        follow(live, sched, on_event, on_progress)
+        follow(live, sched, on_event, on_progress, guard)
     return [rundir.read_record(p.rdir) or p.record for p in prepared]
 
 
+def _guard(site: Site, sched: backends.Scheduler, policy: faults.FaultPolicy) -> faults.Guard:
+    """The fault guard of one wait: it resubmits a retry with the run's own job options plus
+    the nodes to keep off."""
+    def submit(p: Prepared, extra: dict[str, str]) -> str:
+        partition = site.partition(p.run.partition)
+        return sched.submit(p.run, p.rdir, partition,
+                            {**sbatch_options(p.run, partition, p.rdir.resolve()), **extra})
+
+    return faults.Guard(policy, sched, submit,
+                        partition_nodes=lambda run: site.partition(run.partition).nodes)
+
+
 def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event,
-           on_progress: Progress | None = None) -> None:
-    """Poll until every run is terminal, finalizing each as it ends."""
+           on_progress: Progress | None = None, guard: faults.Guard | None = None) -> None:
+    """Poll until every run is terminal, finalizing each as it ends (``guard``: hangs are
+    cancelled as HUNG, infrastructure failures come back as retries to follow)."""
     pending = {p.run.run_id: p for p in live}
     last: dict[str, str] = {rid: p.record.state for rid, p in pending.items()}
     if on_progress:
@@ -166,25 +184,34 @@ def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event,
                             [p.rdir for p in pending.values()])
         for rid, (state, reason) in states.items():
             p = pending[rid]
+            if guard is not None:
+                p, state, reason = guard.observe(p, state, reason)
+                pending[rid] = p
             if state in TERMINAL:
                 record = finalize(p.run, p.rdir, p.record, state, reason)
-                rundir.write_record(p.rdir, record)
+                record = rundir.write_record(p.rdir, record)
                 on_event(p.run, record)
                 del pending[rid]
                 changed = True
                 state = record.state  # orch's verdict (a COMPLETED job may be FAILED)
+                retry = guard.after(p, record) if guard is not None else None
+                if retry is not None:
+                    on_event(p.run, retry.record)
+                    if retry.record.state not in TERMINAL:
+                        pending[rid], state = retry, retry.record.state
             elif state != last.get(rid):
                 changed = True
                 record = p.record.model_copy(update={"state": state,
                                                      "step": packing.step_of(p.rdir, p.record)})
-                rundir.write_record(p.rdir, record)
+                record = rundir.write_record(p.rdir, record)
                 pending[rid] = Prepared(p.run, p.rdir, record, "wait")
                 on_event(p.run, record)
             last[rid] = state
         if on_progress:
             on_progress(dict(last))
         if pending:
-            poll_s = POLL_MIN_S if changed else min(POLL_MAX_S, poll_s * POLL_BACKOFF)
+            poll_s = POLL_MIN_S if changed else min(POLL_MAX_S, poll_s * POLL_BACKOFF,
+                                                    guard.max_poll_s if guard else POLL_MAX_S)
             next_poll = time.time() + poll_s
             time.sleep(TICK_S)
 
@@ -201,14 +228,17 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
             if facts["fabric"] == fabric.MISMATCH:
                 state, reason = "FAILED", f"fabric mismatch (--require-fabric): " \
                                           f"{facts['fabric_reason']}"
-    elif state == "FAILED":
-        # The scheduler's word (e.g. NODE_FAIL, a reused job id) and the root cause in the logs.
+    elif state in ("FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "PREEMPTED"):
+        # The scheduler's word (e.g. a reused job id), the job's nodes, and the root cause in
+        # the logs (for a node failure: what the ranks saw of it).
         found = verdict.failure_reason(rdir, run, logs)
-        reason = "; ".join(r for r in (reason, found) if r)
+        on = f"job on {','.join(record.nodes)}" if record.nodes and state != "FAILED" else ""
+        seen = f"the ranks saw: {found}" if found and state != "FAILED" else found
+        reason = "; ".join(r for r in (reason, on, seen) if r)
     elif state == "TIMEOUT":
         reason = reason or f"time limit of {run.time_limit_min} min reached"
     elif state == "CANCELLED":
-        reason = reason or "cancelled"
+        reason = faults.cancel_reason(record, reason)
     return record.model_copy(update={"state": state, "reason": reason or None,
                                      "ended_at": rundir.now(),
                                      "logs_digest": rundir.logs_digest(rdir),
@@ -239,8 +269,11 @@ def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
     return [(run, rundir.read_record(rdir), rdir) for run, _, rdir in entries]
 
 
-def cancel(out: Path, scheduler: str, run_ids: list[str] | None) -> list[str]:
-    """Cancel the named runs (or every unfinished one); returns the run ids cancelled."""
+def cancel(out: Path, scheduler: str, run_ids: list[str] | None,
+           why: str = "orch cancel") -> list[str]:
+    """Cancel the named runs (or every unfinished one); returns the run ids cancelled. The
+    ledger says orch asked (``why``) before the scheduler is told, so the run's reason can tell
+    this from a cancel outside orch."""
     sched = backends.scheduler(scheduler)
     done = []
     for run, record, rdir in refresh(out, scheduler):
@@ -248,9 +281,10 @@ def cancel(out: Path, scheduler: str, run_ids: list[str] | None) -> list[str]:
             continue
         if record.state in TERMINAL:
             continue
+        record = rundir.write_record(rdir, record.model_copy(update={"cancel_requested": why}))
         sched.cancel(record, rdir)
         if sched.cancel_is_final:
-            rundir.write_record(rdir, finalize(run, rdir, record, "CANCELLED", "cancelled"))
+            rundir.write_record(rdir, finalize(run, rdir, record, "CANCELLED", ""))
         done.append(run.run_id)
     if not sched.cancel_is_final and done:
         deadline = time.time() + 60

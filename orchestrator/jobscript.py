@@ -58,11 +58,22 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
         finally:
             times = {"job_id": job_id, "process_started_at": process_start(),
                      "script_started_at": started, "script_ended_at": time.time()}
-            files.write_text_atomic(rdir / protocol.JOB_TIMES_FILE,
+            files.write_text_atomic(attempt_dir(out, rdir) / protocol.JOB_TIMES_FILE,
                                     json.dumps(times, indent=2) + "\n")
     if code != 0:
         raise RuntimeError(f"job.sbatch exited with status {code}")
     return code
+
+
+def attempt_dir(out, rdir: Path) -> Path:
+    """Where this execution's files are now: the directory its open output file is in. orch
+    moves a failed attempt to attempts/<n>/ (a retry) while a dying job may still be ending;
+    the job's last file must follow it there, not land in the next attempt's files."""
+    try:
+        where = Path(os.readlink(f"/proc/self/fd/{out.fileno()}")).parent
+    except (OSError, ValueError):
+        return rdir
+    return where if where.is_dir() else rdir
 
 
 def process_start() -> float | None:

@@ -12,8 +12,11 @@ from __future__ import annotations
 import time
 from typing import TextIO
 
+from .rundir import TERMINAL
+
 PLAIN_EVERY_S = 60.0
-FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT")
+# Every way a run can end other than COMPLETED (rundir.STATES, the one table).
+FAILED_STATES = tuple(sorted(TERMINAL - {"COMPLETED"}))
 
 
 def fmt_s(seconds: float) -> str:

@@ -99,6 +99,25 @@ def rank_log_name(task):
     return f"rank-{int(task)}.jsonl"
 
 
+# A rank's heartbeat (``rank-<task>.beat`` in RANKS_DIR): a thread of the rank rewrites one
+# fixed-width line (sequence number, epoch seconds) every HEARTBEAT_S. The control plane (orch's
+# hang watch) notes when the line last changed by its own clock, so node clocks do not matter:
+# a rank blocked in a collective still beats (its thread runs), a stopped process or a dead
+# node does not. Written in place with pwrite, never truncated: a reader sees the old line or
+# the new one.
+HEARTBEAT_S = 1.0
+
+
+def heartbeat_name(task):
+    """``rank-<task>.beat``: the task's heartbeat file."""
+    return f"rank-{int(task)}.beat"
+
+
+def heartbeat_line(seq, when):
+    """One heartbeat, always the same width (31 bytes)."""
+    return f"{int(seq) % 10 ** 12:012d} {when:017.3f}\n".encode()
+
+
 def rank_out_name(task):
     """``rank-<task>.out``: the task's stdout and stderr."""
     return f"rank-{int(task)}.out"

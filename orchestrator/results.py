@@ -81,6 +81,7 @@ def merge(out: Path) -> pd.DataFrame:
             reason=record.reason if record else None,
             job_id=record.job_id if record else None,
             attempt=record.attempt if record else 0,
+            attempts=attempts_summary(record) if record else None,
             study=_study_of(rdir),
         )
         runs.append(info)
@@ -221,6 +222,17 @@ def records(runs: pd.DataFrame) -> list[dict]:
     for rec in out:
         rec["options"] = json.loads(rec["options"]) if rec.get("options") else {}
     return out
+
+
+def attempts_summary(record: JobRecord) -> str:
+    """How each attempt of a run ended, in order (``HUNG→COMPLETED``), from its history; the
+    result set holds the last attempt's measurements, earlier ones stay in attempts/<n>/."""
+    ends: dict[int, str] = {}
+    for event in record.history:
+        if event.state in TERMINAL:
+            ends[event.attempt] = event.state
+    ends[record.attempt] = record.state
+    return "→".join(ends[a] for a in sorted(ends))
 
 
 def reverify(run: Run, rdir: Path, record: JobRecord) -> JobRecord:

@@ -2,14 +2,16 @@
 
     <out>/<run-id>/run.json      the Run record (what was asked)
     <out>/<run-id>/job.sbatch    rendered allocation script;  launch.sh: one rank
-    <out>/<run-id>/job.json      ledger entry: job id, state, reason (rewritten atomically)
+    <out>/<run-id>/job.json      ledger entry: job id, state, reason, nodes, and the history of
+                                 every state change of every attempt (rewritten atomically)
     <out>/<run-id>/ranks/        rank-<k>.jsonl (measurements) and rank-<k>.out (stdout/stderr)
     <out>/<run-id>/attempts/<n>/ an earlier attempt, moved aside, never deleted
     <out>/.orch/lib-<hash>/      the rank-side code the runs import
     <out>/results/               merged result set (Parquet)
 
 Nothing measured is overwritten: a finished run is skipped; a retried run's old files move to
-attempts/ first.
+attempts/ first (``--retry-failed``, or an automatic retry after a node failure or a hang:
+faults.py), so the run directory always holds the latest attempt.
 """
 
 from __future__ import annotations
@@ -20,22 +22,56 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import files, protocol
 from .errors import UserError
 from .staging import lib_path, stage_lib
 from .sweep import Run
 
-__all__ = ["TERMINAL", "JobRecord", "Prepared", "archive_attempt", "find_run", "lib_path",
-           "materialise", "read_record", "read_run", "run_dir", "run_dirs", "stage_lib",
-           "write_json_atomic", "write_record"]
+__all__ = ["RETRYABLE", "STATES", "TERMINAL", "Event", "JobRecord", "Prepared",
+           "archive_attempt", "find_run", "lib_path", "materialise", "next_attempt",
+           "read_record", "read_run", "run_dir", "run_dirs", "stage_lib", "write_json_atomic",
+           "write_record"]
 
-State = Literal["NEW", "PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"]
-TERMINAL: frozenset[str] = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"})
+# orch's run states, the one table: state -> (terminal, retried by --max-retries, meaning).
+# The scheduler backends map their own words onto these (backends/slurm.py SLURM_STATES).
+# Retried: failures of the infrastructure, not of the workload; a run that failed by its own
+# fault (FAILED, OUT_OF_MEMORY, TIMEOUT) would fail the same way again.
+STATES: dict[str, tuple[bool, bool, str]] = {
+    "NEW": (False, False, "prepared, not submitted"),
+    "PENDING": (False, False, "submitted, waiting for its nodes"),
+    "RUNNING": (False, False, "its job runs"),
+    "COMPLETED": (True, False, "every rank's log proves the run finished"),
+    "FAILED": (True, False, "a rank failed, or the logs do not prove the run finished"),
+    "OUT_OF_MEMORY": (True, False, "the scheduler killed the job for its memory use"),
+    "TIMEOUT": (True, False, "the job reached its time limit"),
+    "CANCELLED": (True, False, "cancelled (by orch, or outside it: the reason says which)"),
+    "HUNG": (True, True, "no iteration progress for the hang timeout; cancelled by orch"),
+    "NODE_FAIL": (True, True, "a node of the job failed"),
+    "BOOT_FAIL": (True, True, "a node of the job failed to boot"),
+    "PREEMPTED": (True, True, "the scheduler preempted the job"),
+}  # fmt: skip
+State = Literal[tuple(STATES)]  # type: ignore[valid-type]
+TERMINAL: frozenset[str] = frozenset(s for s, (end, _, _) in STATES.items() if end)
+RETRYABLE: frozenset[str] = frozenset(s for s, (_, retry, _) in STATES.items() if retry)
+
+
+class Event(BaseModel):
+    """One state change of one attempt of a run (the ledger's history)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    at: float  # epoch seconds, when orch saw it
+    attempt: int
+    state: State
+    job_id: str | None = None
+    nodes: list[str] | None = None
+    reason: str | None = None
+
 
 class JobRecord(BaseModel):
-    """One run's ledger entry."""
+    """One run's ledger entry: its current attempt, and the history of every attempt."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -50,6 +86,13 @@ class JobRecord(BaseModel):
     # Digest of the rank logs when the run was finalized: gather re-checks a run whose logs
     # changed since (truncated, emptied, deleted).
     logs_digest: str | None = None
+    nodes: list[str] | None = None  # the job's nodes, once the scheduler names them
+    excluded: list[str] = Field(default_factory=list)  # nodes this attempt was kept off
+    retries: int = 0  # automatic retries (--max-retries) that led to this attempt
+    # Set before orch itself cancels the job ("orch cancel", "hang", ...): a CANCELLED job
+    # without it was cancelled outside orch (scancel, an administrator).
+    cancel_requested: str | None = None
+    history: list[Event] = Field(default_factory=list)
     # Packed sweeps (orch sweep --pack/--array, orchestrator/pack.py): the pack's name (its
     # directory under packs/ and its Slurm job name), and the run's own job step (JOBID.STEP).
     pack: str | None = None
@@ -130,8 +173,30 @@ def read_record(rdir: Path) -> JobRecord | None:
     return _read_model(path, JobRecord, "ledger entry")
 
 
-def write_record(rdir: Path, record: JobRecord) -> None:
+def write_record(rdir: Path, record: JobRecord) -> JobRecord:
+    """Write a run's ledger entry, its history brought up to date: a change of attempt, state,
+    job id or reason appends an event (with the job's nodes, once known). Returns the record
+    as written (keep it: the next write starts from its history).
+
+    Every writer of a ledger comes through here, so no state change goes unrecorded; a caller
+    holding an older copy cannot drop events another writer added (the longer history on disk
+    wins when it extends the caller's)."""
+    history = list(record.history)
+    try:
+        disk = read_record(rdir)
+    except DamagedFile:
+        disk = None
+    if disk is not None and len(disk.history) > len(history) \
+            and disk.history[:len(history)] == history:
+        history = list(disk.history)
+    last = history[-1] if history else None
+    if last is None or (last.attempt, last.state, last.job_id, last.reason) != (
+            record.attempt, record.state, record.job_id, record.reason):
+        history.append(Event(at=now(), attempt=record.attempt, state=record.state,
+                             job_id=record.job_id, nodes=record.nodes, reason=record.reason))
+    record = record.model_copy(update={"history": history})
     write_json_atomic(rdir / protocol.JOB_FILE, record.model_dump(mode="json"))
+    return record
 
 
 def read_run(rdir: Path) -> Run:
@@ -188,6 +253,30 @@ def archive_attempt(rdir: Path, record: JobRecord) -> int:
         if child.name not in ("attempts", "run.json"):
             shutil.move(str(child), dest / child.name)
     return record.attempt + 1
+
+
+def next_attempt(rdir: Path, record: JobRecord, keep: tuple[str, ...] = (),
+                 **updates) -> JobRecord:
+    """Set up the next attempt of a run in place: this attempt's files (scripts, rank logs,
+    job output, ledger) move to attempts/<n>/, and the attempt's inputs (the scripts named in
+    provenance.json, provenance.json itself, and ``keep``) are copied back, so the retry runs
+    the very same scripts into fresh files. Returns the new attempt's record (state NEW,
+    carrying the history and ``updates``); nothing measured is touched."""
+    import json
+
+    n = archive_attempt(rdir, record)
+    src = rdir / "attempts" / str(n - 1)
+    try:
+        prov = json.loads((src / protocol.PROVENANCE_FILE).read_text())
+        scripts = list(prov.get("scripts", {}).get("files", {}))
+    except (OSError, ValueError, AttributeError):
+        scripts = ["job.sbatch", "launch.sh"]
+    for name in (*scripts, protocol.PROVENANCE_FILE, *keep):
+        if (src / name).is_file() and "/" not in name:
+            shutil.copy2(src / name, rdir / name)
+    fresh = JobRecord(run_id=record.run_id, attempt=n, scheduler=record.scheduler,
+                      history=record.history, excluded=record.excluded, retries=record.retries)
+    return fresh.model_copy(update=updates)
 
 
 def now() -> float:

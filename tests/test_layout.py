@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("render", ("orchestrator.render", "orchestrator.containers")),
     ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
               "orchestrator.fabric", "orchestrator.progress", "orchestrator.pack",
-              "orchestrator.execute")),
+              "orchestrator.watch", "orchestrator.faults", "orchestrator.execute")),
     ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze",
                  "orchestrator.convergence")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",

@@ -36,6 +36,8 @@ class Scheduler:
     * ``runs_here``: ranks run on this machine, so their Python must exist here;
     * ``hand_verb`` / ``hand_command`` / ``hand_note``: how a user runs ``job.sbatch`` by hand
       (the comment at the top of every job script);
+    * ``excludes_nodes``: a job can be kept off named nodes (a retry after a node failure);
+      without, exclusion is a no-op, and orch says so.
     * ``packs``: runs a sweep's runs as steps of one allocation or as a job array (``orch
       sweep --pack/--array``, :meth:`submit_script`).
     """
@@ -48,6 +50,7 @@ class Scheduler:
     hand_verb: ClassVar[str] = "Submit by hand"
     hand_command: ClassVar[str] = "sbatch"
     hand_note: ClassVar[str] = ""
+    excludes_nodes: ClassVar[bool] = False
     packs: ClassVar[bool] = False
 
     @property
@@ -81,6 +84,18 @@ class Scheduler:
 
     def cancel(self, record: Any, rdir: Path) -> None:
         raise NotImplementedError
+
+    def nodes(self, records: list) -> dict[str, list[str]]:
+        """run_id -> the host names of each record's job, where the scheduler names them."""
+        return {}
+
+    def failed_nodes(self, record: Any, rdir: Path) -> tuple[list[str], str]:
+        """The nodes of a record's job that failed (NODE_FAIL, BOOT_FAIL), and the evidence."""
+        return [], ""
+
+    def exclude_options(self, nodes: list[str]) -> dict[str, str]:
+        """The job options that keep a job off ``nodes`` (none where that is impossible)."""
+        return {}
 
 
 class Launcher:

@@ -21,6 +21,7 @@ class LocalScheduler(Scheduler):
     hand_verb = "Run by hand"
     hand_command = "bash"
     hand_note = "(local site: no scheduler, ranks are local processes)"
+    # excludes_nodes stays False: every "node" is this machine, there is nothing to avoid.
 
     def __init__(self) -> None:
         self._jobs: dict[str, object] = {}

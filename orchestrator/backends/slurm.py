@@ -6,12 +6,15 @@ through ``additional_parameters`` so that submitit still waits for one result, w
 script's own ``srun``/``mpirun`` starts the ranks. That is how orch supports MPI-style
 launchers, which submitit alone does clumsily.
 
-States: one map from Slurm's job states to orch's (PENDING, RUNNING, COMPLETED, FAILED,
-CANCELLED, TIMEOUT). A scheduler's COMPLETED is then checked against the rank logs.
+States: one map from Slurm's job states to orch's (rundir.STATES: PENDING, RUNNING,
+COMPLETED, FAILED, CANCELLED, TIMEOUT, and NODE_FAIL, BOOT_FAIL, PREEMPTED, OUT_OF_MEMORY kept
+as Slurm names them: the first three are retried, excluding the failed nodes). A scheduler's
+COMPLETED is then checked against the rank logs.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,11 +34,14 @@ SLURM_STATES = {
     "RUNNING": "RUNNING", "COMPLETING": "RUNNING", "STAGE_OUT": "RUNNING",
     "SUSPENDED": "RUNNING", "RESIZING": "RUNNING", "SIGNALING": "RUNNING", "STOPPED": "RUNNING",
     "COMPLETED": "COMPLETED",
-    "FAILED": "FAILED", "NODE_FAIL": "FAILED", "BOOT_FAIL": "FAILED", "OUT_OF_MEMORY": "FAILED",
-    "SPECIAL_EXIT": "FAILED",
-    "CANCELLED": "CANCELLED", "PREEMPTED": "CANCELLED", "REVOKED": "CANCELLED",
+    "FAILED": "FAILED", "SPECIAL_EXIT": "FAILED",
+    "NODE_FAIL": "NODE_FAIL", "BOOT_FAIL": "BOOT_FAIL", "OUT_OF_MEMORY": "OUT_OF_MEMORY",
+    "PREEMPTED": "PREEMPTED",
+    "CANCELLED": "CANCELLED", "REVOKED": "CANCELLED",
     "TIMEOUT": "TIMEOUT", "DEADLINE": "TIMEOUT",
 }  # fmt: skip
+# Job states in which a job is held still on purpose (scontrol suspend, sbcast stop).
+PAUSED = ("SUSPENDED", "STOPPED")
 
 
 def slurm_state(raw: str) -> tuple[str, str]:
@@ -54,6 +60,8 @@ def slurm_state(raw: str) -> tuple[str, str]:
     state = SLURM_STATES.get(word)
     if state is None:
         return "FAILED", f"Slurm state {text or '(empty)'}"
+    if word in PAUSED:  # running, yet making no progress by design: the hang watch waits
+        return state, f"Slurm state {word}"
     if state in ("PENDING", "RUNNING", "COMPLETED") or (text == state and state != "FAILED"):
         return state, ""
     return state, f"Slurm state {word if text.split()[0] != word else text}"
@@ -81,6 +89,7 @@ class SlurmScheduler(Scheduler):
 
     name = "slurm"
     hand_note = "(paths are absolute; rank logs go to ranks/)"
+    excludes_nodes = True
     packs = True
 
     def check(self, partition) -> None:
@@ -189,6 +198,116 @@ class SlurmScheduler(Scheduler):
             return
         if record.job_id:  # an array run's JOBID_k cancels that array task alone
             subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)
+
+    def nodes(self, records) -> dict[str, list[str]]:
+        """run_id -> the job's nodes (squeue's NodeList, else sacct's), expanded."""
+        ids = {r.job_id: r.run_id for r in records if r.job_id}
+        if not ids:
+            return {}
+        found = _node_lists(["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o",
+                             "%i|%N"])
+        missing = [i for i in ids if not found.get(i)]
+        if missing:
+            found.update(_node_lists(["sacct", "-X", "-n", "-P", "-j", ",".join(missing),
+                                      "-o", "JobIDRaw,NodeList"]))
+        return {ids[i]: expand_hostlist(v) for i, v in found.items()
+                if i in ids and expand_hostlist(v)}
+
+    def failed_nodes(self, record, rdir: Path) -> tuple[list[str], str]:
+        """Which of the job's nodes failed, from three witnesses: the node events slurmdbd
+        recorded while the job ran (a node set DOWN/DRAIN/FAIL; ReturnToService may have
+        brought it back since), the nodes sinfo shows down or drained now, and srun's 'Node
+        failure on X' line in the job output."""
+        if not record.job_id:
+            return [], ""
+        info = _run(["sacct", "-X", "-n", "-P", "-j", record.job_id, "-o",
+                     "JobIDRaw,Start,End,NodeList"])
+        start = end = ""
+        nodes = list(record.nodes or [])
+        for line in info.splitlines():
+            parts = line.split("|")
+            if len(parts) == 4 and parts[0] == record.job_id:
+                start, end = parts[1], parts[2]
+                nodes = nodes or expand_hostlist(parts[3])
+        evidence: dict[str, str] = {}
+        if nodes and start and start != "Unknown":
+            events = _run(["sacctmgr", "-n", "-P", "show", "event", f"nodes={','.join(nodes)}",
+                           f"start={start}", "format=NodeName,TimeStart,State,Reason"])
+            for node, when, state, reason in _events(events):
+                if (node in nodes and when >= start and (end in ("", "Unknown") or when <= end)
+                        and state.upper().startswith(("DOWN", "DRAIN", "FAIL"))):
+                    evidence.setdefault(node, f"{node} {state} at {when}"
+                                              + (f" ({reason})" if reason else ""))
+        if nodes:
+            for line in _run(["sinfo", "-h", "-N", "-n", ",".join(nodes), "-o",
+                              "%N|%t"]).splitlines():
+                node, _, state = line.partition("|")
+                if node in nodes and state.rstrip("*~#$@+-^!%").lower() in _BAD_NODE_STATES:
+                    evidence.setdefault(node, f"{node} is {state} now")
+        for out in sorted(rdir.glob("slurm-*.out")):
+            try:
+                text = out.read_text(errors="replace")
+            except OSError:
+                continue
+            for node in _NODE_FAILURE.findall(text):
+                evidence.setdefault(node, f"srun: Node failure on {node}")
+        return sorted(evidence), "; ".join(evidence[n] for n in sorted(evidence))
+
+    def exclude_options(self, nodes: list[str]) -> dict[str, str]:
+        return {"exclude": ",".join(nodes)} if nodes else {}
+
+
+_BAD_NODE_STATES = {"down", "drain", "drng", "drained", "draining", "fail", "failg", "boot_fail",
+                    "maint", "no_respond", "npc", "unk"}
+_NODE_FAILURE = re.compile(r"srun: error: Node failure on (\S+)")
+
+
+def _run(cmd: list[str]) -> str:
+    """A Slurm command's output; empty where it fails (these witnesses are best effort)."""
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return res.stdout if res.returncode == 0 else ""
+
+
+def _events(text: str) -> list[tuple[str, str, str, str]]:
+    out = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) >= 4:
+            out.append((parts[0], parts[1], parts[2], "|".join(parts[3:])))
+    return out
+
+
+def _node_lists(cmd: list[str]) -> dict[str, str]:
+    """job id -> NodeList from an 'id|nodelist' listing (steps and unassigned ones left out)."""
+    found = {}
+    for line in _run(cmd).splitlines():
+        job_id, _, nodes = line.strip().partition("|")
+        if job_id and "." not in job_id and nodes and nodes not in ("None assigned", "(null)"):
+            found[job_id] = nodes
+    return found
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's host list expression -> host names: ``node[1-3,5],gpu[01-02]`` -> node1, node2,
+    node3, node5, gpu01, gpu02 (zero padding kept). Unexpandable text yields nothing."""
+    hosts: list[str] = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text.strip()):
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\]([^\[\]]*)", item)
+        if not m:
+            if re.fullmatch(r"[\w.-]+", item):
+                hosts.append(item)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for part in ranges.split(","):
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                return []
+            for k in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{k:0{len(lo)}d}{suffix}")
+    return hosts
 
 
 def _jobs(ids: list[str]) -> dict[str, tuple[str, str]]:

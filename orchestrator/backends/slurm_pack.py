@@ -18,7 +18,12 @@ from pathlib import Path
 from .. import protocol
 from ..errors import SubmitError
 
-TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT")
+# orch's terminal states an allocation can be in (slurm.SLURM_STATES' values; rundir.STATES).
+TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
+            "PREEMPTED", "OUT_OF_MEMORY")
+# An allocation that ended so leaves its cut-off runs in the same state (a node failure is
+# retried by orch sweep --max-retries); any other end leaves them FAILED.
+_PASSED_ON = ("TIMEOUT", "CANCELLED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED")
 Jobs = Callable[[list[str]], dict[str, tuple[str, str]]]
 StateOf = Callable[[str], tuple[str, str]]
 # timeout(1)'s exit status when the run's own time limit ended it.
@@ -101,10 +106,10 @@ def packed_state(job_id: str, alloc: tuple[str, str] | None, times: dict | None,
 
 
 def _cut_off(job_id: str, alloc_state: str, word: str, when: str) -> tuple[str, str]:
-    """A run the allocation's end cut off: TIMEOUT or CANCELLED as the allocation; an
-    allocation that ended otherwise (its script died) leaves it FAILED. Either way the reason
-    starts with CUT_OFF, so the next sweep submits it again."""
-    state = alloc_state if alloc_state in ("TIMEOUT", "CANCELLED") else "FAILED"
+    """A run the allocation's end cut off: TIMEOUT, CANCELLED, NODE_FAIL, ... as the
+    allocation; an allocation that ended otherwise (its script died) leaves it FAILED.
+    Either way the reason starts with CUT_OFF, so the next sweep submits it again."""
+    state = alloc_state if alloc_state in _PASSED_ON else "FAILED"
     how = word or alloc_state
     return state, f"{protocol.CUT_OFF}: allocation {job_id} ended ({how}) {when}"
 

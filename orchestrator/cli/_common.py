@@ -39,7 +39,9 @@ def group(help: str) -> typer.Typer:
                        rich_markup_mode=RICH_MARKUP_MODE, add_completion=False)
 
 STATE_STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "yellow", "TIMEOUT": "red",
-               "RUNNING": "cyan", "PENDING": "blue", "NEW": "dim"}
+               "RUNNING": "cyan", "PENDING": "blue", "NEW": "dim", "HUNG": "magenta",
+               "OUT_OF_MEMORY": "red", "NODE_FAIL": "magenta", "BOOT_FAIL": "magenta",
+               "PREEMPTED": "yellow"}
 
 
 class LazyConsole:
@@ -161,7 +163,10 @@ def print_runs(recs: list[dict]) -> None:
     per_node = len({r.get("tasks_per_node") for r in recs}) > 1
     sizes = ("nodes", "tasks/node", "ranks") if per_node else ("nodes", "ranks")
     tail = ("baseline",) if per_node else ()
-    for c in (*sizes, "samples/s", "speedup", "efficiency", *tail, "fabric", "state", "run"):
+    # Any run retried: how each of its attempts ended (the numbers are the last attempt's).
+    retried = any("→" in str(r.get("attempts") or "") for r in recs)
+    for c in (*sizes, "samples/s", "speedup", "efficiency", *tail, "fabric", "state",
+              *(("attempts",) if retried else ()), "run"):
         table.add_column(c, justify="right" if c in ("nodes", "tasks/node", "ranks",
                                                     "samples/s", "speedup", "efficiency",
                                                     "baseline") else "left")
@@ -178,7 +183,8 @@ def print_runs(recs: list[dict]) -> None:
                 fmt(r.get("efficiency"), ".0%"),
                 *([f"{int(base)} rank{'s' if base != 1 else ''}" if base is not None
                    else "-"] if per_node else []),
-                _fabric_cell(r), f"[{style}]{r['state']}[/]", r["run_id"]]
+                _fabric_cell(r), f"[{style}]{r['state']}[/]",
+                *([str(r.get("attempts") or "-")] if retried else []), r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
 

@@ -70,24 +70,68 @@ def gather(directory: Annotated[Path, SWEEP]) -> None:
     print_runs(results.records(runs_df))
 
 
-def status(directory: Annotated[Path, SWEEP]) -> None:
-    """Each run's state from the ledger and the scheduler, with job ids."""
+def status(
+    directory: Annotated[Path, SWEEP],
+    history: Annotated[bool, typer.Option("--history", help="Every state change of every "
+                                          "attempt: time (UTC), attempt, state, job id, nodes, "
+                                          "reason.")] = False,
+    format: Annotated[str, typer.Option("--format", "-f", help="table or json (json: each "
+                                        "run's ledger entry, its history included).")]
+    = "table",
+) -> None:
+    """Each run's state from the ledger and the scheduler, with job ids and attempts."""
     from rich.table import Table
 
     from .. import execute
 
+    if format not in ("table", "json"):
+        raise UserError(f"--format {format}: valid: table, json")
     d = sweep_dir(directory)
-    table = Table("run", "job", "state", "reason", box=None)
+    entries = [entry for scheduler in schedulers(d) for entry in execute.refresh(d, scheduler)]
+    if format == "json":
+        sys.stdout.write(json.dumps([{"run_id": run.run_id, **record.model_dump(mode="json")}
+                                     for run, record, _ in entries], indent=2) + "\n")
+        return
+    if history:
+        _print_history(entries)
+        return
+    table = Table("run", "job", "attempt", "state", "reason", box=None)
     counts: dict[str, int] = {}
-    for scheduler in schedulers(d):
-        for run, record, _ in execute.refresh(d, scheduler):
-            counts[record.state] = counts.get(record.state, 0) + 1
-            style = STATE_STYLE.get(record.state, "")
-            reason = (record.reason or "").splitlines()[0][:80] if record.reason else ""
-            job = record.step or record.job_id or "-"  # a packed run: its own step
-            table.add_row(run.run_id, job, f"[{style}]{record.state}[/]", reason)
+    for run, record, _ in entries:
+        counts[record.state] = counts.get(record.state, 0) + 1
+        style = STATE_STYLE.get(record.state, "")
+        reason = (record.reason or "").splitlines()[0][:80] if record.reason else ""
+        job = record.step or record.job_id or "-"  # a packed run: its own step
+        table.add_row(run.run_id, job, str(record.attempt), f"[{style}]{record.state}[/]",
+                      reason)
     out_console.print(table)
     out_console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+
+
+def _print_history(entries) -> None:
+    """One row per recorded state change, run by run."""
+    import datetime as dt
+
+    from rich.table import Table
+
+    from ..rundir import Event
+
+    table = Table("run", "time (UTC)", "attempt", "state", "job", "nodes", "reason", box=None)
+    for run, record, _ in entries:
+        # A ledger written before histories were kept: its current state is all there is.
+        events = record.history or [Event(at=record.ended_at or record.submitted_at or 0.0,
+                                          attempt=record.attempt, state=record.state,
+                                          job_id=record.job_id, nodes=record.nodes,
+                                          reason=record.reason)]
+        for i, event in enumerate(events):
+            when = dt.datetime.fromtimestamp(event.at, dt.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M:%S")
+            style = STATE_STYLE.get(event.state, "")
+            table.add_row(run.run_id if i == 0 else "", when, str(event.attempt),
+                          f"[{style}]{event.state}[/]", event.job_id or "-",
+                          ",".join(event.nodes or []) or "-",
+                          (event.reason or "").splitlines()[0][:100] if event.reason else "")
+    out_console.print(table)
 
 
 def cancel(

@@ -79,6 +79,19 @@ def sweep(
     cancel_on_interrupt: Annotated[bool, typer.Option(
         "--cancel-on-interrupt", help="Ctrl-C cancels the sweep's unfinished jobs (without it "
         "they keep running; a second Ctrl-C cancels them).")] = False,
+    hang_timeout: Annotated[float, typer.Option(
+        help="While waiting: a run none of whose ranks logged a new iteration for this many "
+        "seconds (or 10x its median iteration time, if longer) is cancelled and recorded as "
+        "HUNG, naming the stalled ranks and nodes; 0: never.", min=0)] = 300.0,
+    startup_timeout: Annotated[float, typer.Option(
+        help="The same before a run's first iteration (imports, rendezvous, container "
+        "start), seconds.", min=1)] = 900.0,
+    max_retries: Annotated[int, typer.Option(
+        help="Runs that end NODE_FAIL, BOOT_FAIL, PREEMPTED or HUNG are submitted again, at "
+        "most this many times, as new attempts (the old one moves to attempts/<n>/) kept off "
+        "the nodes that failed (sbatch --exclude). FAILED, OUT_OF_MEMORY, TIMEOUT and "
+        "CANCELLED runs are never retried. Default 1, as Slurm requeues a job after a node "
+        "failure by default.", min=0, max=10)] = 1,
     pack: Annotated[bool, typer.Option(
         "--pack", help="Slurm: run each partition's runs as job steps of one allocation sized "
         "for its largest run (one queue wait per partition).")] = False,
@@ -182,7 +195,10 @@ def sweep(
     progress = SweepProgress(
         total=len(prepared), done_before=len(skipped),
         failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
+    from .. import faults, watch
     from .. import predictions as predmod
+
+    policy = faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
 
     def say(line: str) -> None:
         err_console.print(line, highlight=False, markup=False)
@@ -205,7 +221,7 @@ def sweep(
     try:
         run(prepared, site_obj, wait=wait, on_event=print_event,
             require_fabric=require_fabric, on_progress=progress.update if wait else None,
-            pack=packing)
+            pack=packing, policy=policy)
     except KeyboardInterrupt:
         progress.close()
         _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)
@@ -324,7 +340,7 @@ def _interrupted(out_dir: Path, scheduler: str, ids: set[str], cancel_now: bool)
         except KeyboardInterrupt:
             cancel_now = True
     if live and cancel_now:
-        done = execute.cancel(out_dir, scheduler, [rid for rid, _ in live])
+        done = execute.cancel(out_dir, scheduler, [rid for rid, _ in live], why="Ctrl-C")
         err_console.print(f"interrupted: cancelled {len(done)} job(s): {', '.join(done)}")
     elif not live:
         err_console.print("interrupted: no job of this sweep is running")

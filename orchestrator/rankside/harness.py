@@ -290,6 +290,29 @@ def interesting_env() -> dict:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
 
 
+def start_heartbeat(path: str, every: float = protocol.HEARTBEAT_S) -> None:
+    """Beat into ``path`` from a daemon thread until the process ends (protocol.HEARTBEAT_S):
+    orch's hang watch tells a rank that is alive but waiting (it still beats) from one that
+    is stopped or gone. One pwrite a second; a failure to write only ends the beating."""
+    import threading
+
+    def beat() -> None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        except OSError:
+            return
+        seq = 0
+        while True:
+            seq += 1
+            try:
+                os.pwrite(fd, protocol.heartbeat_line(seq, time.time()), 0)
+            except OSError:
+                return
+            time.sleep(every)
+
+    threading.Thread(target=beat, name="orch-heartbeat", daemon=True).start()
+
+
 @contextmanager
 def rank_log(args: argparse.Namespace, framework: str, mode: str):
     """Open this rank's log, write the header, yield a Session, always write a footer.
@@ -321,6 +344,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         "container": container_facts(),
     }
     log.write(header)
+    start_heartbeat(os.path.join(args.log_dir, protocol.heartbeat_name(info.task)))
     session = Session(args, info, log)
     status, error, code = protocol.STATUS_OK, None, 0
     try:

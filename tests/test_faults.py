@@ -1,0 +1,291 @@
+"""Faults while a sweep waits: hangs, node failures, cancels from outside (issue 19).
+
+On the test cluster (real Slurm, real torch-ddp ranks; a "node" is a slurmd in its own
+hostname namespace on this machine, so a rank's pid from its log header can be signalled from
+here): a SIGSTOPped rank is cancelled as HUNG naming its task and node, and retried elsewhere;
+a node set down mid-run is NODE_FAIL, retried with that node excluded; an external scancel is
+CANCELLED, said to come from outside orch, not retried. The hang watch's rules run on written
+rank logs with a fake clock (no cluster, no waiting).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator import faults, protocol, rundir, watch
+from orchestrator.backends.slurm import expand_hostlist
+from orchestrator.sweep import Run
+
+from .conftest import ROOT, run_orch
+
+HANG_S = "10"  # the tests' hang timeout: long enough for a heartbeat to tell frozen from waiting
+
+
+# --- the hang watch's rules, on written logs ---------------------------------------------------
+
+def _run(nodes: int = 2, mode: str = "torch-ddp") -> Run:
+    return Run(site="t", scheduler="slurm", partition="p", interconnect="ethernet", mode=mode,
+               framework="torch", launcher="srun", model="lenet5", dataset="cifar", nodes=nodes,
+               tasks_per_node=1, batch_size=32, iters=100, warmup=1, repeat=0,
+               time_limit_min=10, options={"backend": "gloo"})
+
+
+class Ranks:
+    """Rank logs and heartbeats as a run's ranks write them."""
+
+    def __init__(self, rdir: Path, n: int) -> None:
+        self.dir = rdir / protocol.RANKS_DIR
+        self.dir.mkdir(parents=True)
+        self.seq = dict.fromkeys(range(n), 0)
+        for k in range(n):
+            self.write(k, {"type": "header", "task": k, "node": f"node{k + 1}", "pid": 1})
+
+    def write(self, k: int, rec: dict) -> None:
+        with open(self.dir / protocol.rank_log_name(k), "a") as fh:
+            fh.write(json.dumps(rec) + "\n")
+
+    def iteration(self, k: int, it: int, t_iter: float = 0.05) -> None:
+        self.write(k, {"type": "iter", "iter": it, "t_start": 1.0, "t_iter": t_iter,
+                       "samples": 32})
+
+    def beat(self, k: int) -> None:
+        self.seq[k] += 1
+        (self.dir / protocol.heartbeat_name(k)).write_bytes(
+            protocol.heartbeat_line(self.seq[k], time.time()))
+
+
+def test_hang_names_the_frozen_rank_and_its_node(tmp_path):
+    ranks = Ranks(tmp_path, 2)
+    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60), now=0.0)
+    for it in range(5):
+        for k in (0, 1):
+            ranks.iteration(k, it)
+            ranks.beat(k)
+        assert w.observe(float(it)) is None
+    # rank 1 stops (SIGSTOP): no iteration, no heartbeat; rank 0 waits in the all-reduce
+    t = 4.0
+    while t < 14.0:
+        t += 1.0
+        ranks.beat(0)
+        assert w.observe(t) is None
+    ranks.beat(0)
+    hang = w.observe(15.5)
+    assert hang is not None
+    assert hang.reason.startswith("no iteration progress for 12 s (hang timeout 10 s): "
+                                  "rank 1 on node2 stalled at iteration 4 (no heartbeat for")
+    assert "rank 0 on node1 waiting at iteration 4 (heartbeat alive)" in hang.reason
+    assert hang.nodes == ["node2"]
+
+
+def test_hang_timeout_grows_with_slow_iterations_and_footers_end_the_watch(tmp_path):
+    ranks = Ranks(tmp_path, 2)
+    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60), now=0.0)
+    for k in (0, 1):
+        ranks.iteration(k, 0, t_iter=3.0)  # 10 x median = 30 s > 10 s
+    assert w.observe(1.0) is None
+    assert w.observe(30.0) is None
+    hang = w.observe(31.5)
+    assert hang is not None and "(hang timeout 30 s)" in hang.reason
+    # no heartbeats, same iteration: nobody to blame, nothing to exclude
+    assert "rank 0 on node1 stalled at iteration 0" in hang.reason and hang.nodes == []
+    for k in (0, 1):
+        ranks.write(k, {"type": "footer", "status": "ok"})
+    assert w.observe(100.0) is None  # every logging rank ended: not a hang
+
+
+def test_startup_timeout_before_the_first_iteration(tmp_path):
+    ranks = Ranks(tmp_path, 2)
+    (ranks.dir / protocol.rank_log_name(1)).unlink()  # rank 1 never started
+    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60), now=0.0)
+    assert w.observe(59.0) is None
+    hang = w.observe(61.0, nodes=["node1", "node7"])
+    assert hang is not None
+    assert hang.reason.startswith("no first iteration within the start-up timeout of 60 s: ")
+    assert "rank 1 on node7 stalled with no log" in hang.reason
+    assert watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=0), 0.0).observe(1e6) \
+        is None  # --hang-timeout 0: never
+
+
+def test_history_records_every_state_change_and_survives_stale_copies(tmp_path):
+    rec = rundir.write_record(tmp_path, rundir.JobRecord(run_id="r", scheduler="slurm"))
+    stale = rec
+    rec = rundir.write_record(tmp_path, rec.model_copy(update={"state": "PENDING",
+                                                               "job_id": "7"}))
+    rec = rundir.write_record(tmp_path, rec.model_copy(update={"state": "PENDING",
+                                                               "job_id": "7"}))  # no change
+    rundir.write_record(tmp_path, stale.model_copy(update={"state": "RUNNING", "job_id": "7",
+                                                           "nodes": ["node1"]}))
+    disk = rundir.read_record(tmp_path)
+    assert [(e.state, e.job_id, e.nodes) for e in disk.history] == [
+        ("NEW", None, None), ("PENDING", "7", None), ("RUNNING", "7", ["node1"])]
+
+
+def test_state_table_and_reasons():
+    assert {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "HUNG"} == rundir.RETRYABLE
+    assert {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED"} <= rundir.TERMINAL - \
+        rundir.RETRYABLE
+    rec = rundir.JobRecord(run_id="r", scheduler="slurm")
+    assert faults.cancel_reason(rec, "Slurm state CANCELLED by 0").startswith(
+        "cancelled outside orch by user root (uid 0)")
+    asked = rec.model_copy(update={"cancel_requested": "Ctrl-C"})
+    assert faults.cancel_reason(asked, "Slurm state CANCELLED by 0") == \
+        "cancelled by orch (Ctrl-C)"
+    assert expand_hostlist("node[1-2,4],gpu[08-10]") == [
+        "node1", "node2", "node4", "gpu08", "gpu09", "gpu10"]
+
+
+# --- on the test cluster ---------------------------------------------------------------------
+
+def _sweep(out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
+                             "testcluster", "--nodes", "2", "--iters", "150", "--warmup", "1",
+                             "--hang-timeout", HANG_S, "--max-retries", "1", "--out", str(out),
+                             *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait(what: str, check, proc: subprocess.Popen, timeout: float = 600):
+    """Poll ``check`` until it returns something; the cluster may be busy with other jobs."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = check()
+        if found:
+            return found
+        if proc.poll() is not None:
+            raise AssertionError(f"orch sweep ended before {what}: {proc.communicate()}")
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _iterating(out: Path, tag: str, rank: int = 1) -> dict | None:
+    """The header of ``rank`` of the run whose id holds ``tag``, once it logged 3 iterations."""
+    for log in out.glob(f"*{tag}*/ranks/{protocol.rank_log_name(rank)}"):
+        text = log.read_text()
+        if text.count('"type":"iter"') >= 3:
+            return json.loads(text.splitlines()[0])
+    return None
+
+
+def _record(rdir: Path) -> dict:
+    return json.loads((rdir / "job.json").read_text())
+
+
+def _headers(rdir: Path) -> list[dict]:
+    return [json.loads(Path(p).read_text().splitlines()[0])
+            for _, p in protocol.rank_logs(rdir / protocol.RANKS_DIR)]
+
+
+@pytest.fixture(scope="module")
+def hang_and_scancel(slurm_cluster, tmp_path_factory):
+    """One sweep, two runs: rank 1 of r0 is SIGSTOPped mid-run, r1's job is scancelled."""
+    out = tmp_path_factory.mktemp("faults") / "hang"
+    proc = _sweep(out, "--repeats", "2")
+    stopped: list[int] = []
+    try:
+        header = _wait("r0's rank 1 to iterate", lambda: _iterating(out, "-r0-"), proc)
+        os.kill(header["pid"], signal.SIGSTOP)
+        stopped.append(header["pid"])
+
+        def r1_job():
+            recs = [_record(d) for d in out.glob("*-r1-*") if (d / "job.json").exists()]
+            return recs and recs[0]["state"] == "RUNNING" and recs[0]["job_id"]
+
+        job = _wait("r1 to run", r1_job, proc)
+        subprocess.run(["scancel", job], check=True, timeout=30)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        for pid in stopped:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        if proc.poll() is None:
+            proc.kill()
+            run_orch("cancel", out)
+    r0 = next(out.glob("*-r0-*"))
+    r1 = next(out.glob("*-r1-*"))
+    return out, r0, r1, header["node"], proc.returncode, err
+
+
+@pytest.mark.slurm
+def test_stopped_rank_is_hung_named_and_retried_elsewhere(hang_and_scancel):
+    out, r0, _, node, code, err = hang_and_scancel
+    assert code == 1, err  # r1 was cancelled
+    first = json.loads((r0 / "attempts" / "1" / "job.json").read_text())
+    assert first["state"] == "HUNG", first
+    assert first["cancel_requested"] == "hang"
+    assert f"rank 1 on {node} stalled at iteration " in first["reason"], first["reason"]
+    assert "(no heartbeat for" in first["reason"] and "waiting at iteration" in first["reason"]
+    now = _record(r0)
+    assert now["state"] == "COMPLETED" and now["attempt"] == 2 and now["retries"] == 1, now
+    assert now["excluded"] == [node] and node not in now["nodes"]
+    assert node not in {h["node"] for h in _headers(r0)}
+    # both attempts' measurements kept, apart: the hung one's logs end without a footer
+    old_logs = [protocol.read_rank_log(p) for _, p in
+                protocol.rank_logs(r0 / "attempts" / "1" / protocol.RANKS_DIR)]
+    assert len(old_logs) == 2 and all(log.iters and log.footer is None for log in old_logs)
+    assert all(log.footer for log in (protocol.read_rank_log(p) for _, p in
+                                      protocol.rank_logs(r0 / protocol.RANKS_DIR)))
+    states = [(e["attempt"], e["state"]) for e in now["history"]]
+    assert states[:2] == [(1, "NEW"), (1, "PENDING")] and (1, "HUNG") in states
+    assert states[-1] == (2, "COMPLETED") and (2, "RUNNING") in states
+    assert all(e["nodes"] for e in now["history"] if e["state"] in ("RUNNING", "HUNG"))
+    # what a user sees: status --history, status --format json, the results' attempts
+    shown = run_orch("status", out, "--history", check=True).stdout
+    assert "HUNG" in shown and f"excluding {node}" in shown, shown
+    listed = json.loads(run_orch("status", out, "--format", "json", check=True).stdout)
+    assert {r["run_id"]: len(r["history"]) for r in listed}[r0.name] == len(now["history"])
+    recs = {r["run_id"]: r for r in
+            json.loads(run_orch("results", out, "--format", "json", check=True).stdout)}
+    assert recs[r0.name]["attempts"] == "HUNG→COMPLETED" and recs[r0.name]["attempt"] == 2
+    assert recs[r0.name]["samples_per_s"] > 0
+
+
+@pytest.mark.slurm
+def test_scancel_from_outside_is_cancelled_and_not_retried(hang_and_scancel):
+    _, _, r1, _, _, err = hang_and_scancel
+    rec = _record(r1)
+    assert rec["state"] == "CANCELLED" and rec["attempt"] == 1, rec
+    assert rec["reason"].startswith("cancelled outside orch"), rec["reason"]
+    assert "not retried" in rec["reason"] and not (r1 / "attempts").exists()
+    assert rec["cancel_requested"] is None
+    assert "Traceback" not in err
+
+
+@pytest.mark.slurm
+def test_node_down_mid_run_is_node_fail_retried_without_that_node(slurm_cluster, tmp_path):
+    out = tmp_path / "down"
+    proc = _sweep(out)
+    node = None
+    try:
+        header = _wait("rank 1 to iterate", lambda: _iterating(out, "-r0-"), proc)
+        node = header["node"]
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down",
+                        "reason=orch-test_faults"], check=True, timeout=30)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if node is not None:  # back to service (ReturnToService=2 may have done it already)
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
+                           capture_output=True, timeout=30)
+        if proc.poll() is None:
+            proc.kill()
+            run_orch("cancel", out)
+    assert proc.returncode == 0, err
+    rdir = next(out.glob("*-r0-*"))
+    first = json.loads((rdir / "attempts" / "1" / "job.json").read_text())
+    assert first["state"] == "NODE_FAIL", first
+    assert first["reason"].startswith(f"node {node} failed ("), first["reason"]
+    now = _record(rdir)
+    assert now["state"] == "COMPLETED" and now["attempt"] == 2, now
+    assert now["excluded"] == [node] and node not in now["nodes"]
+    assert node not in {h["node"] for h in _headers(rdir)}
+    assert len(list((rdir / "attempts" / "1" / protocol.RANKS_DIR).glob("rank-*.jsonl"))) == 2
+    assert [e["state"] for e in now["history"] if e["attempt"] == 1][-1] == "NODE_FAIL"
