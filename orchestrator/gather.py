@@ -75,16 +75,51 @@ ITER_SCHEMA = pa.schema(
 )
 
 
+# In memory the merge keeps the string columns dictionary-encoded (a few distinct values over a
+# million rows): repeating them per row, reading them back from iterations.parquet and writing
+# them again is then a matter of indices. On disk they are plain Parquet strings
+# (ITER_SCHEMA): the file is written without the Arrow schema, so every reader gets strings.
+STRING_COLUMNS = tuple(f.name for f in ITER_SCHEMA if pa.types.is_string(f.type))
+_DICT = pa.dictionary(pa.int32(), pa.string())
+MERGE_SCHEMA = pa.schema([pa.field(f.name, _DICT) if f.name in STRING_COLUMNS else f
+                          for f in ITER_SCHEMA])
+
+
 def iteration_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=ITER_SCHEMA)
 
 
+def as_merge_schema(table: pa.Table) -> pa.Table:
+    """An ITER_SCHEMA (or MERGE_SCHEMA) table in MERGE_SCHEMA."""
+    import pyarrow.compute as pc
+
+    for name in STRING_COLUMNS:
+        i = table.schema.get_field_index(name)
+        if table.schema.field(i).type != _DICT:
+            table = table.set_column(i, name, pc.dictionary_encode(table.column(i)))
+    return table
+
+
+def plain_strings(table: pa.Table) -> pa.Table:
+    """Dictionary-encoded string columns back to strings (for pandas: str, not category)."""
+    for i, f in enumerate(table.schema):
+        if f.type == _DICT:
+            table = table.set_column(i, f.name, table.column(i).cast(pa.string()))
+    return table
+
+
+def read_iterations(path: Path) -> pa.Table:
+    """iterations.parquet in MERGE_SCHEMA."""
+    return pq.read_table(path, read_dictionary=list(STRING_COLUMNS))
+
+
 def write_parquet(table: pa.Table, path: Path) -> None:
+    """Write an ITER_SCHEMA or MERGE_SCHEMA table; it reads back in ITER_SCHEMA."""
     path.parent.mkdir(parents=True, exist_ok=True)
     # Dictionary pages for the repeated strings only: trying them on every column (the
     # default) costs a third of the write on random floats, for nothing.
-    strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
-    files.replace_with(path, lambda tmp: pq.write_table(table, tmp, use_dictionary=strings))
+    files.replace_with(path, lambda tmp: pq.write_table(
+        table, tmp, use_dictionary=list(STRING_COLUMNS), store_schema=False))
 
 
 def footer_facts(logs: list[RankLog]) -> dict:
@@ -251,10 +286,10 @@ def scan_runs_logs(rdirs: list[Path]) -> list[list[ScannedLog]]:
 def merged_iteration_table(
     runs: list[tuple[Run, list[ScannedLog]]],
 ) -> tuple[pa.Table, list[int]]:
-    """The iteration table (:data:`ITER_SCHEMA`) of many runs, and each run's row count.
+    """The iteration table (in :data:`MERGE_SCHEMA`) of many runs, and each run's row count.
 
     Rows are in run, rank, line order: the table equals ``iteration_table`` of the
-    ``iteration_rows`` of every run's ``read_run_logs``, concatenated.
+    ``iteration_rows`` of every run's ``read_run_logs``, concatenated (strings aside).
     """
     import numpy as np
     import pyarrow.compute as pc
@@ -305,16 +340,17 @@ def merged_iteration_table(
         per_file.append(sum(lengths[len(lengths) - len(s.segments):]))
     total = sum(lengths)
     if not pool:
-        values = iteration_table([]).select(list(_ITER_FIELDS))
+        values = as_merge_schema(iteration_table([])).select(list(_ITER_FIELDS))
     else:
         values = pool[0] if len(pool) == 1 else pa.concat_tables(pool)
         shift = np.cumsum([0, *lengths[:-1]]) - np.asarray(starts, dtype=np.int64)
         if shift.any() or values.num_rows != total:  # not already the rows, in file order
             index = np.arange(total, dtype=np.int64) - np.repeat(shift, lengths)
             values = values.take(pa.array(index))
-        column = values.column(WINDOW)  # native or not, until now
-        values = values.set_column(_ITER_FIELDS.index(WINDOW), WINDOW,
-                                   pc.if_else(column, WINDOW_NATIVE, WINDOW_BREAKDOWN))
+        native = values.column(WINDOW).combine_chunks()  # native or not, until now
+        window = pa.DictionaryArray.from_arrays(
+            pc.cast(native, pa.int32()), pa.array([WINDOW_BREAKDOWN, WINDOW_NATIVE]))
+        values = values.set_column(_ITER_FIELDS.index(WINDOW), WINDOW, window)
     table = _with_file_columns(values, files, np.asarray(per_file, dtype=np.int64))
     counts_by_run: dict[int, int] = {}
     for (run, _), n in zip(files, per_file, strict=True):
@@ -324,14 +360,24 @@ def merged_iteration_table(
 
 def _with_file_columns(values: pa.Table, files: list[tuple[Run, ScannedLog]],
                        per_file) -> pa.Table:
-    """ITER_SCHEMA table: the per-run and per-rank columns repeated over each log's rows."""
+    """MERGE_SCHEMA table: the per-run and per-rank columns repeated over each log's rows."""
     import numpy as np
     import pyarrow.compute as pc
 
     index = pa.array(np.repeat(np.arange(len(files), dtype=np.int32), per_file))
 
     def repeat(items: list, type_: pa.DataType) -> pa.Array:
-        return pc.take(pa.array(items, type=type_), index)
+        if type_ != pa.string():
+            return pc.take(pa.array(items, type=type_), index)
+        codes: dict = {}
+        for item in items:
+            if item is not None:
+                codes.setdefault(item, len(codes))
+        code = np.array([-1 if item is None else codes[item] for item in items],
+                        dtype=np.int32)[index.to_numpy()]
+        return pa.DictionaryArray.from_arrays(
+            pa.array(code, mask=code < 0) if (code < 0).any() else pa.array(code),
+            pa.array(list(codes), type=pa.string()))
 
     columns: dict[str, pa.Array] = {}
     for name in RUN_COLUMNS:
@@ -344,7 +390,7 @@ def _with_file_columns(values: pa.Table, files: list[tuple[Run, ScannedLog]],
         columns[name] = repeat([(s.log.header or {}).get(name) for _, s in files],
                                ITER_SCHEMA.field(name).type)
     return pa.table([columns[f.name] if f.name in columns else values.column(f.name)
-                     for f in ITER_SCHEMA], schema=ITER_SCHEMA)
+                     for f in MERGE_SCHEMA], schema=MERGE_SCHEMA)
 
 
 class _Lines(io.RawIOBase):

@@ -102,18 +102,17 @@ def merge(out: Path) -> pd.DataFrame:
         if todo and len(todo) == len(entries):
             full = table  # nothing from the cache: the one parsed table, in run order
         else:
-            old_table = pq.read_table(parquet) if len(todo) < len(entries) else None
+            old_table = gather.read_iterations(parquet) if len(todo) < len(entries) else None
             pieces = [e["table"] if "table" in e else old_table.slice(e["offset"], e["count"])
                       for e in entries if e["count"]]
-            full = (pa.concat_tables(pieces).combine_chunks() if pieces
-                    else gather.iteration_table([]))
+            full = pa.concat_tables(pieces) if pieces else gather.iteration_table([])
         # Written by a thread (Arrow's writer releases the GIL) while the metrics are computed.
         writing = ThreadPoolExecutor(1)
         written = writing.submit(gather.write_parquet, full, parquet)
     # else nothing changed: iterations.parquet is already this table, row for row
     try:
         if todo:
-            frame = table.select(list(analyze.ITER_COLUMNS)).to_pandas()
+            frame = gather.plain_strings(table.select(list(analyze.ITER_COLUMNS))).to_pandas()
             for i in todo:
                 start, count = entries[i]["start"], entries[i]["count"]
                 entries[i]["metrics"] = analyze.run_metrics(frame.iloc[start:start + count])
