@@ -34,7 +34,9 @@ def merge(out: Path) -> pd.DataFrame:
 
     The iteration lines of all rank logs are parsed together (``gather.merged_iteration_table``)
     and each run's metrics come from its slice of that one table: the same result set as
-    building it row by row, ~20x faster on big sweeps (benchmarks/merge_speed.py).
+    building it row by row, ~25x faster on big sweeps (benchmarks/merge_speed.py). The logs are
+    read by threads, and iterations.parquet is written by a thread while the metrics are
+    computed (Arrow releases the GIL).
 
     Incremental: ``results/.cache/<run_id>.json`` remembers, per run, the key of its inputs
     (run.json's bytes; each rank log's name, size, mtime and inode), its rows' place in the

@@ -111,6 +111,7 @@ BAD_LINES = {
 }
 
 
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the NaN line's metrics
 @pytest.mark.parametrize("where", ["native", "breakdown"])
 def test_a_bad_line_in_either_window_merges_like_the_slow_path(tmp_path, monkeypatch, where):
     """One odd line per case, in the native or the breakdown window of one log of a sweep:
