@@ -34,7 +34,7 @@ METRICS = ("iterations_measured", "samples_per_s", "samples_per_s_std", "t_iter"
 
 
 # The iteration columns run_metrics reads.
-ITER_COLUMNS = ("rank", "host", "iter", "warmup_iter", "t_start", "t_iter", "samples",
+ITER_COLUMNS = ("rank", "host", "iter", "window", "warmup_iter", "t_start", "t_iter", "samples",
                 *PHASES, "t_comm_total")
 
 

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +34,9 @@ def merge(out: Path) -> pd.DataFrame:
 
     The iteration lines of all rank logs are parsed together (``gather.merged_iteration_table``)
     and each run's metrics come from its slice of that one table: the same result set as
-    building it row by row, ~20x faster on big sweeps (benchmarks/merge_speed.py).
+    building it row by row, ~25x faster on big sweeps (benchmarks/merge_speed.py). The logs are
+    read by threads, and iterations.parquet is written by a thread while the metrics are
+    computed (Arrow releases the GIL).
 
     Incremental: ``results/.cache/<run_id>.json`` remembers, per run, the key of its inputs
     (run.json's bytes; each rank log's name, size, mtime and inode), its rows' place in the
@@ -45,7 +48,7 @@ def merge(out: Path) -> pd.DataFrame:
     parquet = out / "results" / "iterations.parquet"
     generation = _file_token(parquet)
     old_rows: int | None = None
-    todo: list[tuple] = []  # (index, run, logs, rdir) of runs whose logs are read
+    todo: list[int] = []  # the entries of runs whose logs are read
     entries: list[dict] = []  # per run: run, rdir, key, and table/count/metrics/logs
     runs: list[dict] = []
     for rdir in rundir.run_dirs(out):
@@ -70,8 +73,7 @@ def merge(out: Path) -> pd.DataFrame:
             entry.update(offset=hit["offset"], count=hit["count"], metrics=hit["metrics"],
                          logs=[_log_from_json(d) for d in hit["logs"]], cached=hit)
         else:
-            logs = gather.scan_run_logs(rdir) if (rdir / "ranks").is_dir() else []
-            todo.append((len(entries), run, logs, rdir))
+            todo.append(len(entries))
         entries.append(entry)
         info = {f: getattr(run, f) for f in RUN_FIELDS}
         info.update(
@@ -86,35 +88,47 @@ def merge(out: Path) -> pd.DataFrame:
         )
         runs.append(info)
     if todo:
-        table, counts = gather.merged_iteration_table([(run, logs) for _, run, logs, _ in todo])
-        frame = table.select(list(analyze.ITER_COLUMNS)).to_pandas()
+        scanned = gather.scan_runs_logs([entries[i]["rdir"] for i in todo])
+        table, counts = gather.merged_iteration_table(
+            [(entries[i]["run"], logs) for i, logs in zip(todo, scanned, strict=True)])
         start = 0
-        for (i, _, logs, _), count in zip(todo, counts, strict=True):
-            entries[i].update(table=table.slice(start, count), count=count,
-                              metrics=analyze.run_metrics(frame.iloc[start:start + count]),
+        for i, logs, count in zip(todo, scanned, counts, strict=True):
+            entries[i].update(table=table.slice(start, count), start=start, count=count,
                               logs=[s.log for s in logs])
             start += count
-    for info, entry in zip(runs, entries, strict=True):
-        logs = entry["logs"]
-        info.update(entry["metrics"])
-        info.update(gather.footer_facts(logs))
-        info.update(fabric.attest(entry["run"], entry["rdir"], logs))
     offsets = [0]
     for e in entries:
         offsets.append(offsets[-1] + e["count"])
-    if not todo and old_rows == offsets[-1] and all(
-            e["offset"] == o for e, o in zip(entries, offsets, strict=False)):
-        pass  # nothing changed: iterations.parquet is already this table, row for row
-    else:
-        if len(todo) == len(entries) and todo:
+    writing = None
+    if todo or old_rows != offsets[-1] or any(
+            e["offset"] != o for e, o in zip(entries, offsets, strict=False)):
+        if todo and len(todo) == len(entries):
             full = table  # nothing from the cache: the one parsed table, in run order
         else:
-            old_table = pq.read_table(parquet) if len(todo) < len(entries) else None
+            old_table = gather.read_iterations(parquet) if len(todo) < len(entries) else None
             pieces = [e["table"] if "table" in e else old_table.slice(e["offset"], e["count"])
                       for e in entries if e["count"]]
-            full = (pa.concat_tables(pieces).combine_chunks() if pieces
-                    else gather.iteration_table([]))
-        gather.write_parquet(full, parquet)
+            full = pa.concat_tables(pieces) if pieces else gather.iteration_table([])
+        # Written by a thread (Arrow's writer releases the GIL) while the metrics are computed.
+        writing = ThreadPoolExecutor(1)
+        written = writing.submit(gather.write_parquet, full, parquet)
+    # else nothing changed: iterations.parquet is already this table, row for row
+    try:
+        if todo:
+            frame = gather.plain_strings(table.select(list(analyze.ITER_COLUMNS))).to_pandas()
+            for i in todo:
+                start, count = entries[i]["start"], entries[i]["count"]
+                entries[i]["metrics"] = analyze.run_metrics(frame.iloc[start:start + count])
+        for info, entry in zip(runs, entries, strict=True):
+            logs = entry["logs"]
+            info.update(entry["metrics"])
+            info.update(gather.footer_facts(logs))
+            info.update(fabric.attest(entry["run"], entry["rdir"], logs))
+    finally:
+        if writing is not None:
+            writing.shutdown(wait=True)
+    if writing is not None:
+        written.result()
     _write_entries(cache, entries, _file_token(parquet))
     runs_df = analyze.add_scaling(pd.DataFrame(runs))
     runs_df = convergence.write(out, runs_df)  # epoch runs: epochs.parquet, time to accuracy
@@ -137,7 +151,7 @@ def _study_of(rdir: Path) -> str | None:
 # --- the incremental cache -------------------------------------------------------------------
 
 CACHE_DIR = "results/.cache"
-CACHE_VERSION = 1  # bump when the table, the metrics or this format change
+CACHE_VERSION = 2  # bump when the table, the metrics or this format change
 
 
 def _file_token(path: Path) -> list[int] | None:
