@@ -1,0 +1,45 @@
+"""torch-ddp, natively: the plain DDP loop of PyTorch's "Getting Started with Distributed Data
+Parallel" tutorial (init_process_group from env://, DistributedDataParallel(model), then
+zero_grad / forward / loss.backward() / optimizer.step()), no hooks, no timers in the loop."""
+
+import itertools
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from benchmarks.native._common import Clock, parse_args, report
+from orchestrator.rankside import models_torch
+
+
+def main():
+    args = parse_args(extra=(("--backend", "gloo"),))
+    torch.manual_seed(0)
+    dist.init_process_group(args.backend)  # RANK, WORLD_SIZE, MASTER_* from the launch script
+    rank = dist.get_rank()
+    model = models_torch.build(args.model, args.dataset)
+    ddp = DDP(model)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    # The same input as orch's ranks: four synthetic batches in host memory, cycled.
+    gen = torch.Generator().manual_seed(1000 + rank)
+    shape = (args.batch_size, *models_torch.input_shape(args.dataset))
+    classes = models_torch.num_classes(args.dataset)
+    batches = itertools.cycle([(torch.randn(shape, generator=gen),
+                                torch.randint(0, classes, (shape[0],), generator=gen))
+                               for _ in range(4)])
+    clock = Clock(args.warmup)
+    for k in range(args.warmup + args.iters):
+        clock.step(k)
+        x, y = next(batches)
+        optimizer.zero_grad()
+        loss = loss_fn(ddp(x), y)
+        loss.backward()
+        optimizer.step()
+    report("torch-ddp", rank, args.iters * args.batch_size, clock.done())
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
