@@ -44,6 +44,7 @@ def iteration_rows(run: Run, logs: list[RankLog]) -> list[dict]:
                 iter=rec["iter"], warmup_iter=bool(rec.get("warmup")), t_start=rec["t_start"],
                 t_iter=rec["t_iter"], samples=rec.get("samples", run.batch_size),
                 t_comm_total=rec.get("t_comm_total"),
+                window=rec.get(protocol.WINDOW, protocol.WINDOW_BREAKDOWN),
             )
             for name in PHASES:
                 row[name] = rec.get(name, 0.0)
@@ -59,6 +60,7 @@ ITER_SCHEMA = pa.schema(
        ("warmup_iter", pa.bool_()), ("t_start", pa.float64()), ("t_iter", pa.float64()),
        ("samples", pa.int64()), ("t_comm_total", pa.float64())]
     + [(p, pa.float64()) for p in PHASES]
+    + [("window", pa.string())]  # native | breakdown (protocol.WINDOWS, issue 14)
 )
 
 
@@ -81,9 +83,16 @@ def footer_facts(logs: list[RankLog]) -> dict:
     device = [f.get("peak_device_bytes") for f in footers if f.get("peak_device_bytes")]
     sums = [f.get("param_checksum") for f in footers if f.get("param_checksum") is not None]
     first = footers[0] if footers else {}
+    reasons = sorted({f[protocol.COMM_TOTAL_REASON] for f in footers
+                      if f.get(protocol.COMM_TOTAL_REASON)})
     return {
+        # Peak host memory per rank: the largest rank's and the mean over ranks.
         "peak_rss_bytes": max(rss) if rss else None,
+        "peak_rss_bytes_mean": sum(rss) / len(rss) if rss else None,
         "peak_device_bytes": max(device) if device else None,  # GPU memory, where CUDA exists
+        "peak_device_bytes_mean": sum(device) / len(device) if device else None,
+        # Why the run has no t_comm_total (a mode that cannot see it), issue 14.
+        protocol.COMM_TOTAL_REASON: "; ".join(reasons) if reasons else None,
         "versions": json.dumps(first.get("versions") or {}, sort_keys=True),
         "param_checksum": sums[0] if sums else None,
         "checksums_agree": (all(math.isclose(s, sums[0], rel_tol=CHECKSUM_RTOL, abs_tol=1e-9)
@@ -114,7 +123,7 @@ _ITER_PREFIX = b'{"type":"iter",'
 # The iteration fields of ITER_SCHEMA as they are named in a log record.
 _ITER_TYPES = {"iter": pa.int64(), "warmup": pa.bool_(), "t_start": pa.float64(),
                "t_iter": pa.float64(), "samples": pa.int64(), "t_comm_total": pa.float64(),
-               **{p: pa.float64() for p in PHASES}}
+               **{p: pa.float64() for p in PHASES}, "window": pa.string()}
 # Fields the slow path requires (KeyError) or fills with a default when missing: where one is
 # missing or null the fast paths cannot tell which, so the slow path decides.
 _NO_NULLS = ("iter", "t_start", "t_iter", "samples", *PHASES)
@@ -260,6 +269,9 @@ def _parse_group(files: list[tuple[Run, ScannedLog]]) -> pa.Table | None:
             values[name] = pa.array(np.zeros(rows))
     if "t_comm_total" not in values:
         values["t_comm_total"] = pa.nulls(rows, pa.float64())
+    window = values.get("window", pa.nulls(rows, pa.string()))
+    values["window"] = (pc.fill_null(window, protocol.WINDOW_BREAKDOWN) if window.null_count
+                        else window)
     warmup = values.get("warmup", pa.nulls(rows, pa.bool_()))
     values["warmup_iter"] = pc.fill_null(warmup, False) if warmup.null_count else warmup
     columns: dict[str, pa.Array] = {}
@@ -341,6 +353,11 @@ def _parse_csv(stream: io.RawIOBase, keys: tuple[str, ...],
                 if key == "type":
                     if not pc.all(pc.equal(text, '"iter"')).as_py():
                         return None
+                elif key == "window":  # a JSON string: '"native"' -> 'native'
+                    quoted = pa.array([json.dumps(w) for w in protocol.WINDOWS])
+                    if not pc.all(pc.is_in(text, value_set=quoted)).as_py():
+                        return None  # not one of protocol.WINDOWS: the slow path decides
+                    out[key] = pc.utf8_slice_codeunits(text, 1, -1).combine_chunks()
                 else:
                     out[key] = pc.cast(text, _ITER_TYPES[key]).combine_chunks()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
@@ -350,6 +367,7 @@ def _parse_csv(stream: io.RawIOBase, keys: tuple[str, ...],
 
 def _parse_json(buf: bytes, rows: int) -> dict[str, pa.Array] | None:
     """pyarrow's JSON reader: any key order; None where the slow path must decide."""
+    import pyarrow.compute as pc
     import pyarrow.json as pj
 
     try:
@@ -362,6 +380,10 @@ def _parse_json(buf: bytes, rows: int) -> dict[str, pa.Array] | None:
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     if parsed.num_rows != rows or any(parsed.column(n).null_count for n in _NO_NULLS):
+        return None
+    windows = parsed.column("window").drop_null()  # an unknown window: the slow path
+    if len(windows) and not pc.all(pc.is_in(windows, value_set=pa.array(
+            protocol.WINDOWS))).as_py():
         return None
     kinds = parsed.column("type")  # a record of another type among them: the slow path
     if kinds.null_count or (parsed.num_rows and kinds.unique().to_pylist() != ["iter"]):

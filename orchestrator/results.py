@@ -115,7 +115,7 @@ def merge(out: Path) -> pd.DataFrame:
                     else gather.iteration_table([]))
         gather.write_parquet(full, parquet)
     _write_entries(cache, entries, _file_token(parquet))
-    runs_df = analyze.add_scaling(pd.DataFrame(runs))
+    runs_df = analyze.add_invariants(analyze.add_scaling(pd.DataFrame(runs)))
     if not runs_df.empty:
         files.replace_with(out / "results" / "runs.parquet",
                            lambda tmp: runs_df.to_parquet(tmp, index=False))
@@ -135,7 +135,7 @@ def _study_of(rdir: Path) -> str | None:
 # --- the incremental cache -------------------------------------------------------------------
 
 CACHE_DIR = "results/.cache"
-CACHE_VERSION = 1  # bump when the table, the metrics or this format change
+CACHE_VERSION = 2  # bump when the table, the metrics or this format change
 
 
 def _file_token(path: Path) -> list[int] | None:
