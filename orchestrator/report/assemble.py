@@ -16,6 +16,7 @@ from .select import completed, config_labels, config_of, training_runs
 from .tables import (
     Table,
     comm_table,
+    measurement_table,
     netbench_tables,
     phase_table,
     prediction_table,
@@ -56,6 +57,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
         prediction_table(train, label_of, pred_by),
         phase_table(done),
         comm_table(done),
+        measurement_table(done),
         rank_table(done, strag),
     ]
     tables += netbench_tables(runs, comm)
