@@ -2,13 +2,12 @@
 Parallel" tutorial (init_process_group from env://, DistributedDataParallel(model), then
 zero_grad / forward / loss.backward() / optimizer.step()), no hooks, no timers in the loop."""
 
-import itertools
-
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchmarks.native._common import Clock, parse_args, report
+from benchmarks.native._torch import synthetic_batches
 from orchestrator.rankside import models_torch
 
 
@@ -21,13 +20,7 @@ def main():
     ddp = DDP(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    # The same input as orch's ranks: four synthetic batches in host memory, cycled.
-    gen = torch.Generator().manual_seed(1000 + rank)
-    shape = (args.batch_size, *models_torch.input_shape(args.dataset))
-    classes = models_torch.num_classes(args.dataset)
-    batches = itertools.cycle([(torch.randn(shape, generator=gen),
-                                torch.randint(0, classes, (shape[0],), generator=gen))
-                               for _ in range(4)])
+    batches = synthetic_batches(args, rank)
     clock = Clock(args.warmup)
     for k in range(args.warmup + args.iters):
         clock.step(k)
