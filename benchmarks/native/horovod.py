@@ -6,8 +6,8 @@ learning rate is orch's (0.01, not scaled by size): the step's cost does not dep
 import horovod.torch as hvd
 import torch
 
-from benchmarks.native._common import Clock, parse_args, report
-from benchmarks.native._torch import synthetic_batches
+from benchmarks.native._common import parse_args
+from benchmarks.native._torch import plain_step, run
 from orchestrator.rankside import models_torch
 
 
@@ -22,16 +22,8 @@ def main():
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          op=hvd.Average)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batches = synthetic_batches(args, hvd.rank())
-    clock = Clock(args.warmup)
-    for k in range(args.warmup + args.iters):
-        clock.step(k)
-        x, y = next(batches)
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-    report("horovod", hvd.rank(), args.iters * args.batch_size, clock.done())
+    # DistributedOptimizer.step() waits for the all-reduces and applies the averages.
+    run("horovod", args, hvd.rank(), plain_step(model, optimizer, loss_fn))
     hvd.join()
     hvd.shutdown()
 

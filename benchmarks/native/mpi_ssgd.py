@@ -7,8 +7,8 @@ one blocking ``Allreduce(IN_PLACE)``, divided by the world size and copied back;
 import torch
 from mpi4py import MPI
 
-from benchmarks.native._common import Clock, parse_args, report
-from benchmarks.native._torch import synthetic_batches
+from benchmarks.native._common import parse_args
+from benchmarks.native._torch import run
 from orchestrator.rankside import models_torch
 
 
@@ -38,14 +38,9 @@ def main():
               buckets(params, int(args.bucket_size))]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batches = synthetic_batches(args, rank)
-    clock = Clock(args.warmup)
-    for k in range(args.warmup + args.iters):
-        clock.step(k)
-        x, y = next(batches)
+    def step(x, y):
         optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
+        loss_fn(model(x), y).backward()
         if size > 1:
             for group, flat in groups:
                 torch.cat([p.grad.reshape(-1) for p in group], out=flat)
@@ -56,7 +51,8 @@ def main():
                     p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
                     offset += p.numel()
         optimizer.step()
-    report("mpi-ssgd", rank, args.iters * args.batch_size, clock.done())
+
+    run("mpi-ssgd", args, rank, step)
     comm.Barrier()
     MPI.Finalize()
 

@@ -6,8 +6,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from benchmarks.native._common import Clock, parse_args, report
-from benchmarks.native._torch import synthetic_batches
+from benchmarks.native._common import parse_args
+from benchmarks.native._torch import plain_step, run
 from orchestrator.rankside import models_torch
 
 
@@ -20,16 +20,7 @@ def main():
     ddp = DDP(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batches = synthetic_batches(args, rank)
-    clock = Clock(args.warmup)
-    for k in range(args.warmup + args.iters):
-        clock.step(k)
-        x, y = next(batches)
-        optimizer.zero_grad()
-        loss = loss_fn(ddp(x), y)
-        loss.backward()
-        optimizer.step()
-    report("torch-ddp", rank, args.iters * args.batch_size, clock.done())
+    run("torch-ddp", args, rank, plain_step(ddp, optimizer, loss_fn))
     dist.barrier()
     dist.destroy_process_group()
 

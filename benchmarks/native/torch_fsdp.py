@@ -10,8 +10,8 @@ from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from benchmarks.native._common import Clock, parse_args, report
-from benchmarks.native._torch import synthetic_batches
+from benchmarks.native._common import parse_args
+from benchmarks.native._torch import plain_step, run
 from orchestrator.rankside import models_torch
 
 
@@ -39,16 +39,7 @@ def main():
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    batches = synthetic_batches(args, rank)
-    clock = Clock(args.warmup)
-    for k in range(args.warmup + args.iters):
-        clock.step(k)
-        x, y = next(batches)
-        optimizer.zero_grad()
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        optimizer.step()
-    report("torch-fsdp", rank, args.iters * args.batch_size, clock.done())
+    run("torch-fsdp", args, rank, plain_step(model, optimizer, loss_fn))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from .. import analyze
 from . import plots
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
@@ -38,6 +39,9 @@ class Report:
 def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
           *, title: str = "orch report", figures: bool = True) -> Report:
     """Every table (and, with ``figures``, every PNG) of a report on one result set."""
+    # Per-rank phases and the phase plots read the breakdown window (the native window's rows
+    # carry no phases, issue 14); throughput comes from the runs table.
+    iters = analyze.split_windows(iters)[1]
     train = training_runs(runs)
     labels = config_labels(train)
     configs = config_of(train)
