@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
 # Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
-DEFAULT_ITERS = {"lenet5": (40, 10), "resnet18": (8, 3), "alexnet": (10, 3)}
+DEFAULT_ITERS = {"lenet5": (40, 10), "resnet18": (6, 2), "alexnet": (10, 3)}
 
 
 def trained_modes() -> list[str]:
