@@ -11,6 +11,20 @@ Definitions (DESIGN.md, from the source papers):
   being its run(s) with the fewest ranks (the papers' one-GPU run: 1 node x 1 task when the
   sweep has it, else the 1-node run); efficiency = S(N) / (ranks(N) / ranks(baseline)).
   Repeats of the baseline are averaged; ``baseline_ranks`` names it in every row.
+
+Two windows per run (issue 14, protocol.WINDOWS): throughput (samples/s, hence speedup and
+efficiency) comes from the *native* window, where the framework ran its own step with only a
+wall clock around it; where a run has none (older logs, a mode without one), from the
+breakdown window, and ``throughput_window`` says which. Phases and ``t_iter`` come from the
+breakdown window; ``t_iter_native`` is the native window's mean iteration,
+``instrumentation_overhead`` = t_iter / t_iter_native - 1 (what orch's phase timers cost),
+``phase_gap`` = t_iter - the sum of the phases (time the phases do not account for; shown, not
+hidden). ``t_comm_hidden`` = t_comm_total - t_comm where the total is seen.
+
+Invariants checked on every run (:func:`add_invariants`, column ``invariant_violations``):
+exposed communication never exceeds total communication in any measured iteration (within
+:data:`TIMER_TOLERANCE`), hence hidden >= 0; a 1-rank run communicates nothing; a run without
+``t_comm_total`` says why (its footer's ``comm_total_reason``).
 """
 
 from __future__ import annotations
@@ -18,7 +32,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from . import protocol
 from .protocol import PHASES
+
+# Timer resolution allowed when comparing two measured intervals (exposed vs total
+# communication, communication vs zero): perf_counter reads in ns, the intervals are taken
+# around different calls; 10 µs is far below any all-reduce and far above rounding.
+TIMER_TOLERANCE = 1e-5
 
 # What makes two runs "the same configuration" apart from their size (nodes x tasks per node:
 # ranks per node is a size dimension, so 1, 2, 4 ranks on one node and 8 on 4 nodes scale from
@@ -30,16 +50,49 @@ GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "la
 # Every column run_metrics can fill: a run with no measured iteration has them all as None.
 METRICS = ("iterations_measured", "samples_per_s", "samples_per_s_std", "t_iter", "t_iter_std",
            "hosts", "distinct_hosts", *PHASES, *(f"{p}_std" for p in PHASES), "t_comm_total",
-           "t_unaccounted")
+           "t_unaccounted", "throughput_window", "t_iter_native", "t_iter_native_std",
+           "instrumentation_overhead", "phase_gap", "t_comm_hidden", "comm_exceeds_total")
 
 
-# The iteration columns run_metrics reads.
-ITER_COLUMNS = ("rank", "host", "iter", "window", "warmup_iter", "t_start", "t_iter", "samples",
-                *PHASES, "t_comm_total")
+# The iteration columns run_metrics reads (``window``: protocol.WINDOWS).
+ITER_COLUMNS = ("rank", "host", "iter", "warmup_iter", "t_start", "t_iter", "samples",
+                *PHASES, "t_comm_total", "window")
+
+
+def split_windows(iters: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(native, breakdown) rows of one run; a table without ``window`` is all breakdown."""
+    if "window" not in iters.columns:
+        return iters.iloc[0:0], iters
+    native = (iters["window"] == protocol.WINDOW_NATIVE).to_numpy()
+    return iters[native], iters[~native]
 
 
 def run_metrics(iters: pd.DataFrame) -> dict:
-    """Throughput and phase statistics of one run from its measured iteration rows.
+    """Throughput from the native window (else the breakdown window), phases, ``t_iter``,
+    overhead and phase gap from the breakdown window (see the module docstring)."""
+    native, breakdown = split_windows(iters)
+    native_m = native[~native["warmup_iter"]] if not native.empty else native
+    out = window_metrics(breakdown)
+    out["throughput_window"] = protocol.WINDOW_BREAKDOWN if out["samples_per_s"] is not None \
+        else None
+    out.update(t_iter_native=None, t_iter_native_std=None, instrumentation_overhead=None)
+    if not native_m.empty:
+        rates = window_metrics(native)
+        out.update(samples_per_s=rates["samples_per_s"],
+                   samples_per_s_std=rates["samples_per_s_std"],
+                   throughput_window=protocol.WINDOW_NATIVE if rates["samples_per_s"]
+                   is not None else out["throughput_window"],
+                   t_iter_native=rates["t_iter"], t_iter_native_std=rates["t_iter_std"])
+        if out["t_iter"] is not None and rates["t_iter"]:
+            out["instrumentation_overhead"] = out["t_iter"] / rates["t_iter"] - 1
+        if out["iterations_measured"] == 0:  # a native window alone still has a throughput
+            for key in ("iterations_measured", "hosts", "distinct_hosts"):
+                out[key] = rates[key]
+    return out
+
+
+def window_metrics(iters: pd.DataFrame) -> dict:
+    """Throughput and phase statistics of one window of a run from its iteration rows.
 
     A mode that moves no samples (the all-reduce micro-benchmark) has no throughput:
     ``samples_per_s`` and its spread are None, never 0.
@@ -81,6 +134,13 @@ def run_metrics(iters: pd.DataFrame) -> dict:
     out["t_comm_total"] = float(total.mean()) if not total.empty else None
     # Phases should account for the iteration; the rest is loop overhead we did not time.
     out["t_unaccounted"] = out["t_iter"] - sum(out[p] for p in PHASES)
+    out["phase_gap"] = out["t_unaccounted"]
+    out["t_comm_hidden"] = (out["t_comm_total"] - out["t_comm"]
+                            if out["t_comm_total"] is not None else None)
+    seen = m["t_comm_total"].notna().to_numpy()
+    out["comm_exceeds_total"] = int(
+        (m["t_comm"].to_numpy()[seen] > m["t_comm_total"].to_numpy()[seen] + TIMER_TOLERANCE)
+        .sum())
     return out
 
 
@@ -117,4 +177,46 @@ def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
             runs.at[i, "speedup"] = speedup
             runs.at[i, "efficiency"] = speedup / (runs.at[i, "ranks"] / base_ranks)
             runs.at[i, "baseline_ranks"] = int(base_ranks)
+    return runs
+
+
+def invariants(run: dict) -> list[str]:
+    """What one run's measurements contradict (module docstring), as messages; [] if none.
+
+    ``run`` is a runs-table row: run_metrics' columns, ``ranks``, ``mode`` and the footer's
+    ``comm_total_reason``. Modes that do not train (the all-reduce micro-benchmark) and runs
+    with no measured breakdown iteration are not checked."""
+    from . import modes
+
+    def num(key: str) -> float | None:
+        value = run.get(key)
+        return None if value is None or pd.isna(value) else float(value)
+
+    mode = run.get("mode")
+    if not run.get("iterations_measured") or num("t_comm") is None or (
+            mode in modes.registry() and not modes.get(mode).trains):
+        return []
+    out = []
+    exposed, total = num("t_comm"), num("t_comm_total")
+    exceeds = int(num("comm_exceeds_total") or 0)
+    if exceeds:
+        out.append(f"exposed communication exceeds total in {exceeds} measured iteration(s)")
+    if total is not None and total - exposed < -TIMER_TOLERANCE:
+        out.append(f"hidden communication is negative ({(total - exposed) * 1e3:.3f} ms)")
+    if run.get("ranks") == 1:
+        if exposed > TIMER_TOLERANCE or (total is not None and total > TIMER_TOLERANCE):
+            seen = f"{exposed * 1e3:.3f} ms exposed" + (
+                f", {total * 1e3:.3f} ms total" if total is not None else "")
+            out.append(f"1-rank run reports communication ({seen})")
+    elif total is None and not run.get(protocol.COMM_TOTAL_REASON):
+        out.append("no t_comm_total and no comm_total_reason saying why")
+    return out
+
+
+def add_invariants(runs: pd.DataFrame) -> pd.DataFrame:
+    """``invariant_violations`` (messages joined by '; ', None when every invariant holds)
+    for every run; the report and ``orch results`` show it."""
+    runs = runs.copy()
+    found = [invariants(row) for row in runs.to_dict("records")] if not runs.empty else []
+    runs["invariant_violations"] = ["; ".join(v) if v else None for v in found]
     return runs

@@ -129,9 +129,16 @@ def footer_facts(logs: list[RankLog]) -> dict:
     device = [f.get("peak_device_bytes") for f in footers if f.get("peak_device_bytes")]
     sums = [f.get("param_checksum") for f in footers if f.get("param_checksum") is not None]
     first = footers[0] if footers else {}
+    reasons = sorted({f[protocol.COMM_TOTAL_REASON] for f in footers
+                      if f.get(protocol.COMM_TOTAL_REASON)})
     return {
+        # Peak host memory per rank: the largest rank's and the mean over ranks.
         "peak_rss_bytes": max(rss) if rss else None,
+        "peak_rss_bytes_mean": sum(rss) / len(rss) if rss else None,
         "peak_device_bytes": max(device) if device else None,  # GPU memory, where CUDA exists
+        "peak_device_bytes_mean": sum(device) / len(device) if device else None,
+        # Why the run has no t_comm_total (a mode that cannot see it), issue 14.
+        protocol.COMM_TOTAL_REASON: "; ".join(reasons) if reasons else None,
         "versions": json.dumps(first.get("versions") or {}, sort_keys=True),
         "param_checksum": sums[0] if sums else None,
         "checksums_agree": (all(math.isclose(s, sums[0], rel_tol=CHECKSUM_RTOL, abs_tol=1e-9)

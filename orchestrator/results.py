@@ -130,7 +130,7 @@ def merge(out: Path) -> pd.DataFrame:
     if writing is not None:
         written.result()
     _write_entries(cache, entries, _file_token(parquet))
-    runs_df = analyze.add_scaling(pd.DataFrame(runs))
+    runs_df = analyze.add_invariants(analyze.add_scaling(pd.DataFrame(runs)))
     runs_df = convergence.write(out, runs_df)  # epoch runs: epochs.parquet, time to accuracy
     if not runs_df.empty:
         files.replace_with(out / "results" / "runs.parquet",

@@ -63,10 +63,8 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             if message:
                 problems.append((3, 0.0, f"{label}: {message}"))
         elif rank in trains:
-            measured = [r for r in log.iters if not r.get("warmup")]
-            if len(measured) != run.iters:
-                problems.append((3, 0.0, f"{label}: {len(measured)} of {run.iters} "
-                                         "measured iterations logged"))
+            problems += [(3, 0.0, f"{label}: {message}")
+                         for message in window_shortfalls(log, run.iters)]
     first = first_failure(rdir, len(tasks))
     if problems and first is not None:
         rank, how = first
@@ -99,6 +97,22 @@ def _epochs_problem(run: Run, log: RankLog) -> str | None:
     if target is not None and log.epochs[-1]["test_acc"] >= target and len(done) < run.epochs:
         return None
     return f"{len(done)} of {run.epochs} epochs logged"
+
+
+def window_shortfalls(log: RankLog, iters: int) -> list[str]:
+    """What a training rank's log lacks: each window it logged must hold ``iters`` measured
+    iterations (the breakdown window always; the native throughput window where the mode has
+    one, issue 14: a record without ``window`` is a breakdown record)."""
+    counts = {protocol.WINDOW_BREAKDOWN: 0}
+    for rec in log.iters:
+        window = rec.get(protocol.WINDOW, protocol.WINDOW_BREAKDOWN)
+        counts[window] = counts.get(window, 0) + (0 if rec.get("warmup") else 1)
+    out = []
+    for window in protocol.WINDOWS:
+        if window in counts and counts[window] != iters:
+            where = "" if window == protocol.WINDOW_BREAKDOWN else f" in the {window} window"
+            out.append(f"{counts[window]} of {iters} measured iterations logged{where}")
+    return out
 
 
 def _excerpt(rdir: Path, rank: int) -> str:

@@ -44,12 +44,16 @@ def _check(out, proc, site: str):
         assert r["checksums_agree"] is True and r["param_checksum"] is not None
         assert r["samples_per_s"] > 0 and r["speedup"] > 0
         assert r["iterations_measured"] == ITERS
+        assert r["throughput_window"] == "native" and r["t_iter_native"] > 0  # issue 14
+        assert r["invariant_violations"] is None, r["invariant_violations"]
     by_nodes = {r["nodes"]: r for r in recs}
     assert by_nodes[1]["speedup"] == pytest.approx(1.0)
     # The same seed, the same data, the same optimizer: one rank of FSDP trains the same model
     # as one rank of anything; 2 and 4 ranks each agree among themselves (verdict above).
     iters = pd.read_parquet(out / "results" / "iterations.parquet")
-    measured = iters[~iters["warmup_iter"]]
+    assert (iters[iters["window"] == "native"][list(PHASES)] == 0).all().all()
+    assert len(iters[iters["window"] == "native"]) == len(iters) / 2
+    measured = iters[~iters["warmup_iter"] & (iters["window"] == "breakdown")]
     for nodes, run in measured.groupby("nodes"):
         assert sorted(run["rank"].unique()) == list(range(nodes))
         total, exposed = run["t_comm_total"], run["t_comm"]

@@ -1,8 +1,10 @@
 """The main job for real on the local site: PyTorch DDP ranks over Gloo, through the CLI.
 
-No timing thresholds: what is checked is that every rank and measured iteration is there, the
-phases account for each iteration, throughput/speedup/efficiency are computed, failures are
-recorded as data, and nothing measured is ever overwritten.
+No timing thresholds: what is checked is that every rank and measured iteration is there, in
+both windows (native throughput window first, then the breakdown window, issue 14), the phases
+account for each breakdown iteration, throughput/speedup/efficiency are computed from the native
+window, the measurement invariants hold (exposed <= total communication, none on 1 rank),
+failures are recorded as data, and nothing measured is ever overwritten.
 """
 
 from __future__ import annotations
@@ -55,7 +57,19 @@ def test_sweep_completes_and_prints_scaling_table(sweep_dir):
         assert json.loads(r["versions"])["torch"].startswith("2.13.0")
         for p in PHASES:
             assert r[p] >= 0 and r[f"{p}_std"] >= 0
+        # Issue 14: throughput from the native window, the breakdown beside it.
+        assert r["throughput_window"] == "native"
+        assert r["t_iter_native"] > 0 and r["t_iter"] > 0
+        assert r["instrumentation_overhead"] == pytest.approx(
+            r["t_iter"] / r["t_iter_native"] - 1)
+        assert r["phase_gap"] == pytest.approx(r["t_iter"] - sum(r[p] for p in PHASES))
+        assert r["peak_rss_bytes"] >= r["peak_rss_bytes_mean"] > 0
+        assert r["invariant_violations"] is None, r["invariant_violations"]
+        assert r["comm_total_reason"] is None  # DDP sees its total communication
+        assert r["t_comm_hidden"] == pytest.approx(r["t_comm_total"] - r["t_comm"])
     one = next(r for r in recs if r["nodes"] == 1)
+    # One rank has nothing to communicate: no hook time is counted (was 0.58 ms exposed).
+    assert one["t_comm"] == 0.0 and one["t_comm_total"] == 0.0
     assert one["speedup"] == pytest.approx(1.0) and one["efficiency"] == pytest.approx(1.0)
     two = next(r for r in recs if r["nodes"] == 2)
     assert two["efficiency"] == pytest.approx(two["speedup"] / 2)
@@ -68,8 +82,14 @@ def test_result_set_has_every_rank_and_iteration(sweep_dir):
         run = df[df["nodes"] == nodes]
         assert sorted(run["rank"].unique()) == list(range(nodes))
         for _, rank_rows in run.groupby("rank"):
-            assert sorted(rank_rows["iter"]) == list(range(WARMUP + ITERS))
-            assert rank_rows["warmup_iter"].sum() == WARMUP
+            # Two windows, numbered on: native 0..W+I-1, then breakdown W+I..2(W+I)-1.
+            assert sorted(rank_rows["iter"]) == list(range(2 * (WARMUP + ITERS)))
+            native = rank_rows[rank_rows["window"] == "native"]
+            breakdown = rank_rows[rank_rows["window"] == "breakdown"]
+            assert sorted(native["iter"]) == list(range(WARMUP + ITERS))
+            assert len(breakdown) == WARMUP + ITERS
+            assert native["warmup_iter"].sum() == breakdown["warmup_iter"].sum() == WARMUP
+            assert (native[list(PHASES)] == 0).all().all()  # wall clock only
     runs = pd.read_parquet(out / "results" / "runs.parquet")
     assert len(runs) == 2 and set(runs["state"]) == {"COMPLETED"}
 
@@ -77,7 +97,7 @@ def test_result_set_has_every_rank_and_iteration(sweep_dir):
 def test_phases_add_up_to_the_iteration_time(sweep_dir):
     out, _ = sweep_dir
     df = pd.read_parquet(out / "results" / "iterations.parquet")
-    measured = df[~df["warmup_iter"]].copy()
+    measured = df[~df["warmup_iter"] & (df["window"] == "breakdown")].copy()
     measured["gap"] = measured["t_iter"] - measured[list(PHASES)].sum(axis=1)
     assert (measured["gap"] >= 0).all(), "phases cannot exceed the iteration they are part of"
     for run_id, run in measured.groupby("run_id"):
@@ -85,6 +105,10 @@ def test_phases_add_up_to_the_iteration_time(sweep_dir):
         assert run["gap"].mean() <= allowed, (run_id, run["gap"].describe())
     multi = measured[measured["ranks"] == 2]
     assert (multi["t_comm_total"] > 0).all()  # the hook saw every bucket's all-reduce
+    # Exposed never exceeds total, in any iteration; one rank communicates nothing.
+    assert (measured["t_comm"] <= measured["t_comm_total"]).all()
+    single = measured[measured["ranks"] == 1]
+    assert (single["t_comm"] == 0).all() and (single["t_comm_total"] == 0).all()
 
 
 def test_rank_logs_carry_provenance(sweep_dir):
@@ -97,6 +121,11 @@ def test_rank_logs_carry_provenance(sweep_dir):
     assert header["env"]["GLOO_SOCKET_IFNAME"] == "lo"
     assert len(header["script_digest"]) == 16
     assert footer["status"] == "ok" and footer["peak_rss_bytes"] > 0
+    # The native window comes first, every record of it without phases; then the breakdown.
+    windows = [json.loads(line).get("window") for line in lines[1:-1]]
+    assert windows == ["native"] * (WARMUP + ITERS) + ["breakdown"] * (WARMUP + ITERS)
+    first = json.loads(lines[1])
+    assert not set(PHASES) & set(first) and first["iter"] == 0
     for name in ("run.json", "job.sbatch", "launch.sh", "job.json"):
         assert (rdir / name).is_file()
 

@@ -94,6 +94,13 @@ def test_local_mpirun_sweep_completes_in_sync(local_sweep):
         assert ("mpi4py" in versions) if r["mode"] == "mpi-ssgd" else ("horovod" in versions)
     ssgd = next(r for r in recs if r["mode"] == "mpi-ssgd")
     assert ssgd["options"] == {"overlap": "none", "bucket_size": str(25 * 1024 * 1024)}
+    for r in recs:  # issue 14: two windows, invariants, zero communication on one rank
+        assert r["throughput_window"] == "native" and r["t_iter_native"] > 0
+        assert r["invariant_violations"] is None, (r["run_id"], r["invariant_violations"])
+        if r["ranks"] == 1:
+            assert r["t_comm"] == 0.0 and r["t_comm_total"] == 0.0
+    hvd2 = next(r for r in recs if r["mode"] == "horovod" and r["ranks"] == 2)
+    assert hvd2["t_comm_total"] is None and "background thread" in hvd2["comm_total_reason"]
 
 
 def test_local_mpirun_ranks_know_their_place(local_sweep):
@@ -112,15 +119,28 @@ def test_local_mpirun_ranks_know_their_place(local_sweep):
 def test_local_mpirun_phases(local_sweep):
     out, _ = local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
-    measured = df[~df["warmup_iter"]]
+    # Both windows of every rank; phases only in the breakdown window.
+    for _, rank_rows in df.groupby(["run_id", "rank"]):
+        assert sorted(rank_rows["iter"]) == list(range(2 * (WARMUP + ITERS)))
+        native = rank_rows[rank_rows["window"] == "native"]
+        assert len(native) == WARMUP + ITERS and (native[list(PHASES)] == 0).all().all()
+    measured = df[~df["warmup_iter"] & (df["window"] == "breakdown")]
     gap = measured["t_iter"] - measured[list(PHASES)].sum(axis=1)
     assert (gap >= 0).all(), "phases cannot exceed the iteration they are part of"
-    assert (gap <= PHASE_TOLERANCE_S + PHASE_TOLERANCE_REL * measured["t_iter"]).all()
+    # Per run, the median gap: one preemption between two timers on a loaded machine (seen:
+    # 6-40 ms in 1 of 4 iterations at load 10 on 2 cores) is not the phases' fault.
+    for run_id, run in measured.assign(gap=gap).groupby("run_id"):
+        allowed = PHASE_TOLERANCE_S + PHASE_TOLERANCE_REL * run["t_iter"].median()
+        assert run["gap"].median() <= allowed, (run_id, run["gap"].describe())
     assert (measured[list(PHASES)] >= 0).all().all()
     ssgd = measured[(measured["mode"] == "mpi-ssgd") & (measured["ranks"] == 2)]
     assert (ssgd["t_comm_total"] > 0).all()  # every iteration all-reduced something
-    # Horovod's background thread does not show each all-reduce: no total, only the wait.
-    assert measured[measured["mode"] == "horovod"]["t_comm_total"].isna().all()
+    assert (ssgd["t_comm"] <= ssgd["t_comm_total"]).all()
+    # Horovod's background thread does not show each all-reduce: no total, only the wait
+    # (on one rank there is nothing to communicate: zero).
+    hvd = measured[measured["mode"] == "horovod"]
+    assert hvd[hvd["ranks"] == 2]["t_comm_total"].isna().all()
+    assert (hvd[hvd["ranks"] == 1][["t_comm", "t_comm_total"]] == 0).all().all()
 
 
 def test_overlap_none_and_wfbp_average_the_same_gradients(torch_mpi, tmp_path):
@@ -132,7 +152,8 @@ def test_overlap_none_and_wfbp_average_the_same_gradients(torch_mpi, tmp_path):
     for overlap, r in recs.items():
         assert r["state"] == "COMPLETED", r["reason"]
         assert r["options"]["bucket_size"] == SMALL_BUCKETS
-        assert r["t_comm_total"] > 0
+        assert r["t_comm_total"] > 0 and r["t_comm"] <= r["t_comm_total"]
+        assert r["invariant_violations"] is None, r["invariant_violations"]
         f = footer(out, r["run_id"], 1)
         assert f["overlap"] == overlap and f["comm_buckets"] > 1
     # Same data, same initial weights, same averages: waiting for the buckets behind backward

@@ -1,5 +1,7 @@
 """Rank-side helpers shared by the PyTorch modes (torch-ddp, torch-fsdp, mpi-ssgd, horovod):
-the parameter checksum every synchronous mode ends with, and the input batches."""
+joining the process group, the parameter checksum every synchronous mode ends with, the input
+batches, and the throughput window's plain loop (issue 14: samples/s comes from the framework's
+own step, the phases from a second, instrumented window)."""
 
 from __future__ import annotations
 
@@ -47,3 +49,32 @@ def input_batches(args, info, models_torch):
     pool = [(torch.randn(shape, generator=gen),
              torch.randint(0, classes, (shape[0],), generator=gen)) for _ in range(4)]
     return itertools.cycle(pool)
+
+
+def native_window(s, source, device, step, sync=None):
+    """The throughput window (``window: native``) of a PyTorch mode: per iteration, take the
+    next batch, move it to the device and run ``step(x, y)`` — the mode's plain training step
+    as the framework's documentation writes it (forward, ``loss.backward()``,
+    ``optimizer.step()``), with no hook, timer or phase inside. Only the harness' wall clock
+    surrounds it (and, on a GPU, one synchronize at its end, so that the wall clock holds the
+    step's kernels). Returns the last loss."""
+    loss = None
+    for _ in s.native_iterations():
+        x, y = next(source)
+        loss = step(x.to(device), y.to(device))
+        if sync is not None:
+            sync()
+    return loss
+
+
+def plain_step(model, optimizer, loss_fn):
+    """The plain loop's step: ``zero_grad``, forward + loss, ``backward``, ``step``."""
+
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from .. import analyze
 from . import convergence, plots
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
@@ -17,6 +18,7 @@ from .select import completed, config_labels, config_of, training_runs
 from .tables import (
     Table,
     comm_table,
+    measurement_table,
     netbench_tables,
     phase_table,
     prediction_table,
@@ -44,6 +46,9 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     ``scorecard``: the predictions stated before the runs, scored (predictions.scorecard_frame);
     its table comes first after throughput and speedup, and its median error in the summary.
     ``epochs`` (results/epochs.parquet) adds the convergence part."""
+    # Per-rank phases and the phase plots read the breakdown window (the native window's rows
+    # carry no phases, issue 14); throughput comes from the runs table.
+    iters = analyze.split_windows(iters)[1]
     train = training_runs(runs)
     labels = config_labels(train)
     configs = config_of(train)
@@ -64,6 +69,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
         prediction_table(train, label_of, pred_by),
         phase_table(done),
         comm_table(done),
+        measurement_table(done),
         rank_table(done, strag),
     ]
     tables += convergence.tables(runs)

@@ -18,7 +18,7 @@ from .fmt import (
     ms_value,
     nodes_word,
 )
-from .predict import CommModel
+from .predict import CommModel, gradient_bytes, overlap_of
 from .ranks import STRAGGLER_THRESHOLD
 
 
@@ -152,21 +152,67 @@ def phase_table(done: pd.DataFrame) -> Table:
 
 
 def comm_table(done: pd.DataFrame) -> Table:
+    """Exposed vs total communication, and the overlap each run's mode declares (mode.py, via
+    predict.overlap_of); a mode that cannot see its total says why instead of a number."""
     rows = []
     for _, r in done.iterrows():
         exposed, total = as_float(r["t_comm"]), as_float(r.get("t_comm_total"))
-        hidden = max(0.0, total - exposed) if total is not None and exposed is not None else None
+        hidden = total - exposed if total is not None and exposed is not None else None
         share = exposed / r["t_iter"] if exposed is not None and r["t_iter"] else None
-        rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]), ms(exposed), ms(total),
+        why = "" if total is not None else str(r.get("comm_total_reason") or "not recorded")
+        rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]),
+                     overlap_of(str(r["mode"]), r.get("options"),
+                                gradient_bytes(str(r["model"]), str(r["dataset"]))),
+                     ms(exposed), ms(total),
                      ms(hidden), fmt_num(hidden / total if hidden is not None and total else None,
-                                      ".0%"),
-                     fmt_num(share, ".0%")])
-    return Table("communication", "Communication: exposed vs total (ms per iteration)",
-                 ["configuration", "nodes", "ranks", "exposed", "total", "hidden", "hidden %",
-                  "exposed % of t_iter"], rows,
+                                         ".0%"),
+                     fmt_num(share, ".0%"), why])
+    return Table("communication", "Communication: exposed vs total (ms per iteration), and "
+                 "the overlap each mode declares",
+                 ["configuration", "nodes", "ranks", "overlap", "exposed", "total", "hidden",
+                  "hidden %", "exposed % of t_iter", "no total because"], rows,
+                 "overlap: the mode's declared policy (wfbp: gradients sent while backward "
+                 "goes on; none: after it, as for a gradient that fits one first bucket); "
                  "exposed = t_comm (after backward compute, on the critical path); total = "
-                 "t_comm_total (every all-reduce from launch to completion, where the mode can "
-                 "see it); hidden = total − exposed, overlapped with backward")
+                 "t_comm_total (every collective from launch to completion, where the mode "
+                 "can see it); hidden = total − exposed, overlapped with backward",
+                 text_columns=(3, 9))
+
+
+def mib(value) -> str:
+    v = as_float(value)
+    return "-" if v is None else f"{v / 2**20:,.0f}"
+
+
+def measurement_table(done: pd.DataFrame) -> Table:
+    """How faithful each run's numbers are (issue 14): the window throughput came from, the
+    native and instrumented iteration times, what the instrumentation costs, the time the
+    phases do not account for, peak memory per rank, and any invariant the run breaks."""
+    rows = []
+    for _, r in done.iterrows():
+        rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]),
+                     str(r.get("throughput_window") or "-"),
+                     ms_pm(r.get("t_iter_native"), r.get("t_iter_native_std")),
+                     ms_pm(r["t_iter"], r.get("t_iter_std")),
+                     fmt_signed(r.get("instrumentation_overhead"), ".1%"),
+                     ms(r.get("phase_gap"), 3),
+                     f"{mib(r.get('peak_rss_bytes'))} / {mib(r.get('peak_rss_bytes_mean'))}",
+                     f"{mib(r.get('peak_device_bytes'))} / "
+                     f"{mib(r.get('peak_device_bytes_mean'))}",
+                     str(r.get("invariant_violations") or "hold")])
+    return Table("measurement", "Measurement: native vs instrumented iteration, overhead, "
+                 "phase gap, peak memory per rank, invariants",
+                 ["configuration", "nodes", "ranks", "throughput from", "t_iter native ms",
+                  "t_iter breakdown ms", "overhead", "phase gap ms", "host MiB max / mean",
+                  "device MiB max / mean", "invariants"], rows,
+                 "throughput from: the window samples/s, speedup and efficiency come from "
+                 "(native: the framework's own step, wall clock only; breakdown: the "
+                 "phase-instrumented window, for runs without a native one); overhead = "
+                 "t_iter breakdown / t_iter native − 1; phase gap = t_iter breakdown − the sum "
+                 "of the phases; memory: peak resident host memory (device: CUDA) of the "
+                 "largest rank / mean over ranks; invariants: exposed ≤ total communication, "
+                 "no communication on 1 rank, a stated reason where total is not seen",
+                 text_columns=(3, 10))
 
 
 def rank_table(done: pd.DataFrame, strag: pd.DataFrame) -> Table:

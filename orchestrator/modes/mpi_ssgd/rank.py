@@ -5,10 +5,15 @@ Buckets are filled in reverse parameter order (the order backward produces gradi
 does); a parameter larger than a bucket is a bucket of its own. Every rank issues the buckets'
 collectives in the same order (bucket 0, 1, ...), as MPI requires.
 
+Two windows (issue 14). The throughput window runs the reference loop as it is, with no phase
+timer: forward, ``loss.backward()``, the all-reduce of every bucket, ``optimizer.step()``. The
+breakdown window runs the same loop with the phases timed. A bucket's communication is
+counted from the start of its packing (the copy into its send buffer) to its completion; the
+unpacking (averaging, copying back into the gradients) is part of the update ``t_u``.
+
 ``--overlap none`` (CNTK-style): ``loss.backward()`` computes all gradients, then each bucket is
-all-reduced in turn with a blocking ``Allreduce``. Nothing is hidden: ``t_b`` is backward,
-``t_comm`` the all-reduces with packing, averaging and unpacking, ``t_comm_total`` the
-``Allreduce`` calls alone (so slightly less than ``t_comm``).
+packed and all-reduced in turn with a blocking ``Allreduce``. Nothing is hidden:
+``t_comm`` = ``t_comm_total`` = the sum of the buckets' pack + ``Allreduce`` times.
 
 ``--overlap wfbp`` (wait-free back-propagation): a ``register_post_accumulate_grad_hook`` on every
 parameter marks its gradient ready; when all of a bucket's gradients are ready (and every earlier
@@ -16,10 +21,14 @@ bucket has been launched) the bucket is packed and a non-blocking ``Iallreduce``
 backward goes on with earlier layers. Open MPI progresses non-blocking collectives only inside
 MPI calls (there is no progress thread), so each hook also polls the outstanding requests
 (``Testsome``), as a real WFBP engine's communication loop would. ``t_b`` is ``loss.backward()``
-(compute plus the launches and polls), ``t_comm`` the exposed part: the time waited after
-backward for the outstanding all-reduces, plus unpacking; ``t_comm_total`` the sum over buckets
-of launch → completion (completion as seen by the first ``Testsome``/``Waitany`` that reports it:
-best effort, an upper bound).
+(compute plus the launches and polls); ``t_comm_total`` the sum over buckets of pack start →
+completion (completion as seen by the first ``Testsome``/``Waitany`` that reports it: best
+effort, an upper bound); ``t_comm`` the exposed part: from the end of backward to the last
+completion (0 if all finished during backward). Every bucket's interval starts before its
+completion and the intervals after backward cover that span, so ``t_comm`` <= ``t_comm_total``.
+
+World size 1: there is nothing to all-reduce; the reducer is not used and ``t_comm`` =
+``t_comm_total`` = 0.
 """
 
 from __future__ import annotations
@@ -112,17 +121,24 @@ class Allreducer:
             b.reset()
         self.next_launch = 0
         self.total = 0.0
+        self.exposed = 0.0
 
     # --- overlap=none ------------------------------------------------------------------------
 
     def allreduce_all(self) -> None:
+        """Pack and all-reduce every bucket in turn (blocking); then :meth:`unpack`."""
         from mpi4py import MPI
 
         for b in self.buckets:
-            b.pack()
             start = time.perf_counter()
+            b.pack()
             self.comm.Allreduce(MPI.IN_PLACE, b.buffer, op=MPI.SUM)
             self.total += time.perf_counter() - start
+        self.exposed = self.total
+
+    def unpack(self) -> None:
+        """Every bucket's averaged gradients back into the parameters' ``.grad``."""
+        for b in self.buckets:
             b.unpack(self.world_size)
 
     # --- overlap=wfbp ------------------------------------------------------------------------
@@ -142,8 +158,8 @@ class Allreducer:
             b = self.buckets[self.next_launch]
             if b.ready < len(b.params) and not force:
                 return
-            b.pack()
             b.launched = time.perf_counter()
+            b.pack()
             b.request = self.comm.Iallreduce(MPI.IN_PLACE, b.buffer, op=MPI.SUM)
             self.next_launch += 1
 
@@ -167,17 +183,27 @@ class Allreducer:
         self.total += now - b.launched
 
     def wait_all(self) -> None:
-        """After backward: launch what is left, wait for every bucket, unpack the averages."""
+        """After backward: launch what is left and wait for every bucket (then :meth:`unpack`).
+        ``exposed``: from here to the last completion, if any came after."""
         from mpi4py import MPI
 
+        backward_end = time.perf_counter()
         self._launch_ready(force=True)
         pending = self._outstanding()
         while pending:
             i = MPI.Request.Waitany([b.request for b in pending])
             self._finish(pending[i], time.perf_counter())
             pending = self._outstanding()
-        for b in self.buckets:
-            b.unpack(self.world_size)
+        last = max((b.done for b in self.buckets if b.done is not None), default=backward_end)
+        self.exposed = max(0.0, last - backward_end)
+
+    def exchange(self) -> None:
+        """After backward: all gradients all-reduced and averaged, by either method."""
+        if self.overlap == "wfbp":
+            self.wait_all()
+        else:
+            self.allreduce_all()
+        self.unpack()
 
 
 def main(argv=None) -> None:
@@ -194,7 +220,11 @@ def main(argv=None) -> None:
         from mpi4py import MPI
 
         from orchestrator.rankside import models_torch
-        from orchestrator.rankside.torch_common import input_batches, parameter_checksum
+        from orchestrator.rankside.torch_common import (
+            input_batches,
+            native_window,
+            parameter_checksum,
+        )
 
         comm = MPI.COMM_WORLD
         info = s.info
@@ -220,38 +250,46 @@ def main(argv=None) -> None:
                 comm.Bcast(p.data.numpy(), root=0)
         model = model.to(device)
         params = [p for p in model.parameters() if p.requires_grad]
-        reducer = Allreducer(comm, params, args.bucket_size, args.overlap)
-        s.footer["comm_buckets"] = len(reducer.buckets)
+        # One rank: nothing to all-reduce (and no hooks registered).
+        reducer = (Allreducer(comm, params, args.bucket_size, args.overlap)
+                   if info.world_size > 1 else None)
+        s.footer["comm_buckets"] = len(reducer.buckets) if reducer else 0
         s.footer["overlap"] = args.overlap
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
 
+        def reference_step(x, y):  # the reference loop, as the throughput window and epochs run it
+            optimizer.zero_grad(set_to_none=True)
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            if reducer:
+                reducer.reset()
+            loss.backward()
+            if reducer:
+                reducer.exchange()
+            optimizer.step()
+            return loss.detach(), logits.detach()
+
         if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as torch-ddp
             from orchestrator.rankside import epochs_torch
-
-            def step(x, y):  # this mode's own step: bucketed all-reduce, then SGD
-                logits = model(x)
-                loss = loss_fn(logits, y)
-                reducer.reset()
-                loss.backward()
-                if args.overlap == "wfbp":
-                    reducer.wait_all()
-                else:
-                    reducer.allreduce_all()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                return loss.detach(), logits.detach()
 
             def summed(t):
                 comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
                 return t
 
-            epochs_torch.train(s, args, info, step, model, device, reduce=summed)
+            epochs_torch.train(s, args, info, reference_step, model, device, reduce=summed)
+            s.footer["param_checksum"] = parameter_checksum(model)
+            comm.Barrier()
+            MPI.Finalize()  # as at the end below
+            return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
         source = input_batches(args, info, models_torch)
 
-        for _ in () if args.epochs else s.iterations():
+        native_window(s, source, device, lambda x, y: reference_step(x, y)[0],
+                      sync if device.type == "cuda" else None)
+
+        for _ in s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -260,24 +298,29 @@ def main(argv=None) -> None:
             with s.phase("t_f"):
                 loss = loss_fn(model(x), y)
                 sync()
-            reducer.reset()
+            if reducer:
+                reducer.reset()
             with s.phase("t_b"):
                 loss.backward()
                 sync()
-            with s.phase("t_comm"):
+            if reducer:
+                # Timed inside the reducer (the exposed span, every bucket's interval); the
+                # wall time of the call beyond the exposed span is the breakdown's phase gap.
                 if args.overlap == "wfbp":
                     reducer.wait_all()
                 else:
                     reducer.allreduce_all()
                 sync()
-            s.add("t_comm_total", reducer.total)
+            s.add("t_comm", reducer.exposed if reducer else 0.0)
+            s.add("t_comm_total", reducer.total if reducer else 0.0)
             with s.phase("t_u"):
+                if reducer:
+                    reducer.unpack()
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
-        if not args.epochs:
-            s.footer["loss"] = float(loss.detach())
+        s.footer["loss"] = float(loss.detach())
         comm.Barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
         # reports a rank that "exited without calling finalize" and fails the job.

@@ -1,21 +1,38 @@
-"""PyTorch DDP rank: trains a zoo model on synthetic data and times each phase.
+"""PyTorch DDP rank: trains a zoo model on synthetic data; two windows (issue 14).
 
-How communication is separated from backward (DDP overlaps them): a communication hook wraps
-each bucket's all-reduce. A bucket's hook is called the moment its gradients are ready, so the
-last hook call marks the end of backward *compute*; whatever ``loss.backward()`` still spends
-after that is waiting for all-reduces that were not hidden: the exposed communication ``t_comm``.
-The hook also times every bucket's all-reduce from launch to completion: ``t_comm_total``.
+Throughput window (``native``): ``DistributedDataParallel(model)`` as PyTorch's tutorial writes
+it, no comm hook, the plain loop (zero_grad, forward, ``loss.backward()``, ``optimizer.step()``),
+timed by wall clock only. samples/s comes from it.
+
+Breakdown window: that DDP wrapper is dropped (its reducer removes its autograd hooks) and the
+same model is wrapped again with a communication hook that all-reduces (averages) each bucket,
+exactly as DDP's default hook does, and records when things happened:
+
+* a bucket's hook is called the moment its gradients are ready, so the last call marks the end
+  of backward *compute* (``ready``);
+* each bucket's all-reduce is timed from launch to completion (the future's callback):
+  ``t_comm_total`` is their sum;
+* ``t_comm`` (exposed) is the part of ``loss.backward()`` after ``ready`` during which an
+  all-reduce was still in flight: ``min(end, last completion) - ready``, never negative. The
+  rest of ``loss.backward()`` (autograd's own tail: copying bucket views back into the
+  gradients) is ``t_b``. As every bucket was launched by ``ready``, exposed <= total.
+
+World size 1: no hook is installed and nothing is counted as communication (DDP's all-reduce of
+a one-member group is a local copy): ``t_comm = t_comm_total = 0``, ``t_b`` = backward.
 """
 
 from __future__ import annotations
 
+import gc
 import time
 
 from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
     init_distributed,
     input_batches,
+    native_window,
     parameter_checksum,
+    plain_step,
 )
 
 from .mode import MODE
@@ -30,6 +47,7 @@ class BucketTimer:
 
     def reset(self) -> None:
         self.last_ready = None
+        self.last_done = None
         self.total = 0.0
         self.buckets = 0
 
@@ -42,7 +60,9 @@ class BucketTimer:
         fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
 
         def finished(f):
-            self.total += time.perf_counter() - launched
+            done = time.perf_counter()
+            self.total += done - launched
+            self.last_done = done if self.last_done is None else max(self.last_done, done)
             return f.value()[0].div_(self.world_size)
 
         return fut.then(finished)
@@ -63,30 +83,35 @@ def main(argv=None) -> None:
         info = s.info
         device = init_distributed(args.backend, info)
         model = models_torch.build(args.model, args.dataset).to(device)
-        ddp = DistributedDataParallel(
-            model, device_ids=[info.local_rank] if device.type == "cuda" else None
-        )
-        timer = BucketTimer(info.world_size)
-        ddp.register_comm_hook(state=None, hook=timer.hook)
-        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+        device_ids = [info.local_rank] if device.type == "cuda" else None
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
-
-        if args.epochs:  # time to accuracy (issue 18): whole epochs instead of --iters
+        if args.epochs:  # time to accuracy (issue 18): whole epochs of DDP's own step
             from orchestrator.rankside import epochs_torch
 
-            def step(x, y):  # DDP's own training step
-                optimizer.zero_grad(set_to_none=True)
-                logits = ddp(x)
-                loss = loss_fn(logits, y)
-                loss.backward()
-                optimizer.step()
-                return loss.detach(), logits.detach()
-
-            epochs_torch.train(s, args, info, step, model, device)
+            plain = DistributedDataParallel(model, device_ids=device_ids)
+            epochs_torch.train(s, args, info, epochs_torch.classifier_step(plain, optimizer,
+                                                                           loss_fn),
+                               model, device)
+            s.footer["param_checksum"] = parameter_checksum(model)
+            dist.barrier()
+            dist.destroy_process_group()
+            return
         source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-        for _ in () if args.epochs else s.iterations():
+        plain = DistributedDataParallel(model, device_ids=device_ids)
+        native_window(s, source, device, plain_step(plain, optimizer, loss_fn),
+                      sync if device.type == "cuda" else None)
+        del plain  # its reducer (and autograd hooks) go with it
+        gc.collect()
+
+        ddp = DistributedDataParallel(model, device_ids=device_ids)
+        timer = BucketTimer(info.world_size)
+        if info.world_size > 1:  # one rank: nothing to communicate, nothing to time
+            ddp.register_comm_hook(state=None, hook=timer.hook)
+
+        for _ in s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -101,8 +126,9 @@ def main(argv=None) -> None:
             sync()
             end = time.perf_counter()
             ready = timer.last_ready or end
-            s.add("t_b", ready - start)
-            s.add("t_comm", end - ready)
+            exposed = max(0.0, min(end, timer.last_done or ready) - ready)
+            s.add("t_b", end - start - exposed)
+            s.add("t_comm", exposed)
             s.add("t_comm_total", timer.total)
             with s.phase("t_u"):
                 optimizer.step()
@@ -120,8 +146,7 @@ def main(argv=None) -> None:
             if info.rank == 0:
                 trace_torch.write_csv(rows, os.path.join(args.log_dir, "trace.csv"))
         s.footer["comm_buckets"] = timer.buckets
-        if not args.epochs:
-            s.footer["loss"] = float(loss.detach())
+        s.footer["loss"] = float(loss.detach())
         dist.barrier()
         dist.destroy_process_group()
 

@@ -1,5 +1,9 @@
 """PyTorch FSDP2 rank (``fully_shard``): trains a zoo model on synthetic data, times each phase.
 
+Two windows (issue 14): first the throughput window, the plain loop on the sharded model
+(zero_grad, forward, ``loss.backward()``, ``optimizer.step()``) with FSDP2's own comm objects and
+no timer; then the comm timers below are installed and the breakdown window runs.
+
 Sharding: ``torch.manual_seed(0)`` then the zoo model; ``fully_shard`` on every *unit* (each
 top-level child that holds parameters, and, for a top-level ``nn.Sequential``, each of its
 children that holds parameters: LeNet-5 ``conv1 conv2 fc1 fc2 fc3``, ResNet ``conv1 bn1
@@ -54,7 +58,12 @@ from __future__ import annotations
 import time
 
 from orchestrator.rankside import harness
-from orchestrator.rankside.torch_common import init_distributed, input_batches
+from orchestrator.rankside.torch_common import (
+    init_distributed,
+    input_batches,
+    native_window,
+    plain_step,
+)
 
 from .mode import MODE
 
@@ -237,14 +246,16 @@ def main(argv=None) -> None:
         for unit in units:
             fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        source = input_batches(args, info, models_torch)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        native_window(s, source, device, plain_step(model, optimizer, loss_fn),
+                      sync if device.type == "cuda" else None)
+
         timer = CommTimer(cuda=device.type == "cuda")
         if info.world_size > 1:  # at world size 1 FSDP2 issues no collective: nothing to time
             install_timers(model, timer)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
-
-        source = input_batches(args, info, models_torch)
-        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
         for _ in s.iterations():
             with s.phase("t_io"):

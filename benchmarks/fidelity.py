@@ -1,0 +1,202 @@
+"""Fidelity: does orch report the throughput the framework itself gets? (issue 14; goal >= 0.97)
+
+For every mode, orch's reported samples/s (``orch results DIR --format json``, taken from the
+run's native window) is set against a *native script*: a minimal training loop written the way
+that framework's own documentation writes it, run with exactly the same launcher, environment
+variables, threads, model, batch and ranks. The two alternate (orch, native, native, orch, ...)
+at least three rounds in one invocation, so drift and other load hit both alike; the table
+gives, per mode and model, the median orch/native ratio and its spread (min-max over rounds).
+
+How "exactly the same" is achieved — the structure every native script follows:
+
+* orch renders and runs the mode normally (``orch sweep --site SITE --nodes N ...``);
+* this driver copies that run's rendered ``job.sbatch`` and ``launch.sh`` into a *twin*
+  directory and changes only three things: the run directory, the rank module
+  (``-m orchestrator.modes.<pkg>.rank`` becomes ``-m benchmarks.native.<pkg>``) and
+  ``PYTHONPATH`` (the repository root is appended, so ``benchmarks.native`` imports). Launcher,
+  transport and framework environment variables, thread counts, placement and the rank's
+  arguments stay byte for byte what orch rendered;
+* ``benchmarks/native/<pkg>.py`` (``<pkg>`` = the mode's folder under ``orchestrator/modes``)
+  takes orch's rank arguments (it reads ``--model --dataset --batch-size --iters --warmup`` and
+  whatever mode options it needs, ignoring the rest), builds the same zoo model
+  (``orchestrator.rankside.models_<library>``, importable through the staged copy), runs
+  ``--warmup`` then ``--iters`` steps of the framework's documented loop with no instrumentation
+  at all, and prints ONE JSON line on stdout from every task that trains (for a role mode, the
+  task that drives the steps, e.g. TensorFlow's PS chief), via :mod:`benchmarks.native._common`:
+  ``{"native": "<mode>", "rank": k, "samples": S, "seconds": T}`` where ``T`` is that task's wall
+  time from the start of its first measured step to the end of its last and ``S`` the samples
+  those steps consumed (for a chief: the global batch);
+* the job's native samples/s = sum of ``samples`` / max of ``seconds`` — the same definition
+  as orch's (analyze.run_metrics: all ranks' measured samples over the longest rank's window).
+
+A native script must stay valid on its environment's Python (CNTK's is 3.6: no
+``from __future__ import annotations``, no dataclasses). Modes without a native script are
+listed as missing, not skipped silently.
+
+Run: ``.venv/bin/python -m benchmarks.fidelity [--modes torch-ddp,horovod --models
+lenet5,resnet18 --rounds 3 --nodes 2 --site local]``. Add ``--site testcluster`` to run on
+the test Slurm (the twin is submitted with ``sbatch --wait``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NATIVE_DIR = ROOT / "benchmarks" / "native"
+# Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
+DEFAULT_ITERS = {"lenet5": (40, 10), "resnet18": (6, 2), "alexnet": (10, 3)}
+
+
+def trained_modes() -> list[str]:
+    """Every registered mode that trains (the all-reduce micro-benchmark does not)."""
+    from orchestrator import modes
+
+    return [m.name for m in modes.registry().values() if m.trains]
+
+
+def package_of(mode: str) -> str:
+    from orchestrator import modes
+
+    return modes.get(mode).package
+
+
+def orch(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """orch as a user runs it: a separate process, this checkout's code."""
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_orch(mode: str, model: str, a: argparse.Namespace, out: Path) -> tuple[float, Path]:
+    """One orch run of ``mode``: (its reported samples/s, its run directory)."""
+    iters, warmup = a.iters or DEFAULT_ITERS.get(model, (20, 5))[0], \
+        a.warmup or DEFAULT_ITERS.get(model, (20, 5))[1]
+    args = ["sweep", "--site", a.site, "--nodes", str(a.nodes), "--mode", mode, "--model",
+            model, "--batch-size", str(a.batch), "--iters", str(iters), "--warmup",
+            str(warmup), "--out", str(out)]
+    proc = orch(*args)
+    res = orch("results", str(out), "--format", "json")
+    rows = json.loads(res.stdout) if res.returncode == 0 and res.stdout.strip() else []
+    if proc.returncode != 0 or not rows or rows[0].get("state") != "COMPLETED":
+        raise RuntimeError(f"orch run of {mode}/{model} failed:\n{proc.stdout[-2000:]}"
+                           f"\n{proc.stderr[-2000:]}")
+    row = rows[0]
+    return float(row["samples_per_s"]), out / row["run_id"]
+
+
+def make_twin(rdir: Path, mode: str, twin: Path) -> Path:
+    """Copy a rendered run's scripts into ``twin``, running ``benchmarks.native.<pkg>``."""
+    pkg = package_of(mode)
+    if not (NATIVE_DIR / f"{pkg}.py").exists():
+        raise FileNotFoundError(f"no native script benchmarks/native/{pkg}.py for {mode}")
+    twin.mkdir(parents=True, exist_ok=True)
+    for name in ("job.sbatch", "launch.sh"):
+        text = (rdir / name).read_text().replace(str(rdir), str(twin))
+        text = text.replace(f"-m orchestrator.modes.{pkg}.rank", f"-m benchmarks.native.{pkg}")
+        if name == "job.sbatch":
+            text = re.sub(r"^(export PYTHONPATH=.*)$",
+                          rf'\1\nexport PYTHONPATH="$PYTHONPATH:{ROOT}"', text, count=1,
+                          flags=re.M)
+        (twin / name).write_text(text)
+    return twin
+
+
+def run_native(twin: Path, site: str, timeout: float = 1800) -> float:
+    """Run the twin job once; the job's samples/s from its tasks' JSON lines."""
+    ranks = twin / "ranks"
+    shutil.rmtree(ranks, ignore_errors=True)
+    ranks.mkdir()
+    cmd = ["bash", "job.sbatch"] if site == "local" else ["sbatch", "--wait", "job.sbatch"]
+    proc = subprocess.run(cmd, cwd=twin, capture_output=True, text=True, timeout=timeout)
+    lines = []
+    for out in sorted(ranks.glob("rank-*.out")):
+        for line in out.read_text(errors="replace").splitlines():
+            if line.startswith('{"native"'):
+                lines.append(json.loads(line))
+    if proc.returncode != 0 or not lines:
+        tails = "\n".join(p.read_text(errors="replace")[-1500:] for p in ranks.glob("*.out"))
+        raise RuntimeError(f"native run in {twin} failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-1500:]}\n{tails}")
+    return native_rate(lines)
+
+
+def native_rate(lines: list[dict]) -> float:
+    """The job's samples/s: all tasks' samples over the longest task's window (as orch)."""
+    return sum(r["samples"] for r in lines) / max(r["seconds"] for r in lines)
+
+
+def summarize(ratios: dict[tuple[str, str], list[tuple[float, float]]]) -> list[dict]:
+    """Per (mode, model): median rates and ratio, and the ratio's spread over rounds."""
+    rows = []
+    for (mode, model), pairs in ratios.items():
+        r = [o / n for o, n in pairs]
+        rows.append({"mode": mode, "model": model, "rounds": len(pairs),
+                     "orch": statistics.median(o for o, _ in pairs),
+                     "native": statistics.median(n for _, n in pairs),
+                     "ratio": statistics.median(r), "min": min(r), "max": max(r)})
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--modes", default=None, help="comma-separated; default: every mode with "
+                   "a native script")
+    p.add_argument("--models", default="lenet5,resnet18")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--nodes", type=int, default=2)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--iters", type=int, default=None, help="default: per model")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--site", default="local")
+    p.add_argument("--out", type=Path, default=None, help="default: a fresh temporary folder")
+    a = p.parse_args()
+    wanted = a.modes.split(",") if a.modes else trained_modes()
+    missing = [m for m in wanted if not (NATIVE_DIR / f"{package_of(m)}.py").exists()]
+    todo = [m for m in wanted if m not in missing]
+    base = a.out or Path(f"/tmp/orch-fidelity-{int(time.time())}")
+    base.mkdir(parents=True, exist_ok=True)
+    ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    failures: list[str] = []
+    for model in a.models.split(","):
+        for mode in todo:
+            twin = None
+            for k in range(a.rounds):
+                try:
+                    # Alternate who goes first (orch, native | native, orch | ...).
+                    if twin is None or k % 2 == 0:
+                        o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
+                        twin = twin or make_twin(rdir, mode, base / "native" / f"{mode}-{model}")
+                        n = run_native(twin, a.site)
+                    else:
+                        n = run_native(twin, a.site)
+                        o, _ = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
+                except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+                    failures.append(f"{mode}/{model} round {k}: {str(exc).splitlines()[0]}")
+                    print(f"  {failures[-1]}", flush=True)
+                    break
+                ratios.setdefault((mode, model), []).append((o, n))
+                print(f"  {mode:14} {model:9} round {k}: orch {o:9.1f}  native {n:9.1f}  "
+                      f"ratio {o / n:.3f}", flush=True)
+    print(f"\nfidelity, {a.nodes} ranks, batch {a.batch}/rank, site {a.site} ({base}):")
+    print(f"{'mode':14} {'model':9} {'orch':>9} {'native':>9} {'ratio':>6}  spread       "
+          f"goal >= 0.97")
+    for r in summarize(ratios):
+        print(f"{r['mode']:14} {r['model']:9} {r['orch']:9.1f} {r['native']:9.1f} "
+              f"{r['ratio']:6.3f}  {r['min']:.3f}-{r['max']:.3f}  "
+              f"{'met' if r['ratio'] >= 0.97 else 'NOT met'} ({r['rounds']} rounds)")
+    for m in missing:
+        print(f"{m:14} no native script (benchmarks/native/{package_of(m)}.py)")
+    for f in failures:
+        print(f"failed: {f}")
+
+
+if __name__ == "__main__":
+    main()

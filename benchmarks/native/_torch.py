@@ -1,0 +1,42 @@
+"""What the native PyTorch scripts share: the same synthetic batches as orch's ranks
+(rankside.torch_common.input_batches without --data), so both sides feed identical tensors,
+and the timed loop around each script's own step."""
+
+import itertools
+
+import torch
+
+from benchmarks.native._common import Clock, report
+from orchestrator.rankside import models_torch
+
+
+def synthetic_batches(args, rank):
+    """The same input as orch's ranks: four synthetic batches in host memory, cycled."""
+    gen = torch.Generator().manual_seed(1000 + rank)
+    shape = (args.batch_size, *models_torch.input_shape(args.dataset))
+    classes = models_torch.num_classes(args.dataset)
+    return itertools.cycle([(torch.randn(shape, generator=gen),
+                             torch.randint(0, classes, (shape[0],), generator=gen))
+                            for _ in range(4)])
+
+
+def plain_step(model, optimizer, loss_fn):
+    """The step PyTorch's tutorials write: zero_grad, forward + loss, backward, step."""
+
+    def step(x, y):
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+def run(mode, args, rank, step):
+    """``--warmup`` + ``--iters`` calls of ``step(x, y)``; print the task's JSON line."""
+    batches = synthetic_batches(args, rank)
+    clock = Clock(args.warmup)
+    for k in range(args.warmup + args.iters):
+        clock.step(k)
+        step(*next(batches))
+    report(mode, rank, args.iters * args.batch_size, clock.done())

@@ -1,0 +1,48 @@
+"""torch-fsdp, natively: FSDP2 as PyTorch's FSDP2 tutorial writes it (``fully_shard`` on each
+layer, then on the root model; the plain loop: zero_grad, forward, ``loss.backward()``,
+``optimizer.step()``), with FSDP2's own collectives and no timers. The units sharded are the
+ones orch's rank shards (each parameter-holding top-level child, and each such child of a
+top-level ``nn.Sequential``), so both run the same collectives."""
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from benchmarks.native._common import parse_args
+from benchmarks.native._torch import plain_step, run
+from orchestrator.rankside import models_torch
+
+
+def layers(model):
+    def has_params(m):
+        return any(True for _ in m.parameters())
+
+    for child in model.children():
+        if isinstance(child, nn.Sequential):
+            yield from (c for c in child.children() if has_params(c))
+        elif has_params(child):
+            yield child
+
+
+def main():
+    args = parse_args(extra=(("--backend", "gloo"), ("--reshard-after-forward", "yes")))
+    torch.manual_seed(0)
+    dist.init_process_group(args.backend)
+    rank = dist.get_rank()
+    model = models_torch.build(args.model, args.dataset)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    reshard = args.reshard_after_forward == "yes"
+    for layer in list(layers(model)):
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    run("torch-fsdp", args, rank, plain_step(model, optimizer, loss_fn))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""Issue 14's analysis on recorded rank logs (no ranks run here): throughput from the native
+window, the breakdown beside it, instrumentation overhead, phase gap, memory per rank, and the
+invariants every run is checked against (exposed <= total communication, none on 1 rank, a
+stated reason where a mode cannot see its total).
+
+The logs under tests/golden/ranklogs are real torch-ddp runs of the local site (LeNet-5, 1 and 2
+ranks, 3 warm-up + 10 measured iterations per window), headers trimmed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator import analyze, gather, protocol, rundir, verdict
+from orchestrator.protocol import PHASES
+from orchestrator.report.tables import comm_table, measurement_table
+
+LOGS = Path(__file__).parent / "golden" / "ranklogs"
+
+
+def recorded(name: str):
+    rdir = LOGS / name
+    return rundir.read_run(rdir), verdict.read_run_logs(rdir), rdir
+
+
+def frame(run, logs) -> pd.DataFrame:
+    return pd.DataFrame(gather.iteration_rows(run, logs))
+
+
+def test_throughput_comes_from_the_native_window():
+    run, logs, _ = recorded("ddp-n2")
+    df = frame(run, logs)
+    m = analyze.run_metrics(df)
+    native = df[(df["window"] == "native") & ~df["warmup_iter"]]
+    breakdown = df[(df["window"] == "breakdown") & ~df["warmup_iter"]]
+    # The job's samples over the longest rank's native window, each rank on its own clock.
+    spans = native.groupby("rank").apply(
+        lambda g: (g["t_start"] + g["t_iter"]).max() - g["t_start"].min(), include_groups=False)
+    assert m["throughput_window"] == "native"
+    assert m["samples_per_s"] == pytest.approx(native["samples"].sum() / spans.max())
+    assert m["t_iter_native"] == pytest.approx(native["t_iter"].mean())
+    assert m["t_iter"] == pytest.approx(breakdown["t_iter"].mean())
+    assert m["instrumentation_overhead"] == pytest.approx(m["t_iter"] / m["t_iter_native"] - 1)
+    assert m["phase_gap"] == pytest.approx(
+        breakdown["t_iter"].mean() - sum(breakdown[p].mean() for p in PHASES))
+    assert m["t_comm"] == pytest.approx(breakdown["t_comm"].mean())  # phases: breakdown only
+    assert m["iterations_measured"] == run.iters
+    assert m["comm_exceeds_total"] == 0
+
+
+def test_logs_without_windows_fall_back_to_the_breakdown():
+    """A log written before the two windows: every record is a breakdown record."""
+    run, logs, _ = recorded("ddp-n2")
+    for log in logs:
+        log.iters = [{k: v for k, v in r.items() if k != "window"} for r in log.iters
+                     if r.get("window") == "breakdown"]
+    m = analyze.run_metrics(frame(run, logs))
+    assert m["throughput_window"] == "breakdown" and m["samples_per_s"] > 0
+    assert m["t_iter_native"] is None and m["instrumentation_overhead"] is None
+
+
+def test_fast_merge_carries_the_window_like_the_slow_path():
+    run, logs, rdir = recorded("ddp-n2")
+    table, counts = gather.merged_iteration_table([(run, gather.scan_run_logs(rdir))])
+    slow = gather.iteration_table(gather.iteration_rows(run, logs))
+    assert counts == [slow.num_rows] and table.equals(slow)
+    assert set(table.column("window").to_pylist()) == set(protocol.WINDOWS)
+
+
+def test_verdict_counts_each_window(tmp_path):
+    run, logs, rdir = recorded("ddp-n2")
+    assert verdict.verdict(run, rdir, logs) == (True, None)
+    # A rank that lost a native iteration is not a complete run.
+    copy = tmp_path / "run"
+    shutil.copytree(rdir, copy)
+    path = copy / "ranks" / "rank-1.jsonl"
+    lines = path.read_text().splitlines()
+    gone = next(i for i, line in enumerate(lines)
+                if '"window":"native"' in line and '"warmup":false' in line)
+    path.write_text("\n".join(lines[:gone] + lines[gone + 1:]) + "\n")
+    ok, reason = verdict.verdict(run, copy, verdict.read_run_logs(copy))
+    assert not ok and reason == (f"rank 1: {run.iters - 1} of {run.iters} measured iterations "
+                                 "logged in the native window")
+
+
+def row(**kw) -> dict:
+    base = {"mode": "torch-ddp", "ranks": 2, "iterations_measured": 10, "t_comm": 0.002,
+            "t_comm_total": 0.003, "comm_exceeds_total": 0, "comm_total_reason": None}
+    return {**base, **kw}
+
+
+@pytest.mark.parametrize(("fields", "expected"), [
+    ({}, []),
+    ({"comm_exceeds_total": 2}, ["exposed communication exceeds total in 2 measured "
+                                 "iteration(s)"]),
+    ({"t_comm": 0.004}, ["hidden communication is negative (-1.000 ms)"]),
+    ({"ranks": 1, "t_comm": 0.00058, "t_comm_total": 0.0003, "comm_exceeds_total": 10},
+     ["exposed communication exceeds total in 10 measured iteration(s)",
+      "hidden communication is negative (-0.280 ms)",
+      "1-rank run reports communication (0.580 ms exposed, 0.300 ms total)"]),
+    ({"ranks": 1, "t_comm": 0.0, "t_comm_total": 0.0}, []),
+    ({"ranks": 1, "t_comm": 0.0, "t_comm_total": None}, []),
+    ({"t_comm_total": None}, ["no t_comm_total and no comm_total_reason saying why"]),
+    ({"t_comm_total": None, "comm_total_reason": "a background thread"}, []),
+    ({"t_comm": 0.003, "t_comm_total": 0.003 - analyze.TIMER_TOLERANCE / 2}, []),
+    ({"mode": "allreduce-bench", "ranks": 1, "t_comm": 1.0}, []),  # measures the network
+    ({"iterations_measured": 0, "t_comm": None}, []),  # nothing measured, nothing to check
+])
+def test_invariants(fields, expected):
+    assert analyze.invariants(row(**fields)) == expected
+
+
+def test_recorded_runs_hold_every_invariant_and_one_rank_has_no_communication():
+    """The issue's 1-rank figure (0.58 ms exposed, 0.30 ms total) is gone: zero, both."""
+    runs = []
+    for name in ("ddp-n1", "ddp-n2"):
+        run, logs, _ = recorded(name)
+        runs.append({"mode": run.mode, "ranks": run.ranks, "model": run.model,
+                     "dataset": run.dataset, "nodes": run.nodes, "options": json.dumps(
+                         run.options), "_label": "torch-ddp lenet5",
+                     **analyze.run_metrics(frame(run, logs)), **gather.footer_facts(logs)})
+    df = analyze.add_invariants(pd.DataFrame(runs))
+    assert df["invariant_violations"].isna().all()
+    one = df[df["ranks"] == 1].iloc[0]
+    assert one["t_comm"] == 0.0 and one["t_comm_total"] == 0.0
+    two = df[df["ranks"] == 2].iloc[0]
+    assert 0 < two["t_comm"] <= two["t_comm_total"]
+    assert two["peak_rss_bytes"] >= two["peak_rss_bytes_mean"] > 0
+    # The report's tables show them: overhead, phase gap, memory, invariants; overlap per mode.
+    meas = measurement_table(df)
+    assert meas.columns[3:] == ["throughput from", "t_iter native ms", "t_iter breakdown ms",
+                                "overhead", "phase gap ms", "host MiB max / mean",
+                                "device MiB max / mean", "invariants"]
+    assert all(r[3] == "native" and r[-1] == "hold" for r in meas.rows)
+    assert meas.rows[1][6] == f"{two['instrumentation_overhead']:+.1%}"
+    comm = comm_table(df)
+    # LeNet-5's gradient fits DDP's first bucket: sent after backward, whatever DDP declares.
+    assert [r[3] for r in comm.rows] == ["none", "none"] and comm.rows[1][-1] == ""
+    reasoned = df.assign(t_comm_total=None, comm_total_reason="not seen by the rank")
+    assert comm_table(reasoned).rows[1][5:7] == ["-", "-"]
+    assert comm_table(reasoned).rows[1][-1] == "not seen by the rank"
