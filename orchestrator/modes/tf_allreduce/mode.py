@@ -14,7 +14,9 @@ MODE = Mode(
     library="tensorflow",
     data_format="tfrecord",  # tf.data over TFRecord files (orch data make --format tfrecord)
     launchers=("srun", "local"),
-    overlap="wfbp",
+    # MWMS packs every gradient into one collective (bytes_per_pack 0), which starts only
+    # when backward has produced the last one: nothing is hidden behind backward.
+    overlap="none",
     options=(
         Option(
             name="implementation",
