@@ -59,9 +59,7 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             error = (log.footer.get("error") or "failed").strip()
             problems.append((0, log.footer.get("ended_at") or 0.0, f"{label}: {error}"))
         elif rank in trains:
-            # The breakdown window's (issue 14); a native window, if any, is counted apart.
-            measured = [r for r in log.iters if not r.get("warmup") and r.get(
-                protocol.WINDOW, protocol.WINDOW_BREAKDOWN) == protocol.WINDOW_BREAKDOWN]
+            measured = [r for r in log.iters if not r.get("warmup")]
             if len(measured) != run.iters:
                 problems.append((3, 0.0, f"{label}: {len(measured)} of {run.iters} "
                                          "measured iterations logged"))
