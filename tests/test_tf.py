@@ -215,6 +215,18 @@ def test_tf_max_pool_has_pytorch_geometry(zoo_report):
         assert got == out, (h, k, s, pad, ceil)
 
 
+@pytest.mark.parametrize(("mode", "option", "fix"), [
+    ("tf-allreduce", "implementation=nccl", "implementation=ring"),
+    ("chainermn", "communicator=pure_nccl", "communicator=naive")])
+def test_nccl_option_on_a_cpu_partition_is_refused_at_render_time(tmp_path, mode, option, fix):
+    """No step of the mode can run there (issue 14): one line naming option and fix, exit 2."""
+    proc = run_orch("sweep", "--mode", mode, "--option", option, "--nodes", "1", "--dry-run",
+                    "--out", tmp_path / "out")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and f"--option {option}" in line and f"use {fix}" in line
+
+
 # --- local site -----------------------------------------------------------------------------
 
 
