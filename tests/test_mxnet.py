@@ -206,9 +206,9 @@ def test_local_sweep_completes(local_sweep):
         if r["options"]["kvstore"] == "dist_sync":
             assert r["checksums_agree"] is True  # the workers really synchronised
         # Issue 14: throughput from Gluon's own step; pushes overlap backward, so the total
-        # communication is not seen, and the reason is given.
+        # communication (keys in flight) holds the exposed part and more.
         assert r["throughput_window"] == "native" and r["instrumentation_overhead"] is not None
-        assert r["t_comm_total"] is None and "asynchronously" in r["comm_total_reason"]
+        assert r["t_comm_total"] >= r["t_comm"] > 0 and r["comm_total_reason"] is None
 
 
 def test_local_roles_where_the_mode_puts_them(local_sweep):
@@ -231,7 +231,7 @@ def test_local_roles_where_the_mode_puts_them(local_sweep):
             iters = [rec for rec in logs[k] if rec["type"] == "iter"]
             if task.role == "worker":
                 breakdown = assert_two_windows(logs[k], ITERS, WARMUP)
-                assert all("t_comm_total" not in rec for rec in breakdown)
+                assert all(rec["t_comm_total"] >= rec["t_comm"] for rec in breakdown)
                 assert footer["params"] == zoo.get("lenet5").expected_params["cifar"]
             else:
                 assert iters == [] and footer["served_s"] > 0

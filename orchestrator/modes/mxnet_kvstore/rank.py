@@ -27,10 +27,10 @@ MXNet runs operators asynchronously, so each of its phases ends by waiting for i
   ends, a marker operator that reads one element of every gradient is queued right after
   backward and before the push/pull; a helper thread waits for it. ``t_b`` = backward start →
   marker done; ``t_comm`` = marker done → all pulls done: the communication NOT hidden behind
-  backward, the same definition as DDP's. Total communication time is not visible: every key's
-  push and pull runs asynchronously in MXNet's engine, interleaved with backward, and Python
-  sees only when all of them are done; ``t_comm_total`` is not recorded and the footer's
-  ``comm_total_reason`` says so.
+  backward, the same definition as DDP's. ``t_comm_total``: every key's push and pull runs
+  asynchronously in MXNet's engine, so per key two more markers say when its gradient existed
+  (its push could start) and when its pull landed; the total is the time some key was in
+  flight (the union of those spans and of the exposed tail), which contains ``t_comm``.
 * ``update=worker`` (dist_sync): ``trainer.allreduce_grads()`` pushes gradients and pulls their
   sum over the workers (the servers only aggregate); ``t_u`` = ``trainer.update()`` on the
   worker. Communication and update are fully separated.
@@ -49,13 +49,24 @@ import os
 import threading
 import time
 
-from orchestrator import protocol
 from orchestrator.rankside import harness
 
 from .mode import MODE
 
-COMM_TOTAL_REASON = ("MXNet's engine runs every key's push and pull asynchronously, "
-                     "interleaved with backward; Python sees only when all are done")
+
+def in_flight(spans, backward_done: float, end: float) -> float:
+    """Seconds during which some key's push/pull was in flight: the union of the keys' spans
+    (gradient ready -> its pull landed) and of the exposed tail (backward done -> all pulled,
+    when the worker waits on nothing but communication), so never less than ``t_comm``."""
+    total, reach = 0.0, None
+    for lo, hi in sorted([*spans, (backward_done, end)]):
+        if reach is None or lo > reach:
+            total += max(0.0, hi - lo)
+            reach = hi
+        elif hi > reach:
+            total += hi - reach
+            reach = hi
+    return total
 
 
 def trainable(net) -> list:
@@ -154,7 +165,6 @@ def train(s: harness.Session, args) -> None:
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
     source = input_batches(mx, gluon, args, kv.rank, kv.num_workers, info.role_index)
-    s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
 
     for _ in s.native_iterations():  # Gluon's own step, wall clock only
         x, y = next(source)
@@ -184,17 +194,30 @@ def train(s: harness.Session, args) -> None:
         # The marker reads one element of every gradient: done when backward compute is.
         marker = mx.nd.add_n(*(p.grad(ctx).reshape((-1,))[0:1] for p in params))
         backward_done = ReadyAt(marker)
-        backward_done.start()
+        # Per key: when its gradient exists (its push may start) ...
+        keys_ready = [ReadyAt(p.grad(ctx).reshape((-1,))[0:1]) for p in params]
+        for waiter in (backward_done, *keys_ready):
+            waiter.start()
         if on_server:
             trainer.step(1)  # push gradients, servers update, pull weights
         else:
             trainer.allreduce_grads()  # push gradients, pull their sum
+        # ... and when its pull has landed (in the weights or in the gradient).
+        keys_pulled = [ReadyAt((p.data(ctx) if on_server else p.grad(ctx)).reshape((-1,))[0:1])
+                       for p in params]
+        for waiter in keys_pulled:
+            waiter.start()
         mx.nd.waitall()
         end = time.perf_counter()
-        backward_done.join()
+        for waiter in (backward_done, *keys_ready, *keys_pulled):
+            waiter.join()
         ready = min(backward_done.at or end, end)
         s.add("t_b", ready - start)
         s.add("t_comm", end - ready)
+        s.add("t_comm_total", in_flight(
+            [(min(r.at or ready, ready), q.at or end) for r, q in zip(keys_ready, keys_pulled,
+                                                                      strict=True)],
+            ready, end))
         if not on_server:
             with s.phase("t_u"):
                 trainer.update(1)
