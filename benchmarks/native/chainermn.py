@@ -22,17 +22,12 @@ def main():
     model = models_chainer.build(args.model, args.dataset)
     if args.communicator == "pure_nccl":  # pragma: no cover
         model.to_gpu()
-    xp = model.xp
     optimizer = chainermn.create_multi_node_optimizer(
         chainer.optimizers.MomentumSGD(lr=0.01, momentum=0.9), comm)
     optimizer.setup(model)
     # The same input as orch's ranks: four synthetic batches in memory, cycled.
-    rng = np.random.RandomState(1000 + comm.rank)
-    shape = (args.batch_size, *models_chainer.input_shape(args.dataset))
-    classes = models_chainer.num_classes(args.dataset)
-    pool = [(xp.asarray(rng.standard_normal(shape).astype(np.float32)),
-             xp.asarray(rng.randint(0, classes, shape[0]).astype(np.int32)))
-            for _ in range(4)]
+    pool = models_chainer.synthetic_pool(model.xp, args.batch_size, args.dataset,
+                                         1000 + comm.rank)
 
     def lossfun(x, t):
         return F.softmax_cross_entropy(model(x), t)

@@ -72,12 +72,7 @@ def main(argv=None) -> None:
         optimizer.is_changed(model)
         comm.bcast_data(model)
 
-        rng = np.random.RandomState(1000 + info.rank)
-        shape = (args.batch_size, *models_chainer.input_shape(args.dataset))
-        classes = models_chainer.num_classes(args.dataset)
-        pool = [(xp.asarray(rng.standard_normal(shape).astype(np.float32)),
-                 xp.asarray(rng.randint(0, classes, shape[0]).astype(np.int32)))
-                for _ in range(4)]
+        pool = models_chainer.synthetic_pool(xp, args.batch_size, args.dataset, 1000 + info.rank)
 
         def lossfun(x, t):
             return F.softmax_cross_entropy(model(x), t)
