@@ -22,16 +22,8 @@ def main():
     classes = models_cntk.num_classes(args.dataset)
     x, y = C.input_variable(shape), C.input_variable(classes)
     z = models_cntk.build(args.model, args.dataset, x)
-    loss = C.cross_entropy_with_softmax(z, y)
-    local = C.momentum_sgd(z.parameters, C.learning_parameter_schedule(0.01),
-                           C.momentum_schedule(0.9))
-    if args.learner == "block_momentum":
-        learner = distributed.block_momentum_distributed_learner(
-            local, block_size=args.batch_size * world)
-    else:
-        learner = distributed.data_parallel_distributed_learner(
-            local, num_quantization_bits=1 if args.learner == "one_bit_sgd" else 32)
-    trainer = C.Trainer(z, (loss, None), [learner])
+    # The mode's learner, as CNTK's manual sets it up (one helper shared with orch's rank).
+    trainer, _ = models_cntk.distributed_trainer(z, y, args.learner, args.batch_size, world)
     # The same input as orch's ranks: four synthetic numpy batches, cycled.
     rng = np.random.RandomState(1000 + rank)
     eye = np.eye(classes, dtype=np.float32)

@@ -125,24 +125,10 @@ def main(argv=None) -> None:
         y = C.input_variable(classes)
         plain, stamped = twin_networks(C, models_cntk, args, x, stamps)
 
-        def distributed_trainer(z):
-            """CNTK's standard trainer of ``z``: momentum SGD in the chosen distributed
-            learner."""
-            loss = C.cross_entropy_with_softmax(z, y)
-            local = C.momentum_sgd(z.parameters, C.learning_parameter_schedule(0.01),
-                                   C.momentum_schedule(0.9))
-            if args.learner == "block_momentum":
-                # One block = one global minibatch: the model is averaged every iteration.
-                learner = distributed.block_momentum_distributed_learner(
-                    local, block_size=args.batch_size * world)
-            else:
-                learner = distributed.data_parallel_distributed_learner(
-                    local, num_quantization_bits=1 if args.learner == "one_bit_sgd" else 32)
-            return C.Trainer(z, (loss, None), [learner]), learner
-
-        native, _ = distributed_trainer(plain)
-        trainer, learner = distributed_trainer(stamped)
-        z = stamped
+        native, _ = models_cntk.distributed_trainer(plain, y, args.learner, args.batch_size,
+                                                    world)
+        trainer, learner = models_cntk.distributed_trainer(stamped, y, args.learner,
+                                                           args.batch_size, world)
         s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
 
         # Synthetic data in host memory: a few distinct numpy batches, cycled.
@@ -169,7 +155,7 @@ def main(argv=None) -> None:
             s.add("t_b", b_end - b_start)
             s.add("t_comm", 0.0 if alone else t1 - b_end)
             s.add("t_u", t1 - b_end if alone else 0.0)
-        s.footer["param_checksum"] = parameter_checksum(z)
+        s.footer["param_checksum"] = parameter_checksum(stamped)
         s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
         learner.communicator().barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
