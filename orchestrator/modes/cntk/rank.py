@@ -127,8 +127,6 @@ def main(argv=None) -> None:
 
         native, _ = models_cntk.distributed_trainer(plain, y, args.learner, args.batch_size,
                                                     world)
-        trainer, learner = models_cntk.distributed_trainer(stamped, y, args.learner,
-                                                           args.batch_size, world)
         s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
 
         # Synthetic data in host memory: a few distinct numpy batches, cycled.
@@ -141,6 +139,10 @@ def main(argv=None) -> None:
             xs, ys = pool[it % len(pool)]
             native.train_minibatch({x: xs, y: ys})
 
+        # The breakdown window's trainer, only now: nothing of it exists while the native
+        # window runs (and a block-momentum learner starts from the parameters as they are).
+        trainer, learner = models_cntk.distributed_trainer(stamped, y, args.learner,
+                                                           args.batch_size, world)
         alone = world == 1  # nothing to aggregate
         for it in s.iterations():
             with s.phase("t_io"):
