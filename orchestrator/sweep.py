@@ -344,6 +344,13 @@ def option_sets(spec: SweepSpec, mode: modes.Mode) -> list[dict[str, str]]:
     return sets or [{}]
 
 
+# Mode options whose value runs on NCCL, which no step can use without GPUs (option, the NCCL
+# value, the CPU choice to use instead): torch's backend, TensorFlow's all-reduce
+# implementation, ChainerMN's communicator.
+NEEDS_GPUS = (("backend", "nccl", "gloo"), ("implementation", "nccl", "ring"),
+              ("communicator", "pure_nccl", "naive"))
+
+
 def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, mode: modes.Mode,
             model: str, nodes: int, tasks_per_node: int | None, batch: int, prefetch: bool,
             repeat: int) -> list[Run]:
@@ -360,9 +367,11 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
                         f"{MAX_TASKS_PER_CORE * part.cpus_per_node} ranks per node")
     launcher = _launcher(spec.launcher, site, part.launcher, mode)
     for opts in option_sets(spec, mode):
-        if opts.get("backend") == "nccl" and not part.gpus_per_node:
-            raise UserError(f"--option backend=nccl: partition '{part.name}' has no GPUs "
-                            f"(gpus_per_node 0); NCCL needs them: use backend=gloo")
+        for name, value, cpu_choice in NEEDS_GPUS:
+            if opts.get(name) == value and not part.gpus_per_node:
+                raise UserError(f"--option {name}={value}: partition '{part.name}' has no "
+                                f"GPUs (gpus_per_node 0); NCCL needs them: use "
+                                f"{name}={cpu_choice}")
     return [build_run(spec, site, part, mode, launcher, opts, model=model, nodes=nodes,
                       tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
                       repeat=repeat, data_dir=data_dir)

@@ -62,3 +62,20 @@ def processes_matching(text: str) -> list[str]:
         if text in cmd and state != "Z":
             found.append(f"{proc.name}: {cmd}")
     return found
+
+
+def assert_two_windows(records: list[dict], iters: int, warmup: int) -> list[dict]:
+    """A logging rank's records (issue 14): a native window (``warmup + iters`` records, wall
+    clock only, no phase) and then a breakdown window (as many, every phase), iteration numbers
+    running on across both. Returns the breakdown window's measured records."""
+    from orchestrator import protocol
+
+    its = [r for r in records if r["type"] == protocol.ITER]
+    windows = [r.get(protocol.WINDOW) for r in its]
+    per = warmup + iters
+    assert windows == [protocol.WINDOW_NATIVE] * per + [protocol.WINDOW_BREAKDOWN] * per, windows
+    assert [r["iter"] for r in its] == list(range(2 * per))
+    assert [r["warmup"] for r in its] == ([True] * warmup + [False] * iters) * 2
+    assert all(r["t_iter"] > 0 and not set(protocol.PHASES) & set(r) for r in its[:per])
+    assert all(set(protocol.PHASES) <= set(r) for r in its[per:])
+    return [r for r in its[per:] if not r["warmup"]]

@@ -24,7 +24,7 @@ from orchestrator import envs, zoo
 from orchestrator import site as sitemod
 from orchestrator.gather import PHASES
 
-from .conftest import IN_CI, ROOT, run_orch
+from .conftest import IN_CI, ROOT, assert_two_windows, run_orch
 
 pytestmark = pytest.mark.ranks
 ITERS, WARMUP = 4, 1
@@ -153,7 +153,7 @@ def test_local_sweep_ranks_and_checksums(local_sweep):
             head, foot = log[0], log[-1]
             assert (head["rank"], head["world_size"]) == (rank, r["ranks"])
             assert foot["type"] == "footer" and foot["status"] == "ok", foot
-            assert len([x for x in log if x["type"] == "iter"]) == ITERS + WARMUP
+            assert_two_windows(log, ITERS, WARMUP)  # the framework's own step, then phases
             sums.add(foot["param_checksum"])
         assert len(sums) == 1, (r["run_id"], sums)
 
@@ -161,7 +161,8 @@ def test_local_sweep_ranks_and_checksums(local_sweep):
 def test_local_sweep_phases(local_sweep):
     out, _ = local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
-    measured = df[~df["warmup_iter"] & df["mode"].isin(["cntk", "chainermn"])]
+    measured = df[~df["warmup_iter"] & df["mode"].isin(["cntk", "chainermn"])
+                  & (df["window"] == "breakdown")]
     assert len(measured) == 2 * (1 + 2) * ITERS
     gap = measured["t_iter"] - measured[list(PHASES)].sum(axis=1)
     assert (gap >= 0).all(), "phases cannot exceed the iteration they are part of"
@@ -171,9 +172,20 @@ def test_local_sweep_phases(local_sweep):
         two = measured[(measured["mode"] == mode) & (measured["ranks"] == 2)]
         assert (two["t_f"] > 0).all() and (two["t_b"] > 0).all()
         assert (two["t_comm"] > 0).all()  # exposed: neither framework hides it
-        assert (two["t_comm_total"] == two["t_comm"]).all()
+        one = measured[(measured["mode"] == mode) & (measured["ranks"] == 1)]
+        assert (one["t_comm"] == 0).all()  # one rank: nothing to communicate
+    # ChainerMN: the communicator's all-reduce, timed, is all the communication there is;
+    # CNTK's aggregation is inside its C++ update: not seen, and the runs say why.
+    chainer = measured[measured["mode"] == "chainermn"]
+    assert (chainer["t_comm_total"] == chainer["t_comm"]).all()
+    assert measured[measured["mode"] == "cntk"]["t_comm_total"].isna().all()
+    for r in results(out):
+        if r["mode"] in ("cntk", "chainermn"):
+            assert r["throughput_window"] == "native" and r["invariant_violations"] is None
+            assert (r["comm_total_reason"] is None) == (r["mode"] == "chainermn")
     # CNTK applies the update inside its distributed learner's call: it is in t_comm.
-    assert (measured[measured["mode"] == "cntk"]["t_u"] == 0).all()
+    cntk2 = measured[(measured["mode"] == "cntk") & (measured["ranks"] == 2)]
+    assert (cntk2["t_u"] == 0).all()
 
 
 @pytest.mark.parametrize("learner", ["one_bit_sgd", "block_momentum"])

@@ -25,7 +25,7 @@ from orchestrator import envs, modes, render, zoo
 from orchestrator import site as sitemod
 from orchestrator.gather import PHASES
 
-from .conftest import IN_CI, processes_matching, run_orch
+from .conftest import IN_CI, assert_two_windows, processes_matching, run_orch
 from .test_render import rendered
 
 ITERS, WARMUP = 4, 1
@@ -215,6 +215,18 @@ def test_tf_max_pool_has_pytorch_geometry(zoo_report):
         assert got == out, (h, k, s, pad, ceil)
 
 
+@pytest.mark.parametrize(("mode", "option", "fix"), [
+    ("tf-allreduce", "implementation=nccl", "implementation=ring"),
+    ("chainermn", "communicator=pure_nccl", "communicator=naive")])
+def test_nccl_option_on_a_cpu_partition_is_refused_at_render_time(tmp_path, mode, option, fix):
+    """No step of the mode can run there (issue 14): one line naming option and fix, exit 2."""
+    proc = run_orch("sweep", "--mode", mode, "--option", option, "--nodes", "1", "--dry-run",
+                    "--out", tmp_path / "out")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip()
+    assert "\n" not in line and f"--option {option}" in line and f"use {fix}" in line
+
+
 # --- local site -----------------------------------------------------------------------------
 
 
@@ -254,10 +266,40 @@ def test_local_roles_and_nodes(local_sweep):
             assert config["task"] == {"type": task.role, "index": task.index}
 
 
+def test_local_two_windows_and_communication(local_sweep):
+    """Issue 14: every logging task ran TensorFlow's own step (native window) and then the
+    instrumented one; throughput comes from the native window; total communication is the
+    measured collective (tf-allreduce) or null with the reason (tf-ps); 1 worker of
+    tf-allreduce communicates nothing."""
+    out, _ = local_sweep
+    for r in results(out):
+        mode = modes.get(r["mode"])
+        tasks = mode.tasks(r["nodes"], 1, {"ps_per_node": "1"})
+        for k, task in enumerate(tasks):
+            log = rank_log(out, r["run_id"], k)
+            if task.role not in mode.logging_roles:
+                assert not [x for x in log if x["type"] == "iter"]
+                continue
+            breakdown = assert_two_windows(log, ITERS, WARMUP)
+            if r["mode"] == "tf-ps":
+                assert all("t_comm_total" not in x for x in breakdown)
+                assert "overlapped" in log[-1]["comm_total_reason"]
+            else:
+                assert "comm_total_reason" not in log[-1]
+                assert all(x["t_comm_total"] == x["t_comm"] for x in breakdown)
+                if r["nodes"] == 1:
+                    assert all(x["t_comm"] == 0 for x in breakdown)
+        assert r["throughput_window"] == "native" and r["t_iter_native"] > 0
+        assert r["instrumentation_overhead"] is not None
+        assert (r["t_comm_total"] is None) == (r["mode"] == "tf-ps")
+        assert (r["comm_total_reason"] is None) == (r["mode"] == "tf-allreduce")
+    assert modes.get("tf-allreduce").overlap == "none"  # one packed all-reduce after backward
+
+
 def test_local_allreduce_phases_and_sync(local_sweep):
     out, _ = local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
-    m = df[(df["mode"] == "tf-allreduce") & ~df["warmup_iter"]]
+    m = df[(df["mode"] == "tf-allreduce") & ~df["warmup_iter"] & (df["window"] == "breakdown")]
     gap = m["t_iter"] - m[list(PHASES)].sum(axis=1)
     assert (gap >= 0).all() and (gap <= PHASE_TOLERANCE_S + PHASE_TOLERANCE_REL * m["t_iter"]).all()
     assert (m["t_comm_total"] == m["t_comm"]).all() and (m["t_b"] > 0).all()
@@ -274,14 +316,15 @@ def test_local_ps_chief_logs_global_steps_and_stops_servers(local_sweep):
     assert set(ps["rank"]) == {0}  # only the chief logs iterations
     for nodes, rows in ps.groupby("nodes"):
         assert (rows["samples"] == nodes * rows["batch_size"]).all()  # every worker's batch
-        measured = rows[~rows["warmup_iter"]]
+        measured = rows[~rows["warmup_iter"] & (rows["window"] == "breakdown")]
         assert (measured["t_comm"] > 0).all() and (measured["t_u"] == 0).all()
-        assert (measured["t_comm_total"] == measured["t_comm"]).all()
+        assert measured["t_comm_total"].isna().all()  # not seen: comm_total_reason says why
     two = next(p.name for p in out.iterdir() if p.name.startswith("tf-ps-lenet5-local-n2"))
     chief = rank_log(out, two, 0)
     assert chief[-1]["servers_stopped"] == 4 and chief[-1]["workers"] == 2
     assert len(chief[-1]["variables_per_ps"]) == 2  # the variables are spread over both ps
-    assert all("t_pull" in rec and "t_push" in rec for rec in chief if rec["type"] == "iter")
+    assert all("t_pull" in rec and "t_push" in rec for rec in chief
+               if rec["type"] == "iter" and rec["window"] == "breakdown")
     for k in range(1, 5):
         assert rank_log(out, two, k)[-1]["stopped_by"] == "chief done"
     assert (out / two / "ranks" / "chief.done").is_file()

@@ -25,6 +25,19 @@ def num_classes(dataset: str) -> int:
     return zoo.get_dataset(dataset).num_classes
 
 
+def synthetic_pool(xp, batch: int, dataset: str, seed: int, count: int = 4) -> list:
+    """A few distinct (images, int32 labels) batches in ``xp`` memory (numpy or cupy), the
+    synthetic input every rank (and the fidelity benchmark's native loop) cycles through."""
+    import numpy as np
+
+    rng = np.random.RandomState(seed)
+    shape = (batch, *input_shape(dataset))
+    classes = num_classes(dataset)
+    return [(xp.asarray(rng.standard_normal(shape).astype(np.float32)),
+             xp.asarray(rng.randint(0, classes, batch).astype(np.int32)))
+            for _ in range(count)]
+
+
 def _maxpool(x, k, s, pad=0):
     return F.max_pooling_2d(x, k, stride=s, pad=pad, cover_all=False)
 

@@ -182,3 +182,22 @@ def main():
 
 if __name__ == "__main__":
     main()
+
+
+def distributed_trainer(z, y, learner, batch, world):
+    """CNTK's standard distributed training setup for ``z`` (labels ``y``): softmax
+    cross-entropy, ``momentum_sgd`` (lr 0.01, momentum 0.9) wrapped in the distributed learner
+    ``learner`` names (``data_parallel``: 32-bit all-reduce; ``one_bit_sgd``: 1-bit quantized;
+    ``block_momentum``: model averaging, one block = one global minibatch). Returns (trainer,
+    distributed learner)."""
+    from cntk.train import distributed
+
+    loss = C.cross_entropy_with_softmax(z, y)
+    local = C.momentum_sgd(z.parameters, C.learning_parameter_schedule(0.01),
+                           C.momentum_schedule(0.9))
+    if learner == "block_momentum":
+        dist = distributed.block_momentum_distributed_learner(local, block_size=batch * world)
+    else:
+        dist = distributed.data_parallel_distributed_learner(
+            local, num_quantization_bits=1 if learner == "one_bit_sgd" else 32)
+    return C.Trainer(z, (loss, None), [dist]), dist

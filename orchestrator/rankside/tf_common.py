@@ -127,3 +127,38 @@ def checksum(tf, variables) -> float:
 def thread_settings() -> dict:
     return {"intra_op": os.environ.get("TF_NUM_INTRAOP_THREADS", "default"),
             "inter_op": os.environ.get("TF_NUM_INTEROP_THREADS", "default")}
+
+
+def native_replica_fn(tf, strategy, model, global_batch: int):
+    """One replica's training step as TensorFlow's distributed-training guides write it
+    (``strategy.run`` runs it): forward, the loss averaged over the global batch,
+    ``tape.gradient`` and Keras' ``apply_gradients`` (SGD with momentum, the hyper-parameters
+    of the breakdown step), returning the loss. Nothing of orch is inside it; the optimizer's
+    variables are created in ``strategy``'s scope."""
+    with strategy.scope():
+        optimizer = tf.keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    params = model.trainable_variables
+
+    def replica_fn(x, y):
+        with tf.GradientTape() as tape:
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
+                labels=y, logits=model(x, training=True))
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        grads = tape.gradient(loss, params)
+        optimizer.apply_gradients(zip(grads, params, strict=True))
+        return loss
+
+    return replica_fn
+
+
+def native_step(tf, strategy, model, global_batch: int):
+    """MultiWorkerMirroredStrategy's step (the guide's ``train_step``): one ``tf.function``
+    running :func:`native_replica_fn` through ``strategy.run``; returns the summed loss."""
+    replica_fn = native_replica_fn(tf, strategy, model, global_batch)
+
+    @tf.function
+    def train_step(x, y):
+        losses = strategy.run(replica_fn, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    return train_step

@@ -14,11 +14,21 @@ passes through them: one on the first layer's output, one on the logits.
   gradient, the gradient aggregation (all-reduce; 1-bit quantisation with ``one_bit_sgd``; the
   model averaging with ``block_momentum``) and the local momentum-SGD step, which CNTK applies
   inside the same distributed-learner call and which cannot be separated from Python;
-- ``t_u``: 0, because the update is inside ``t_comm`` (see above); ``t_comm_total`` = ``t_comm``.
+- ``t_u``: 0, because the update is inside ``t_comm`` (see above). On a single rank nothing is
+  aggregated: that span is first-layer gradient + update, and counts as ``t_u`` (``t_comm`` 0).
 
 So ``t_comm`` is an upper bound of the exposed communication; for the small update of these
 models on CPU it is dominated by the aggregation. The split is recorded in the footer
-(``phase_split``). The stamps copy nothing (``as_numpy=False``).
+(``phase_split``). The stamps copy nothing (``as_numpy=False``). ``t_comm_total`` is not
+recorded: the aggregation cannot be timed apart from the update inside CNTK's C++ call (the
+footer's ``comm_total_reason``).
+
+Two windows (orchestrator.protocol). The stamps are Python callbacks inside the graph, so the
+**native** window trains the same network without them: the model is built once with a
+placeholder after its first layer and cloned twice sharing every parameter (``CloneMethod.
+share``): plainly, and with the stamps. The native window runs CNTK's standard
+``trainer.train_minibatch`` with its own distributed learner on the plain clone, wall clock
+only (samples/s comes from it); the **breakdown** window then trains the stamped clone.
 
 All ranks start from the same weights (CNTK's fixed random seed); the data-parallel learners
 keep them equal, and with ``block_momentum`` a block is one global minibatch, so every rank
@@ -27,10 +37,14 @@ ends every iteration with the same parameters: the footer's ``param_checksum`` m
 
 import time
 
+from orchestrator import protocol
 from orchestrator.rankside import harness
 
 from .mode import MODE
 
+COMM_TOTAL_REASON = ("CNTK aggregates gradients inside the distributed learner's C++ update "
+                     "call, not separable from the first layer's gradient and the update "
+                     "(t_comm, an upper bound of the exposed part)")
 PHASE_SPLIT = ("t_f: forward + loss (to the logits' backward stamp); t_b: backward to the first "
                "layer's output; t_comm: first layer's weight gradient + gradient aggregation + "
                "local SGD step (one C++ call, not separable); t_u: 0 (inside t_comm)")
@@ -57,6 +71,23 @@ def make_stamp(C, stamps, tag):
             return [C.output_variable(i.shape, i.dtype, i.dynamic_axes)]
 
     return lambda h: C.user_function(Stamp(h))
+
+
+def twin_networks(C, models_cntk, args, x, stamps):
+    """(plain, stamped): the model on ``x`` twice, sharing every parameter; the stamped one
+    has a :func:`make_stamp` after its first layer and one on its logits."""
+    cut = {}
+
+    def after_first(h):
+        cut["h"] = h
+        cut["p"] = C.placeholder(shape=h.shape)
+        return cut["p"]
+
+    body = models_cntk.build(args.model, args.dataset, x, after_first=after_first)
+    plain = body.clone(C.CloneMethod.share, {cut["p"]: cut["h"]})
+    first = make_stamp(C, stamps, "first")(cut["h"])
+    stamped = body.clone(C.CloneMethod.share, {cut["p"]: first})
+    return plain, make_stamp(C, stamps, "logits")(stamped)
 
 
 def parameter_checksum(z) -> float:
@@ -92,24 +123,19 @@ def main(argv=None) -> None:
         classes = models_cntk.num_classes(args.dataset)
         x = C.input_variable(shape)
         y = C.input_variable(classes)
-        z = models_cntk.build(args.model, args.dataset, x,
-                              after_first=make_stamp(C, stamps, "first"))
-        z = make_stamp(C, stamps, "logits")(z)
-        loss = C.cross_entropy_with_softmax(z, y)
-        local = C.momentum_sgd(z.parameters, C.learning_parameter_schedule(0.01),
-                               C.momentum_schedule(0.9))
-        if args.learner == "block_momentum":
-            # One block = one global minibatch: the model is averaged every iteration.
-            learner = distributed.block_momentum_distributed_learner(
-                local, block_size=args.batch_size * world)
-        else:
-            learner = distributed.data_parallel_distributed_learner(
-                local, num_quantization_bits=1 if args.learner == "one_bit_sgd" else 32)
-        trainer = C.Trainer(z, (loss, None), [learner])
+        plain, stamped = twin_networks(C, models_cntk, args, x, stamps)
+
+        native, native_learner = models_cntk.distributed_trainer(plain, y, args.learner,
+                                                                 args.batch_size, world)
+        s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
         if args.epochs:  # time to accuracy (issue 18): each rank its share of the minibatches
             from orchestrator.rankside import epochs_cntk
 
-            epochs_cntk.train(s, args, info, C, trainer, x, y, z, classes)
+            epochs_cntk.train(s, args, info, C, native, x, y, plain, classes)
+            s.footer["param_checksum"] = parameter_checksum(plain)
+            native_learner.communicator().barrier()
+            distributed.Communicator.finalize()  # as at the end below
+            return
 
         # Synthetic data in host memory: a few distinct numpy batches, cycled.
         rng = np.random.RandomState(1000 + info.rank)
@@ -121,7 +147,16 @@ def main(argv=None) -> None:
 
             pool = [(xs, eye[ys]) for xs, ys in raw_pool(args, rank, world)]
 
-        for it in () if args.epochs else s.iterations():
+        for it in s.native_iterations():  # CNTK's standard step, wall clock only
+            xs, ys = pool[it % len(pool)]
+            native.train_minibatch({x: xs, y: ys})
+
+        # The breakdown window's trainer, only now: nothing of it exists while the native
+        # window runs (and a block-momentum learner starts from the parameters as they are).
+        trainer, learner = models_cntk.distributed_trainer(stamped, y, args.learner,
+                                                           args.batch_size, world)
+        alone = world == 1  # nothing to aggregate
+        for it in s.iterations():
             with s.phase("t_io"):
                 xs, ys = pool[it % len(pool)]
             stamps.clear()
@@ -132,12 +167,10 @@ def main(argv=None) -> None:
             b_end = stamps.get("first_b", b_start)
             s.add("t_f", b_start - t0)
             s.add("t_b", b_end - b_start)
-            s.add("t_comm", t1 - b_end)
-            s.add("t_comm_total", t1 - b_end)
-            s.add("t_u", 0.0)
-        s.footer["param_checksum"] = parameter_checksum(z)
-        if not args.epochs:
-            s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
+            s.add("t_comm", 0.0 if alone else t1 - b_end)
+            s.add("t_u", t1 - b_end if alone else 0.0)
+        s.footer["param_checksum"] = parameter_checksum(stamped)
+        s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
         learner.communicator().barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
         # reports a rank that "exited without calling finalize". Only on success: a failed rank

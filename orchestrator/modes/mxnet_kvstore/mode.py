@@ -79,5 +79,8 @@ MODE = Mode(
     placement=placement,
     resolve=resolve,
     pattern="parameter-server",
+    # loss.backward() only queues the backward operators; each gradient's push starts in
+    # MXNet's engine as soon as that gradient exists, while backward goes on.
+    overlap="wfbp",
     training_roles=("worker",),
 )

@@ -11,8 +11,12 @@ so the footer gets written. A server also wraps the optimizer the workers send i
 (``update=server``) to time the updates it applies: ``server_update_s`` and ``server_updates``
 in its footer.
 
-Worker. ``gluon.Trainer(..., kvstore=mx.kv.create(kvstore))``. MXNet runs operators
-asynchronously, so each phase ends by waiting for its results:
+Worker. ``gluon.Trainer(..., kvstore=mx.kv.create(kvstore))``. Two windows
+(orchestrator.protocol): the **native** window runs Gluon's own step, ``autograd.record()``
+forward and loss, ``loss.backward()``, ``trainer.step(1)`` (the loss is summed; the optimizer's
+``rescale_grad`` normalises by the global batch), ending when its results exist
+(``mx.nd.waitall()``), wall clock only: samples/s comes from it. Then the **breakdown** window.
+MXNet runs operators asynchronously, so each of its phases ends by waiting for its results:
 
 * ``t_io``: take a synthetic batch from a pool in host memory; ``t_h2d``: copy it to the GPU
   (0 on CPU);
@@ -23,8 +27,10 @@ asynchronously, so each phase ends by waiting for its results:
   ends, a marker operator that reads one element of every gradient is queued right after
   backward and before the push/pull; a helper thread waits for it. ``t_b`` = backward start →
   marker done; ``t_comm`` = marker done → all pulls done: the communication NOT hidden behind
-  backward, the same definition as DDP's. Total communication time is not visible per key,
-  so ``t_comm_total`` is not recorded.
+  backward, the same definition as DDP's. ``t_comm_total``: every key's push and pull runs
+  asynchronously in MXNet's engine, so per key two more markers say when its gradient existed
+  (its push could start) and when its pull landed; the total is the time some key was in
+  flight (the union of those spans and of the exposed tail), which contains ``t_comm``.
 * ``update=worker`` (dist_sync): ``trainer.allreduce_grads()`` pushes gradients and pulls their
   sum over the workers (the servers only aggregate); ``t_u`` = ``trainer.update()`` on the
   worker. Communication and update are fully separated.
@@ -46,6 +52,21 @@ import time
 from orchestrator.rankside import harness
 
 from .mode import MODE
+
+
+def in_flight(spans, backward_done: float, end: float) -> float:
+    """Seconds during which some key's push/pull was in flight: the union of the keys' spans
+    (gradient ready -> its pull landed) and of the exposed tail (backward done -> all pulled,
+    when the worker waits on nothing but communication), so never less than ``t_comm``."""
+    total, reach = 0.0, None
+    for lo, hi in sorted([*spans, (backward_done, end)]):
+        if reach is None or lo > reach:
+            total += max(0.0, hi - lo)
+            reach = hi
+        elif hi > reach:
+            total += hi - reach
+            reach = hi
+    return total
 
 
 def trainable(net) -> list:
@@ -146,10 +167,23 @@ def train(s: harness.Session, args) -> None:
         from orchestrator.rankside import epochs_mxnet
 
         epochs_mxnet.train(s, args, info, mx, net, trainer, kv, ctx, on_server, loss_fn)
+        s.footer["param_checksum"] = parameter_checksum(params)
+        close_kvstore(kv)
+        return
 
     source = input_batches(mx, gluon, args, kv.rank, kv.num_workers, info.role_index)
 
-    for _ in () if args.epochs else s.iterations():
+    for _ in s.native_iterations():  # Gluon's own step, wall clock only
+        x, y = next(source)
+        if x.context != ctx:
+            x, y = x.as_in_context(ctx), y.as_in_context(ctx)
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        trainer.step(1)
+        mx.nd.waitall()
+
+    for _ in s.iterations():
         with s.phase("t_io"):
             x, y = next(source)
         with s.phase("t_h2d"):
@@ -167,24 +201,36 @@ def train(s: harness.Session, args) -> None:
         # The marker reads one element of every gradient: done when backward compute is.
         marker = mx.nd.add_n(*(p.grad(ctx).reshape((-1,))[0:1] for p in params))
         backward_done = ReadyAt(marker)
-        backward_done.start()
+        # Per key: when its gradient exists (its push may start) ...
+        keys_ready = [ReadyAt(p.grad(ctx).reshape((-1,))[0:1]) for p in params]
+        for waiter in (backward_done, *keys_ready):
+            waiter.start()
         if on_server:
             trainer.step(1)  # push gradients, servers update, pull weights
         else:
             trainer.allreduce_grads()  # push gradients, pull their sum
+        # ... and when its pull has landed (in the weights or in the gradient).
+        keys_pulled = [ReadyAt((p.data(ctx) if on_server else p.grad(ctx)).reshape((-1,))[0:1])
+                       for p in params]
+        for waiter in keys_pulled:
+            waiter.start()
         mx.nd.waitall()
         end = time.perf_counter()
-        backward_done.join()
+        for waiter in (backward_done, *keys_ready, *keys_pulled):
+            waiter.join()
         ready = min(backward_done.at or end, end)
         s.add("t_b", ready - start)
         s.add("t_comm", end - ready)
+        s.add("t_comm_total", in_flight(
+            [(min(r.at or ready, ready), q.at or end) for r, q in zip(keys_ready, keys_pulled,
+                                                                      strict=True)],
+            ready, end))
         if not on_server:
             with s.phase("t_u"):
                 trainer.update(1)
                 mx.nd.waitall()
     s.footer["param_checksum"] = parameter_checksum(params)
-    if not args.epochs:
-        s.footer["loss"] = float(loss.mean().asscalar())
+    s.footer["loss"] = float(loss.mean().asscalar())
     close_kvstore(kv)
 
 

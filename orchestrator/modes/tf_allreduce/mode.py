@@ -15,7 +15,9 @@ MODE = Mode(
     data_format="tfrecord",  # tf.data over TFRecord files (orch data make --format tfrecord)
     launchers=("srun", "local"),
     epochs=True,
-    overlap="wfbp",
+    # MWMS packs every gradient into one collective (bytes_per_pack 0), which starts only
+    # when backward has produced the last one: nothing is hidden behind backward.
+    overlap="none",
     options=(
         Option(
             name="implementation",

@@ -47,6 +47,9 @@ MODE = Mode(
     placement=placement,
     resolve=resolve,
     pattern="parameter-server",
+    # TensorFlow's own step reads each variable as forward reaches it and sends each gradient
+    # to its ps as backward produces it (the breakdown window serialises both to time them).
+    overlap="wfbp",
     training_roles=("worker",),
     iteration_roles=("chief",),
 )
