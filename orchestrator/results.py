@@ -84,6 +84,9 @@ def merge(out: Path) -> pd.DataFrame:
             job_id=record.job_id if record else None,
             attempt=record.attempt if record else 0,
             attempts=attempts_summary(record) if record else None,
+            # Every state change of every attempt (time, attempt, state, job, nodes, reason).
+            history=json.dumps([e.model_dump(mode="json") for e in record.history])
+            if record else None,
             study=_study_of(rdir),
         )
         runs.append(info)

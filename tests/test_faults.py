@@ -246,6 +246,8 @@ def test_stopped_rank_is_hung_named_and_retried_elsewhere(hang_and_scancel):
     recs = {r["run_id"]: r for r in
             json.loads(run_orch("results", out, "--format", "json", check=True).stdout)}
     assert recs[r0.name]["attempts"] == "HUNG→COMPLETED" and recs[r0.name]["attempt"] == 2
+    kept = json.loads(recs[r0.name]["history"])  # the result set keeps every state change
+    assert [e["state"] for e in kept] == [e["state"] for e in now["history"]]
     assert recs[r0.name]["samples_per_s"] > 0
 
 
