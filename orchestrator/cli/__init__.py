@@ -35,7 +35,7 @@ COMMANDS: tuple[Entry, ...] = (
     Entry("sweep", "sweep:sweep", "Expand a matrix of runs, render their scripts, submit "
           "them, and print the scaling table."),
     Entry("status", "runs:status", "Each run's state from the ledger and the scheduler, with "
-          "job ids."),
+          "job ids and attempts."),
     Entry("cancel", "runs:cancel", "Cancel unfinished runs of a sweep."),
     Entry("gather", "runs:gather", "Update states from the scheduler, then merge every run "
           "into results/*.parquet."),
