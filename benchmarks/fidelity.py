@@ -52,8 +52,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
-# Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
-DEFAULT_ITERS = {"lenet5": (40, 10), "resnet18": (6, 2), "alexnet": (10, 3)}
+# Iterations per model: enough measured steps for a stable rate (LeNet-5: 40 steps, a 0.5 s
+# window, varied 2x between rounds even on an idle machine), few enough for 2 cores.
+DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (6, 2), "alexnet": (10, 3)}
 
 
 def trained_modes() -> list[str]:
