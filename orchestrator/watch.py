@@ -112,10 +112,12 @@ class _RankTail:
             self.header = rec
         elif rec["type"] == protocol.FOOTER:
             self.footer = True
-        else:
+        elif rec["type"] == protocol.ITER:
             self.count += 1
             self.last_iter = rec["iter"]
             self.t_iters.append(float(rec["t_iter"]))
+        else:  # an epoch record (--epochs): progress too, after its epoch's iterations
+            self.count += 1
 
 
 class RunWatch:

@@ -102,6 +102,22 @@ def test_hang_timeout_grows_with_slow_iterations_and_footers_end_the_watch(tmp_p
     assert w.observe(100.0) is None  # every logging rank ended: not a hang
 
 
+def test_epoch_records_are_progress_not_iterations(tmp_path):
+    # --epochs runs log an epoch record after each epoch's iterations: the watch reads it as
+    # progress (it once took it for an iteration record and failed on its missing "iter").
+    ranks = Ranks(tmp_path, 1)
+    w = watch.RunWatch(_run(nodes=1), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60),
+                       now=0.0)
+    ranks.iteration(0, 0)
+    assert w.observe(1.0) is None
+    ranks.write(0, {"type": "epoch", "epoch": 1, "t_start": 1.0, "t_epoch": 0.5, "t_eval": 0.1,
+                    "train_loss": 2.3, "train_acc": 0.1, "test_acc": 0.2, "samples": 32})
+    assert w.observe(9.0) is None
+    assert w.observe(18.0) is None  # the epoch record at 9 s was progress: 9 s since, not 17
+    hang = w.observe(19.5)
+    assert hang is not None and "stalled at iteration 0" in hang.reason
+
+
 def test_startup_timeout_before_the_first_iteration(tmp_path):
     ranks = Ranks(tmp_path, 2)
     (ranks.dir / protocol.rank_log_name(1)).unlink()  # rank 1 never started
