@@ -51,7 +51,7 @@ def _check(out, proc, site: str):
     # The same seed, the same data, the same optimizer: one rank of FSDP trains the same model
     # as one rank of anything; 2 and 4 ranks each agree among themselves (verdict above).
     iters = pd.read_parquet(out / "results" / "iterations.parquet")
-    assert (iters[iters["window"] == "native"][list(PHASES)] == 0).all().all()
+    assert iters[iters["window"] == "native"][list(PHASES)].isna().all().all()  # none timed
     assert len(iters[iters["window"] == "native"]) == len(iters) / 2
     measured = iters[~iters["warmup_iter"] & (iters["window"] == "breakdown")]
     for nodes, run in measured.groupby("nodes"):
