@@ -53,7 +53,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks
 
 test: $(STAMP) cluster-up container-tools lint envs
-	$(BIN)/python -m pytest -ra
+	$(BIN)/python -m pytest -ra --durations=25
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
