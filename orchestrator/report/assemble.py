@@ -90,6 +90,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     report = Report(title=title, summary=summary, tables=tables)
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
+    if figures:  # epoch runs have no breakdown window (no t_iter): not in ``done``
         png = convergence.figure(runs, epochs) if epochs is not None else None
         if png is not None:
             report.figures["accuracy.png"] = png
