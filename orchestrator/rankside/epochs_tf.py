@@ -48,7 +48,7 @@ def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> 
     test, _ = _split(tf, f"{args.data}/test", shape)
     world, rank = info.world_size, info.rank
     steps = epochs_common.steps(n, world, args.batch_size)
-    mean, total = tf.distribute.ReduceOp.MEAN, tf.distribute.ReduceOp.SUM
+    mean = tf.distribute.ReduceOp.MEAN
 
     @tf.function
     def compute(x, y):
@@ -63,19 +63,8 @@ def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> 
 
         return strategy.run(replica, args=(x, y))
 
-    @tf.function
-    def update(grads):
-        for v, m, g in zip(params, slots, grads, strict=True):
-            m.assign(tf_common.MOMENTUM * m + g)
-            v.assign_sub(tf_common.LEARNING_RATE * m)
-
-    @tf.function
-    def summed(value):
-        def replica(value):
-            ctx = tf.distribute.get_replica_context()
-            return ctx.all_reduce(total, tf.identity(value), options=comm)
-
-        return strategy.run(replica, args=(value,))
+    update = tf_common.momentum_update(tf, params, slots)  # the mode's own update
+    summed = tf_common.summed(tf, strategy, comm)
 
     def train_epoch(epoch, steps_iter):
         ds = (train.shuffle(n, seed=epochs_common.SEED + epoch - 1,

@@ -112,6 +112,35 @@ def leave_together(log_dir: str, task: int, tasks: int, timeout_s: float = 60.0)
         time.sleep(0.05)
 
 
+def momentum_update(tf, params, slots):
+    """``update(grads)``: orch's SGD with momentum on ``params`` (``slots`` their momentum),
+    as one tf.function; the all-reduce mode and its epoch runs step the same way."""
+
+    @tf.function
+    def update(grads):
+        for v, m, g in zip(params, slots, grads, strict=True):
+            m.assign(MOMENTUM * m + g)
+            v.assign_sub(LEARNING_RATE * m)
+
+    return update
+
+
+def summed(tf, strategy, comm):
+    """``total(value)``: the sum of ``value`` over every replica of ``strategy`` (a
+    collective of ``comm``'s implementation), as one tf.function."""
+
+    @tf.function
+    def total(value):
+        def replica(value):
+            ctx = tf.distribute.get_replica_context()
+            return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(value),
+                                  options=comm)
+
+        return strategy.run(replica, args=(value,))
+
+    return total
+
+
 def loss_fn(tf, logits, labels):
     """Mean softmax cross-entropy of the local batch (like torch's CrossEntropyLoss)."""
     return tf.reduce_mean(

@@ -104,20 +104,8 @@ def main(argv=None) -> None:
 
             return strategy.run(replica, args=(grads,))
 
-        @tf.function
-        def update(grads):
-            for v, m, g in zip(params, slots, grads, strict=True):
-                m.assign(tf_common.MOMENTUM * m + g)
-                v.assign_sub(tf_common.LEARNING_RATE * m)
-
-        @tf.function
-        def total(value):
-            def replica(value):
-                ctx = tf.distribute.get_replica_context()
-                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(value),
-                                      options=comm)
-
-            return strategy.run(replica, args=(value,))
+        update = tf_common.momentum_update(tf, params, slots)
+        total = tf_common.summed(tf, strategy, comm)
 
         if args.epochs:  # time to accuracy (issue 18): tf.data shard + per-epoch reshuffle
             from orchestrator.rankside import epochs_tf
