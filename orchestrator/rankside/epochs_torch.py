@@ -90,18 +90,3 @@ def train(s, args, info, step, model, device, reduce=None) -> None:
         if s.log_epoch(epoch, wall, t_epoch, t_eval, loss_sum / seen, correct / seen, acc, seen):
             break
 
-
-def classifier_step(model, optimizer, loss_fn):
-    """The plain PyTorch training step (zero_grad, forward, loss, backward, optimizer step) as
-    ``step(x, y) -> (loss, logits)``: DDP's own step with a DDP-wrapped ``model``, Horovod's
-    with its DistributedOptimizer."""
-
-    def step(x, y):
-        optimizer.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = loss_fn(logits, y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach(), logits.detach()
-
-    return step

@@ -57,24 +57,27 @@ def native_window(s, source, device, step, sync=None):
     as the framework's documentation writes it (forward, ``loss.backward()``,
     ``optimizer.step()``), with no hook, timer or phase inside. Only the harness' wall clock
     surrounds it (and, on a GPU, one synchronize at its end, so that the wall clock holds the
-    step's kernels). Returns the last loss."""
+    step's kernels). ``step(x, y)`` returns ``(loss, logits)`` (an epoch run reads both);
+    returns the last loss."""
     loss = None
     for _ in s.native_iterations():
         x, y = next(source)
-        loss = step(x.to(device), y.to(device))
+        loss, _ = step(x.to(device), y.to(device))
         if sync is not None:
             sync()
     return loss
 
 
 def plain_step(model, optimizer, loss_fn):
-    """The plain loop's step: ``zero_grad``, forward + loss, ``backward``, ``step``."""
+    """The plain loop's step: ``zero_grad``, forward + loss, ``backward``, ``step``; returns
+    ``(loss, logits)``, detached (the throughput window and epoch runs step the same way)."""
 
     def step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
+        logits = model(x)
+        loss = loss_fn(logits, y)
         loss.backward()
         optimizer.step()
-        return loss
+        return loss.detach(), logits.detach()
 
     return step

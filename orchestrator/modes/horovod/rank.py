@@ -102,7 +102,7 @@ def main(argv=None) -> None:
                 "Horovod runs its all-reduces in a background thread that reports no "
                 "per-tensor durations to the rank (only its process-wide timeline has them)")
 
-        native_window(s, source, device, lambda x, y: documented_step(x, y)[0],
+        native_window(s, source, device, documented_step,
                       sync if device.type == "cuda" else None)
 
         for _ in s.iterations():

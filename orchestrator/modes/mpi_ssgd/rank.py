@@ -286,7 +286,7 @@ def main(argv=None) -> None:
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
         source = input_batches(args, info, models_torch)
 
-        native_window(s, source, device, lambda x, y: reference_step(x, y)[0],
+        native_window(s, source, device, reference_step,
                       sync if device.type == "cuda" else None)
 
         for _ in s.iterations():

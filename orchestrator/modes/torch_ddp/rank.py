@@ -90,9 +90,8 @@ def main(argv=None) -> None:
             from orchestrator.rankside import epochs_torch
 
             plain = DistributedDataParallel(model, device_ids=device_ids)
-            epochs_torch.train(s, args, info, epochs_torch.classifier_step(plain, optimizer,
-                                                                           loss_fn),
-                               model, device)
+            epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn), model,
+                               device)
             s.footer["param_checksum"] = parameter_checksum(model)
             dist.barrier()
             dist.destroy_process_group()
