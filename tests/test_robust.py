@@ -538,7 +538,14 @@ def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[in
             time.sleep(0.5)
         assert rdir is not None, "the job never ran"
         proc.send_signal(signal.SIGINT)  # to orch only: the job runs on the cluster
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:  # say where orch is stuck: its threads' stacks
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(3)
+            proc.kill()
+            _, err = proc.communicate()
+            pytest.fail(f"orch did not exit within 120 s of SIGINT; its stacks:\n{err}")
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,7 +11,9 @@ pydantic models or rich (benchmarks/cli_startup.py; target <= 0.3 s).
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
+import signal
 import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Annotated, NamedTuple
@@ -169,6 +171,9 @@ def _check_argv(argv: list[str]) -> None:
 
 
 def main() -> None:
+    # `kill -USR1 <pid>` prints every thread's stack to stderr and orch goes on: a sweep that
+    # seems stuck (waiting on Slurm, a lock, a pipe) says where, without being stopped.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         _check_argv(sys.argv[1:])
         app(prog_name="orch")  # also under 'python -m orchestrator'
