@@ -11,6 +11,7 @@ pydantic models or rich (benchmarks/cli_startup.py; target <= 0.3 s).
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import importlib
 import signal
@@ -173,7 +174,9 @@ def _check_argv(argv: list[str]) -> None:
 def main() -> None:
     # `kill -USR1 <pid>` prints every thread's stack to stderr and orch goes on: a sweep that
     # seems stuck (waiting on Slurm, a lock, a pipe) says where, without being stopped.
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # (Called in-process by tests with a captured stderr, which has no file descriptor.)
+    with contextlib.suppress(OSError, ValueError):  # io.UnsupportedOperation is both
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         _check_argv(sys.argv[1:])
         app(prog_name="orch")  # also under 'python -m orchestrator'
