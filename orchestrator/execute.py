@@ -17,7 +17,7 @@ from pathlib import Path
 from . import backends, containers, fabric, faults, provenance, rundir, verdict
 from . import pack as packing
 from .render import Rendered, render_run, sbatch_options
-from .rundir import TERMINAL, JobRecord, Prepared
+from .rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from .site import Site
 from .sweep import Run
 
@@ -70,8 +70,11 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
             study: dict | None = None, packed: bool = False) -> list[Prepared]:
     """Run directories for the runs that need submitting (``study``: the study file that
     planned them, recorded in each run's provenance; ``packed``: they will run as steps of
-    a pack allocation, orch sweep --pack). A run that the end of its pack allocation cut off
-    is submitted again, like a failed one with ``retry_failed``."""
+    a pack allocation, orch sweep --pack). A run that the end of its pack allocation cut off,
+    or that an infrastructure failure ended (rundir.RETRYABLE: NODE_FAIL, BOOT_FAIL,
+    PREEMPTED, HUNG, once its sweep's own retries were spent or its sweep was interrupted),
+    is submitted again: it says nothing about the workload. A failure of the workload
+    itself is submitted again only with ``retry_failed``."""
     # Container images (exist, runtime installed, binds possible): before anything is written.
     images = containers.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
@@ -90,7 +93,8 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
             # overwrite or append to them (they move to attempts/<n>/).
             attempt = rundir.salvage(rdir)
         if record is not None and record.state in TERMINAL:
-            if record.state == "COMPLETED" or not (retry_failed or record.cut_off):
+            again = retry_failed or record.cut_off or record.state in RETRYABLE
+            if record.state == "COMPLETED" or not again:
                 prepared.append(Prepared(run, rdir, record, "skip"))
                 continue
             attempt = rundir.archive_attempt(rdir, record)

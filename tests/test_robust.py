@@ -490,6 +490,30 @@ def test_deleted_ledger_never_overwrites_measured_files(tmp_path, finished_sweep
     assert rec["attempt"] == 2 and rec["state"] == "COMPLETED"
 
 
+@pytest.mark.parametrize(("state", "again"), [("NODE_FAIL", True), ("HUNG", True),
+                                              ("FAILED", False)])
+def test_next_sweep_resubmits_infrastructure_failures_only(tmp_path, finished_sweep, state,
+                                                           again):
+    """A run a node failure or a hang ended (its retries spent, or its sweep interrupted)
+    says nothing about the workload: the next sweep submits it again as a new attempt. A
+    failure of the workload waits for --retry-failed."""
+    out = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, out)
+    rdir = next(p for p in out.iterdir() if p.name.startswith("torch-ddp"))
+    ledger = json.loads((rdir / "job.json").read_text())
+    (rdir / "job.json").write_text(json.dumps({**ledger, "state": state, "reason": "test"}))
+    proc = run_orch("sweep", "--nodes", "1", "--iters", "3", "--warmup", "1", "--out", out,
+                    check=again)
+    after = json.loads((rdir / "job.json").read_text())
+    if again:
+        assert "0 already finished, 1 to submit" in proc.stderr, proc.stderr
+        assert (after["attempt"], after["state"]) == (2, "COMPLETED")
+        assert (rdir / "attempts" / "1" / "ranks" / "rank-0.jsonl").is_file()
+    else:
+        assert "1 already finished, 0 to submit" in proc.stderr, proc.stderr
+        assert (after["attempt"], after["state"]) == (1, state)
+
+
 def test_second_execution_of_an_attempt_is_refused(tmp_path):
     """A requeued job runs the batch script again in the same directory: job_function refuses
     it (job-times.json shows the attempt already ran) and runs nothing."""
