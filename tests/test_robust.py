@@ -545,12 +545,17 @@ def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
 # --- 4. Ctrl-C on orch sweep -----------------------------------------------------------------
 
 def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[int, str, Path]:
+    """orch sweep of one long run; SIGINT to orch alone once the job runs; (exit code, stderr,
+    run directory). Its output goes to files, not pipes: the test waits for orch to exit,
+    not for every process that may have inherited a pipe to close it."""
     import signal
 
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
-                             slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup", "1",
-                             "--out", str(out), *extra], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    err_file = out.parent / f"{out.name}.stderr"
+    with open(err_file, "w") as err_fh:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
+                                 slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup",
+                                 "1", "--out", str(out), *extra], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
     try:
         deadline = time.time() + 120
         rdir = None
@@ -563,17 +568,17 @@ def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[in
         assert rdir is not None, "the job never ran"
         proc.send_signal(signal.SIGINT)  # to orch only: the job runs on the cluster
         try:
-            _, err = proc.communicate(timeout=120)
+            proc.wait(timeout=120)
         except subprocess.TimeoutExpired:  # say where orch is stuck: its threads' stacks
             proc.send_signal(signal.SIGUSR1)
             time.sleep(3)
-            proc.kill()
-            _, err = proc.communicate()
-            pytest.fail(f"orch did not exit within 120 s of SIGINT; its stacks:\n{err}")
+            pytest.fail("orch did not exit within 120 s of SIGINT; its stderr and stacks:\n"
+                        + err_file.read_text())
     finally:
         if proc.poll() is None:
             proc.kill()
-    return proc.returncode, err, rdir
+            proc.wait()
+    return proc.returncode, err_file.read_text(), rdir
 
 
 @pytest.mark.slurm
