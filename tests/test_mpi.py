@@ -282,7 +282,7 @@ def test_srun_passes_pmix_to_mpi_modes_only():
 def test_cluster_sweep(slurm_cluster, torch_mpi, tmp_path, launcher):
     out = tmp_path / launcher
     sweep("--site", slurm_cluster, "--mode", "horovod,mpi-ssgd,torch-ddp", "--nodes", "1,2,4",
-          "--launcher", launcher, out=out)
+          "--launcher", launcher, "--no-preflight", out=out)  # test_preflight: predictions
     recs = results(out)
     assert sorted((r["mode"], r["nodes"]) for r in recs) == sorted(
         (m, n) for m in ("horovod", "mpi-ssgd", "torch-ddp") for n in (1, 2, 4))

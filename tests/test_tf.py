@@ -349,7 +349,7 @@ def test_local_failed_worker_fails_the_run(tensorflow, tmp_path):
 def cluster_sweep(slurm_cluster, tensorflow, tmp_path_factory):
     out = tmp_path_factory.mktemp("tf-slurm")
     proc = sweep("--site", slurm_cluster, "--mode", "tf-ps,tf-allreduce", "--nodes", "1,2,4",
-                 out=out)
+                 "--no-preflight", out=out)  # test_preflight covers predictions
     return out, proc
 
 
