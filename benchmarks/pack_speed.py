@@ -12,7 +12,11 @@ directory, so that the cluster's load (other users' jobs) falls on both alike.
                  ran (os.times), i.e. what orch spends, not what the jobs spend
     submit       prepare + submit, wall, per run
 
-Run: ``.venv/bin/python -m benchmarks.pack_speed [--rounds 1] [--iters 3]`` with the cluster up.
+``--shared`` packs with ``--pack-shared`` (runs share nodes by CPUs, one per rank) instead of
+``--pack`` (a node to one run at a time).
+
+Run: ``.venv/bin/python -m benchmarks.pack_speed [--rounds 1] [--iters 3] [--shared]`` with the
+cluster up.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def measure(site, out: Path, packed: bool, iters: int, repeats: int) -> dict:
+def measure(site, out: Path, packed: str | None, iters: int, repeats: int) -> dict:
+    """``packed``: "pack", "pack-shared" (orch sweep's spelling) or None (a job per run)."""
     runs = expand(SweepSpec(nodes=(1, 2, 4), repeats=repeats, iters=iters, warmup=1), site)
     submitted: dict[str, float] = {}
 
@@ -44,9 +49,8 @@ def measure(site, out: Path, packed: bool, iters: int, repeats: int) -> dict:
             submitted.setdefault(record.job_id.split("_")[0], time.time())
 
     cpu0, t0 = _cpu(), time.time()
-    prepared = execute.prepare(runs, site, out, packed=packed)
-    records = execute.execute(prepared, site, wait=False, on_event=on_event,
-                              pack="pack" if packed else None)
+    prepared = execute.prepare(runs, site, out, packed=packed is not None)
+    records = execute.execute(prepared, site, wait=False, on_event=on_event, pack=packed)
     t_submit = time.time() - t0
     execute.follow([execute.Prepared(p.run, p.rdir, r, "wait")
                     for p, r in zip(prepared, records, strict=True)],
@@ -74,13 +78,15 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--site", default="testcluster")
+    parser.add_argument("--shared", action="store_true", help="pack with --pack-shared")
     args = parser.parse_args()
+    kind = "pack-shared" if args.shared else "pack"
     site = sitemod.load(args.site)[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
-            for packed in (True, False):
-                out = Path(tmp) / f"{i}-{'pack' if packed else 'single'}"
+            for packed in (kind, None):
+                out = Path(tmp) / f"{i}-{packed or 'single'}"
                 rows.append(measure(site, out, packed, args.iters, args.repeats))
                 r = rows[-1]
                 print(f"{r['way']:>7}: {r['runs']} runs ({r['completed']} completed), "

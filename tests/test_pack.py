@@ -243,3 +243,49 @@ def test_packed_run_state(alloc, times, started, cancel, step, want):
 def test_partition_time_limits(text, want):
     """sinfo's %l, which a pack's time must fit (else: one line, exit 2)."""
     assert minutes(text) == want
+
+
+@pytest.mark.parametrize("kind", ["pack", "pack-shared"])
+def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
+    """The pack script itself, outside Slurm (scontrol and squeue stubbed, each run's
+    job.sbatch a short sleep): --pack runs n3 alone, then n2 beside n1 on other nodes;
+    --pack-shared (2 CPUs a node, one a rank) runs all three at once, sharing n3's nodes, and
+    each run's job-times.json names its co-tenants."""
+    site = sitemod.load("testcluster")[0]
+    runs = expand(SweepSpec(nodes=(1, 2, 3), iters=ITERS, warmup=WARMUP), site)
+    prepared = [Prepared(r, tmp_path / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
+                         "submit") for r in runs]
+    group = pack.groups(prepared, site, kind)[0]
+    pack_dir = tmp_path / "packs" / "p"
+    pack_dir.mkdir(parents=True)
+    script = pack_dir / "pack.sbatch"
+    script.write_text(pack.render(group, site, tmp_path, pack_dir, "p"))
+    for p in prepared:
+        p.rdir.mkdir()
+        (p.rdir / "job.sbatch").write_text("sleep 1\n")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "scontrol").write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')  # show hostnames
+    (stubs / "squeue").write_text("#!/bin/sh\n")  # lists no step
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "a,b,c", "SLURM_JOB_CPUS_PER_NODE": "2(x3)"}
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=60, capture_output=True)
+    nodes = {p.run.nodes: p.rdir for p in prepared}
+    times = {n: json.loads((d / protocol.JOB_TIMES_FILE).read_text()) for n, d in nodes.items()}
+    hosts = {n: t["hosts"] for n, t in times.items()}
+    rid = {n: d.name for n, d in nodes.items()}
+    assert all(t["exit_status"] == 0 for t in times.values()), times
+    assert hosts == {3: "a,b,c", 2: "a,b", 1: "c"}  # first fit, in either mode
+    if kind == "pack":
+        assert times[2]["script_started_at"] >= times[3]["script_ended_at"]
+        assert times[1]["beside"] == [rid[2]] and times[3]["beside"] == []
+        assert all(t["co_tenants"] == [] and t["step_cpus_per_node"] == "all"
+                   for t in times.values())
+    else:
+        assert times[1]["script_started_at"] < times[3]["script_ended_at"]
+        assert sorted(times[3]["co_tenants"]) == sorted([rid[2], rid[1]])
+        assert times[1]["co_tenants"] == [rid[3]]
+    log = (pack_dir / protocol.PACK_STEPS_LOG).read_text().split("\n")
+    assert sum(line.startswith("start ") for line in log) == 3
