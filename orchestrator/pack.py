@@ -129,7 +129,9 @@ def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
 def makespan_min(sizes: list[tuple[int, int]], nodes: int) -> int:
     """Minutes the pack script needs at most for runs of (nodes, time limit in minutes),
     started in order, each as soon as enough nodes are free (what pack.sbatch does). Also the
-    time of a --pack-shared pack: sharing nodes only lets a run start sooner."""
+    time asked for a --pack-shared pack, where a run holds no more of a node than here, so
+    starts no later in the usual case (not proven for every order; PACK_MARGIN_MIN and the
+    runs ending before their limits are the slack)."""
     free_at = [0] * nodes  # when each node is free again
     start = end = 0
     for need, minutes in sizes:
