@@ -66,7 +66,7 @@ def measure(site, out: Path, packed: str | None, iters: int, repeats: int) -> di
         starts[job] = min(starts.get(job, start), start)
     queue = [starts[j] - submitted[j] for j in submitted if j in starts]
     states = merged["state"].value_counts().to_dict() if not merged.empty else {}
-    return {"way": "pack" if packed else "single", "runs": len(runs),
+    return {"way": packed or "single", "runs": len(runs),
             "submissions": len(submitted), "queue": statistics.mean(queue),
             "wall": wall, "cpu_per_run": cpu / len(runs), "submit_per_run": t_submit / len(runs),
             "completed": states.get("COMPLETED", 0)}
@@ -89,19 +89,19 @@ def main() -> None:
                 out = Path(tmp) / f"{i}-{packed or 'single'}"
                 rows.append(measure(site, out, packed, args.iters, args.repeats))
                 r = rows[-1]
-                print(f"{r['way']:>7}: {r['runs']} runs ({r['completed']} completed), "
+                print(f"{r['way']:>11}: {r['runs']} runs ({r['completed']} completed), "
                       f"{r['submissions']} submission(s), queue {r['queue']:.1f} s, wall "
                       f"{r['wall']:.1f} s, orch cpu {r['cpu_per_run']:.2f} s/run, submit "
                       f"{r['submit_per_run']:.2f} s/run", flush=True)
     keys = ("submissions", "queue", "wall", "cpu_per_run", "submit_per_run")
-    print(f"{'':8}" + "".join(f"{k:>16}" for k in keys))
+    print(f"{'':12}" + "".join(f"{k:>16}" for k in keys))
     mean = {}
-    for way in ("pack", "single"):
+    for way in (kind, "single"):
         mine = [r for r in rows if r["way"] == way]
         mean[way] = {k: statistics.mean(r[k] for r in mine) for k in keys}
-        print(f"{way:8}" + "".join(f"{mean[way][k]:>16.2f}" for k in keys))
-    p, s = mean["pack"], mean["single"]
-    print(f"packed: {p['submissions']:.0f} queue wait(s) instead of {s['submissions']:.0f}; "
+        print(f"{way:12}" + "".join(f"{mean[way][k]:>16.2f}" for k in keys))
+    p, s = mean[kind], mean["single"]
+    print(f"{kind}: {p['submissions']:.0f} queue wait(s) instead of {s['submissions']:.0f}; "
           f"wall {p['wall']:.1f} s vs {s['wall']:.1f} s ({s['wall'] / p['wall']:.2f}x); "
           f"orch's own CPU {p['cpu_per_run']:.2f} vs {s['cpu_per_run']:.2f} s per run")
 
