@@ -12,7 +12,11 @@ directory, so that the cluster's load (other users' jobs) falls on both alike.
                  ran (os.times), i.e. what orch spends, not what the jobs spend
     submit       prepare + submit, wall, per run
 
-Run: ``.venv/bin/python -m benchmarks.pack_speed [--rounds 1] [--iters 3]`` with the cluster up.
+``--shared`` packs with ``--pack-shared`` (runs share nodes by CPUs, one per rank) instead of
+``--pack`` (a node to one run at a time).
+
+Run: ``.venv/bin/python -m benchmarks.pack_speed [--rounds 1] [--iters 3] [--shared]`` with the
+cluster up.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ def _cpu() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
-def measure(site, out: Path, packed: bool, iters: int, repeats: int) -> dict:
+def measure(site, out: Path, packed: str | None, iters: int, repeats: int) -> dict:
+    """``packed``: "pack", "pack-shared" (orch sweep's spelling) or None (a job per run)."""
     runs = expand(SweepSpec(nodes=(1, 2, 4), repeats=repeats, iters=iters, warmup=1), site)
     submitted: dict[str, float] = {}
 
@@ -44,9 +49,8 @@ def measure(site, out: Path, packed: bool, iters: int, repeats: int) -> dict:
             submitted.setdefault(record.job_id.split("_")[0], time.time())
 
     cpu0, t0 = _cpu(), time.time()
-    prepared = execute.prepare(runs, site, out, packed=packed)
-    records = execute.execute(prepared, site, wait=False, on_event=on_event,
-                              pack="pack" if packed else None)
+    prepared = execute.prepare(runs, site, out, packed=packed is not None)
+    records = execute.execute(prepared, site, wait=False, on_event=on_event, pack=packed)
     t_submit = time.time() - t0
     execute.follow([execute.Prepared(p.run, p.rdir, r, "wait")
                     for p, r in zip(prepared, records, strict=True)],
@@ -62,7 +66,7 @@ def measure(site, out: Path, packed: bool, iters: int, repeats: int) -> dict:
         starts[job] = min(starts.get(job, start), start)
     queue = [starts[j] - submitted[j] for j in submitted if j in starts]
     states = merged["state"].value_counts().to_dict() if not merged.empty else {}
-    return {"way": "pack" if packed else "single", "runs": len(runs),
+    return {"way": packed or "single", "runs": len(runs),
             "submissions": len(submitted), "queue": statistics.mean(queue),
             "wall": wall, "cpu_per_run": cpu / len(runs), "submit_per_run": t_submit / len(runs),
             "completed": states.get("COMPLETED", 0)}
@@ -74,28 +78,30 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--site", default="testcluster")
+    parser.add_argument("--shared", action="store_true", help="pack with --pack-shared")
     args = parser.parse_args()
+    kind = "pack-shared" if args.shared else "pack"
     site = sitemod.load(args.site)[0]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.rounds):
-            for packed in (True, False):
-                out = Path(tmp) / f"{i}-{'pack' if packed else 'single'}"
+            for packed in (kind, None):
+                out = Path(tmp) / f"{i}-{packed or 'single'}"
                 rows.append(measure(site, out, packed, args.iters, args.repeats))
                 r = rows[-1]
-                print(f"{r['way']:>7}: {r['runs']} runs ({r['completed']} completed), "
+                print(f"{r['way']:>11}: {r['runs']} runs ({r['completed']} completed), "
                       f"{r['submissions']} submission(s), queue {r['queue']:.1f} s, wall "
                       f"{r['wall']:.1f} s, orch cpu {r['cpu_per_run']:.2f} s/run, submit "
                       f"{r['submit_per_run']:.2f} s/run", flush=True)
     keys = ("submissions", "queue", "wall", "cpu_per_run", "submit_per_run")
-    print(f"{'':8}" + "".join(f"{k:>16}" for k in keys))
+    print(f"{'':12}" + "".join(f"{k:>16}" for k in keys))
     mean = {}
-    for way in ("pack", "single"):
+    for way in (kind, "single"):
         mine = [r for r in rows if r["way"] == way]
         mean[way] = {k: statistics.mean(r[k] for r in mine) for k in keys}
-        print(f"{way:8}" + "".join(f"{mean[way][k]:>16.2f}" for k in keys))
-    p, s = mean["pack"], mean["single"]
-    print(f"packed: {p['submissions']:.0f} queue wait(s) instead of {s['submissions']:.0f}; "
+        print(f"{way:12}" + "".join(f"{mean[way][k]:>16.2f}" for k in keys))
+    p, s = mean[kind], mean["single"]
+    print(f"{kind}: {p['submissions']:.0f} queue wait(s) instead of {s['submissions']:.0f}; "
           f"wall {p['wall']:.1f} s vs {s['wall']:.1f} s ({s['wall'] / p['wall']:.2f}x); "
           f"orch's own CPU {p['cpu_per_run']:.2f} vs {s['cpu_per_run']:.2f} s per run")
 

@@ -11,6 +11,14 @@ provenance and ledger entry (allocation job id + its step). A run the allocation
 (time limit, cancel) is recorded with a reason starting "cut off", and the next sweep into the
 same directory submits it again.
 
+Where runs fit side by side: with ``--pack`` (the default for timings) a run gets whole nodes
+that no other run of the pack is using, so no step shares a node with another and nothing
+measured contends with a neighbour. ``--pack-shared`` lets runs share a node where its CPUs
+allow: each rank of a step gets one CPU (``srun --exact``, ``SRUN_CPUS_PER_TASK=1``), so two
+1-rank runs share a 2-CPU node; quicker sweeps, at the price of contention, which each run's
+job-times.json names (``co_tenants``: the runs that shared a node with it while it ran;
+``beside``: every run of the pack that ran at the same time).
+
 ``--array``: runs of the same shape (partition, nodes, tasks, time: the same sbatch options)
 go out as one Slurm job array (``templates/array.sbatch.j2``); array task k runs the k-th run's
 job.sbatch in an allocation of its own, and the run's job id is ``JOBID_k``.
@@ -35,7 +43,9 @@ from .render import max_tasks_per_node, sbatch_lines, sbatch_options
 from .rundir import JobRecord, Prepared
 from .site import Site
 
-KINDS = ("pack", "array")
+# --pack, --pack-shared (a pack whose runs may share nodes), --array: as orch sweep spells them.
+KINDS = ("pack", "pack-shared", "array")
+SHARED = "pack-shared"
 # Grace after a run's own time limit before its job.sbatch is killed (timeout --kill-after).
 KILL_GRACE_S = 10
 # Added to a pack's computed time: starting each run, the scheduler's own slack.
@@ -49,16 +59,19 @@ class Group:
     kind: str  # "pack" | "array"
     partition: str
     members: tuple[Prepared, ...]  # in the order they start (packs: largest first)
+    share: bool = False  # --pack-shared: runs may share a node where its CPUs allow
 
 
 def refuse(site: Site, kind: str | None, both: bool = False) -> None:
-    """Bad input before anything is written: --pack with --array, or a scheduler that has no
+    """Bad input before anything is written: --pack (or --pack-shared) with --array, or
+    --pack with --pack-shared, or a scheduler that has no
     queue to pay once (the local site runs one job at a time, on this machine: side by side
     they would distort each other's measurements, and there is no queue wait to save)."""
     if both:
-        raise UserError("--pack and --array exclude each other: --pack runs a partition's runs "
-                        "in one allocation, --array runs same-shape runs as one job array; "
-                        "choose one")
+        raise UserError("--pack, --pack-shared and --array exclude each other: --pack runs a "
+                        "partition's runs in one allocation (a node to one run at a time), "
+                        "--pack-shared lets them share nodes, --array runs same-shape runs as "
+                        "one job array; choose one")
     if kind is not None and not backends.scheduler(site.scheduler).packs:
         raise UserError(f"--{kind}: site '{site.name}' (scheduler {site.scheduler}) has no "
                         f"queue to wait in and runs one job at a time; drop --{kind}")
@@ -105,15 +118,20 @@ def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
         keyed.setdefault(key, []).append(p)
     out = []
     for key, members in keyed.items():
-        if kind == "pack":  # largest first: the big runs do not wait behind small ones
+        if kind == "array":
+            out.append(Group(kind, key[0], tuple(members)))
+        else:  # largest first: the big runs do not wait behind small ones
             members = sorted(members, key=lambda p: -p.run.nodes)
-        out.append(Group(kind, key[0], tuple(members)))
+            out.append(Group("pack", key[0], tuple(members), share=kind == SHARED))
     return out
 
 
 def makespan_min(sizes: list[tuple[int, int]], nodes: int) -> int:
     """Minutes the pack script needs at most for runs of (nodes, time limit in minutes),
-    started in order, each as soon as enough nodes are free (what pack.sbatch does)."""
+    started in order, each as soon as enough nodes are free (what pack.sbatch does). Also the
+    time asked for a --pack-shared pack, where a run holds no more of a node than here, so
+    starts no later in the usual case (not proven for every order; PACK_MARGIN_MIN and the
+    runs ending before their limits are the slack)."""
     free_at = [0] * nodes  # when each node is free again
     start = end = 0
     for need, minutes in sizes:
@@ -153,14 +171,24 @@ def pack_options(group: Group, site: Site, pack_dir: Path, name: str) -> dict[st
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _row(p: Prepared, site: Site) -> str:
+def step_cpus(run, part, share: bool) -> str:
+    """The CPUs a run's step holds on each of its nodes, for the pack script's bookkeeping:
+    "all" (the node to itself: --pack, and a run whose ranks outnumber a node's CPUs), or,
+    with --pack-shared, one per rank on the node (its srun asks for no more: --exact, one CPU
+    per task)."""
+    per_node = max_tasks_per_node(run)
+    return str(per_node) if share and per_node <= part.cpus_per_node else "all"
+
+
+def _row(p: Prepared, site: Site, share: bool) -> str:
     """One line of the pack script's run table (the run directory last: it may hold spaces)."""
     run, part = p.run, site.partition(p.run.partition)
     opts = sbatch_options(run, part, p.rdir)
     ntasks = opts.get("ntasks") or str(len(run.task_table))
     return " ".join([run.run_id, str(run.nodes), str(ntasks),
                      str(opts.get("ntasks-per-node", "-")), str(opts.get("cpus-per-task", "-")),
-                     str(run.time_limit_min * 60), str(p.rdir.resolve())])
+                     step_cpus(run, part, share), str(run.time_limit_min * 60),
+                     str(p.rdir.resolve())])
 
 
 def render(group: Group, site: Site, out: Path, pack_dir: Path, name: str) -> str:
@@ -178,7 +206,8 @@ def render(group: Group, site: Site, out: Path, pack_dir: Path, name: str) -> st
         "partition": site.partition(group.partition),
         "scheduler": backends.scheduler(site.scheduler), "script": str(script),
         "sbatch": sbatch_lines(opts), "nodes": opts["nodes"], "kill_grace_s": KILL_GRACE_S,
-        "rows": ([_row(p, site) for p in group.members] if kind == "pack"
+        "share": group.share, "steps_log": str((pack_dir / protocol.PACK_STEPS_LOG).resolve()),
+        "rows": ([_row(p, site, group.share) for p in group.members] if kind == "pack"
                  else [str(p.rdir.resolve()) for p in group.members]),
         "shape": f"{first.nodes} node(s) x {max_tasks_per_node(first)} task(s), "
                  f"{first.time_limit_min} min",
@@ -208,9 +237,10 @@ def dry_run(runs: list, site: Site, out: Path, kind: str) -> list[tuple[Path, st
     """The pack (or array) scripts a sweep would submit, as (path, text); nothing written."""
     shown = []
     for i, group in enumerate(groups(_as_prepared(runs, site, out), site, kind)):
-        name = _pack_name(out, kind, group.partition, offset=i)
+        name = _pack_name(out, group.kind, group.partition, offset=i)
         pack_dir = out / protocol.PACKS_DIR / name
-        shown.append((pack_dir / _script_name(kind), render(group, site, out, pack_dir, name)))
+        shown.append((pack_dir / _script_name(group.kind),
+                      render(group, site, out, pack_dir, name)))
     return shown
 
 
@@ -222,15 +252,15 @@ def submit(prepared: list[Prepared], site: Site, kind: str,
     out = prepared[0].rdir.parent if prepared else Path(".")
     live = []
     for group in groups(prepared, site, kind):
-        name = _pack_name(out, kind, group.partition)
+        name = _pack_name(out, group.kind, group.partition)
         pack_dir = out / protocol.PACKS_DIR / name
         text = render(group, site, out, pack_dir, name)
         pack_dir.mkdir(parents=True)
-        script = pack_dir / _script_name(kind)
+        script = pack_dir / _script_name(group.kind)
         files.write_text_atomic(script, text)
         job_id = sched.submit_script(script, name)
         for k, p in enumerate(group.members):
-            rid = f"{job_id}_{k}" if kind == "array" else job_id
+            rid = f"{job_id}_{k}" if group.kind == "array" else job_id
             record = p.record.model_copy(update={"job_id": rid, "state": "PENDING", "pack": name,
                                                  "submitted_at": rundir.now()})
             rundir.write_record(p.rdir, record)

@@ -84,6 +84,8 @@ TRACE_FILE = "trace.csv"  # layer-wise trace (second paper's format), in RANKS_D
 PACKS_DIR = "packs"
 PACK_SCRIPT = "pack.sbatch"
 ARRAY_SCRIPT = "array.sbatch"
+# <sweep>/PACKS_DIR/<pack>/: one line as each run starts and ends (which runs ran beside it)
+PACK_STEPS_LOG = "steps.log"
 STEP_STARTED_FILE = "step-started.json"
 STEP_FILE = "step"
 CANCEL_FILE = "cancel-requested"

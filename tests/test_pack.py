@@ -1,10 +1,13 @@
 """Packed sweeps (orch sweep --pack / --array) on the real 4-node test Slurm cluster, and the
 pack and array job scripts as golden files.
 
-One packed sweep does most of the work: submitted without waiting, its allocation is
-cancelled once its first run has started (every run is then cut off), and the same sweep
-run again resubmits them all as one new pack, in which one failing step does not stop the
-run beside it. Under CI=true these run (a missing cluster fails them); elsewhere they skip.
+One packed sweep does most of the work: submitted without waiting (--pack, a node to one
+run at a time), its allocation is cancelled once its first run has started (every run is then
+cut off, the others never started: its 3 nodes were the largest run's alone), and the same
+sweep run again with --pack-shared resubmits them all as one new pack, in which the three runs
+share nodes by CPUs and run at once (one wave, not two: the module's slowest part) and one
+failing step does not stop the run beside it. Under CI=true these run (a missing cluster
+fails them); elsewhere they skip.
 """
 
 from __future__ import annotations
@@ -28,8 +31,8 @@ from .test_render import check_golden
 
 ITERS, WARMUP = 3, 1
 # n3 and n2 have a rank 1, which fails at its first iteration; n1 has not and completes.
-SWEEP = ("sweep", "--site", "testcluster", "--nodes", "1,2,3", "--pack", "--iters", ITERS,
-         "--warmup", WARMUP, "--inject-failure", "1@1")
+SWEEP = ("sweep", "--site", "testcluster", "--nodes", "1,2,3", "--iters", ITERS,
+         "--warmup", WARMUP, "--inject-failure", "1@1", "--no-preflight")
 
 
 def ledger(out: Path) -> dict[str, dict]:
@@ -48,15 +51,16 @@ def by_nodes(out: Path) -> dict[int, Path]:
 
 @pytest.fixture(scope="module")
 def packed(slurm_cluster, tmp_path_factory):
-    """The packed sweep, cut off once and resubmitted: (out, first ledger, second run)."""
+    """The packed sweep, cut off once and resubmitted sharing nodes: (out, first ledger,
+    second run)."""
     out = tmp_path_factory.mktemp("packed")
-    run_orch(*SWEEP, "--out", out, "--no-wait", check=True)
+    run_orch(*SWEEP, "--pack", "--out", out, "--no-wait", check=True)
     job = {r["job_id"] for r in ledger(out).values()}
     assert len(job) == 1, job  # one allocation for the three runs
     first = by_nodes(out)[3]  # the largest run starts first
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # its queue wait included: a shared cluster
     while not (first / protocol.STEP_STARTED_FILE).exists():
-        assert time.time() < deadline, "the pack's first run did not start in 120 s"
+        assert time.time() < deadline, "the pack's first run did not start in 300 s"
         time.sleep(0.5)
     subprocess.run(["scancel", job.pop()], check=True, timeout=30)
     deadline = time.time() + 90
@@ -67,7 +71,7 @@ def packed(slurm_cluster, tmp_path_factory):
             break
         assert time.time() < deadline, cut
         time.sleep(2)
-    second = run_orch(*SWEEP, "--out", out)
+    second = run_orch(*SWEEP, "--pack-shared", "--out", out)
     return out, cut, second
 
 
@@ -76,9 +80,14 @@ def test_cut_off_runs_are_recorded_and_resubmitted(packed):
     for rec in cut.values():
         assert rec["state"] == "CANCELLED", rec
         assert rec["reason"].startswith(protocol.CUT_OFF), rec
-    started = [rec for rid, rec in cut.items() if (out / rid / "attempts" / "1" /
-                                                   protocol.STEP_STARTED_FILE).exists()]
-    assert len(started) == 1 and "this run" in started[0]["reason"]
+    started = {rid: rec for rid, rec in cut.items() if (out / rid / "attempts" / "1" /
+                                                       protocol.STEP_STARTED_FILE).exists()}
+    assert len(started) == 1 and "this run" in next(iter(started.values()))["reason"]
+    # --pack kept the allocation's 3 nodes to the largest run: nothing started beside it.
+    rid = next(iter(started))
+    first = json.loads((out / rid / "attempts" / "1" / protocol.STEP_STARTED_FILE).read_text())
+    assert first["pack_mode"] == "exclusive" and first["step_cpus_per_node"] == "all", first
+    assert len(first["hosts"].split(",")) == 3
     # The next sweep submitted all three again, as one new pack (one sbatch), and kept the
     # first attempt's files.
     assert "0 already finished, 3 to submit" in second.stderr, second.stderr
@@ -99,20 +108,30 @@ def test_each_run_is_its_own_step_and_a_failing_step_does_not_stop_the_others(pa
     nodes = by_nodes(out)
     state = {n: recs[d.name]["state"] for n, d in nodes.items()}
     assert state == {3: "FAILED", 2: "FAILED", 1: "COMPLETED"}, recs
-    # n2 and n1 ran side by side on nodes of their own, after n3.
+    # --pack-shared: one CPU a rank, so on the 2-CPU nodes n2 (first fit) and n1 (the CPU
+    # left) ran beside n3 on its nodes, all three at once, and each says with whom.
     times = {n: json.loads((d / protocol.JOB_TIMES_FILE).read_text()) for n, d in nodes.items()}
     hosts = {n: set(t["hosts"].split(",")) for n, t in times.items()}
     assert len(hosts[3]) == 3 and len(hosts[2]) == 2 and len(hosts[1]) == 1
-    assert not hosts[2] & hosts[1]
-    assert times[1]["script_started_at"] < times[2]["script_ended_at"]
-    assert times[2]["script_started_at"] >= times[3]["script_ended_at"] - 1
+    assert hosts[2] < hosts[3] and hosts[1] < hosts[3] and not hosts[2] & hosts[1]
+    assert max(t["script_started_at"] for t in times.values()) < min(
+        t["script_ended_at"] for t in times.values()), times  # they overlapped in time
+    rid = {n: d.name for n, d in nodes.items()}
+    assert all(t["pack_mode"] == "shared" and t["step_cpus_per_node"] == "1"
+               for t in times.values()), times
+    assert sorted(times[3]["co_tenants"]) == sorted([rid[2], rid[1]]), times[3]
+    assert times[2]["co_tenants"] == [rid[3]] and times[1]["co_tenants"] == [rid[3]]
+    assert sorted(times[2]["beside"]) == sorted([rid[3], rid[1]]), times[2]
     for d in nodes.values():
         assert (d / f"slurm-{job}.out").exists() and (d / protocol.PROVENANCE_FILE).exists()
     # Slurm agrees: one job, one step per run, named after the run.
-    res = subprocess.run(["sacct", "-n", "-P", "-j", job, "-o", "JobID,JobName"],
+    res = subprocess.run(["sacct", "-n", "-P", "-j", job, "-o", "JobID,JobName,AllocCPUS"],
                          capture_output=True, text=True, timeout=60)
-    named = dict(line.split("|") for line in res.stdout.split())
+    named = dict(line.split("|")[:2] for line in res.stdout.split())
     assert {named[r["step"]] for r in recs.values()} == set(recs)
+    # ... and each step held one CPU on each of its nodes (srun --exact, one CPU a rank).
+    cpus = dict(line.split("|")[::2] for line in res.stdout.split())
+    assert {n: int(cpus[recs[d.name]["step"]]) for n, d in nodes.items()} == {3: 3, 2: 2, 1: 1}
     # gather: a row per run, the failed ones with their reason.
     gathered = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
     assert len(gathered) == 3
@@ -135,7 +154,8 @@ def test_array_runs_same_shape_runs_as_one_job_array(slurm_cluster, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (("--site", "testcluster", "--pack", "--array"), "--pack and --array exclude each other"),
+    (("--site", "testcluster", "--pack-shared", "--array"), "--pack, --pack-shared and --array "
+                                                              "exclude each other"),
     (("--site", "local", "--pack"), "--pack: site 'local'"),
     (("--site", "testcluster", "--pack", "--nodes", "8"), "8"),
 ])
@@ -223,3 +243,49 @@ def test_packed_run_state(alloc, times, started, cancel, step, want):
 def test_partition_time_limits(text, want):
     """sinfo's %l, which a pack's time must fit (else: one line, exit 2)."""
     assert minutes(text) == want
+
+
+@pytest.mark.parametrize("kind", ["pack", "pack-shared"])
+def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
+    """The pack script itself, outside Slurm (scontrol and squeue stubbed, each run's
+    job.sbatch a short sleep): --pack runs n3 alone, then n2 beside n1 on other nodes;
+    --pack-shared (2 CPUs a node, one a rank) runs all three at once, sharing n3's nodes, and
+    each run's job-times.json names its co-tenants."""
+    site = sitemod.load("testcluster")[0]
+    runs = expand(SweepSpec(nodes=(1, 2, 3), iters=ITERS, warmup=WARMUP), site)
+    prepared = [Prepared(r, tmp_path / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
+                         "submit") for r in runs]
+    group = pack.groups(prepared, site, kind)[0]
+    pack_dir = tmp_path / "packs" / "p"
+    pack_dir.mkdir(parents=True)
+    script = pack_dir / "pack.sbatch"
+    script.write_text(pack.render(group, site, tmp_path, pack_dir, "p"))
+    for p in prepared:
+        p.rdir.mkdir()
+        (p.rdir / "job.sbatch").write_text("sleep 1\n")
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "scontrol").write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')  # show hostnames
+    (stubs / "squeue").write_text("#!/bin/sh\n")  # lists no step
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "a,b,c", "SLURM_JOB_CPUS_PER_NODE": "2(x3)"}
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=60, capture_output=True)
+    nodes = {p.run.nodes: p.rdir for p in prepared}
+    times = {n: json.loads((d / protocol.JOB_TIMES_FILE).read_text()) for n, d in nodes.items()}
+    hosts = {n: t["hosts"] for n, t in times.items()}
+    rid = {n: d.name for n, d in nodes.items()}
+    assert all(t["exit_status"] == 0 for t in times.values()), times
+    assert hosts == {3: "a,b,c", 2: "a,b", 1: "c"}  # first fit, in either mode
+    if kind == "pack":
+        assert times[2]["script_started_at"] >= times[3]["script_ended_at"]
+        assert times[1]["beside"] == [rid[2]] and times[3]["beside"] == []
+        assert all(t["co_tenants"] == [] and t["step_cpus_per_node"] == "all"
+                   for t in times.values())
+    else:
+        assert times[1]["script_started_at"] < times[3]["script_ended_at"]
+        assert sorted(times[3]["co_tenants"]) == sorted([rid[2], rid[1]])
+        assert times[1]["co_tenants"] == [rid[3]]
+    log = (pack_dir / protocol.PACK_STEPS_LOG).read_text().split("\n")
+    assert sum(line.startswith("start ") for line in log) == 3

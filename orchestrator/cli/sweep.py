@@ -95,6 +95,11 @@ def sweep(
     pack: Annotated[bool, typer.Option(
         "--pack", help="Slurm: run each partition's runs as job steps of one allocation sized "
         "for its largest run (one queue wait per partition).")] = False,
+    pack_shared: Annotated[bool, typer.Option(
+        "--pack-shared", help="Like --pack, but runs may share a node where its CPUs allow "
+        "(one CPU per rank): quicker, but side-by-side runs contend for their node, which "
+        "each run's job-times.json names (co_tenants). --pack keeps a node to one run.")]
+    = False,
     array: Annotated[bool, typer.Option(
         "--array", help="Slurm: submit runs of the same shape (partition, nodes, tasks, time) "
         "as one job array.")] = False,
@@ -159,17 +164,18 @@ def sweep(
                                   inject_failure=inject_failure)
         runs = sweepmod.expand(spec, site_obj)
     out_dir = check_out(out or Path("runs") / site_obj.name)
-    packing = "pack" if pack else "array" if array else None
-    if pack or array:
+    packing = "pack-shared" if pack_shared else "pack" if pack else "array" if array else None
+    if packing:
         from .. import pack as packmod
 
-        packmod.refuse(site_obj, packing, both=pack and array)
+        packmod.refuse(site_obj, packing, both=pack + pack_shared + array > 1)
         if not dry_run:
             packmod.check(runs, site_obj, packing, out_dir)
     if not dry_run:
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
-        rendered_runs = execute.dry_run(runs, site_obj, out_dir, packed=pack)
+        rendered_runs = execute.dry_run(runs, site_obj, out_dir,
+                                         packed=pack or pack_shared)
         if loaded is not None:
             print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
                        f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
@@ -186,7 +192,7 @@ def sweep(
         return
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
                                study=loaded.provenance() if loaded is not None else None,
-                               packed=pack)
+                               packed=pack or pack_shared)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
