@@ -15,11 +15,12 @@ Definitions (DESIGN.md, from the source papers):
 Two windows per run (issue 14, protocol.WINDOWS): throughput (samples/s, hence speedup and
 efficiency) comes from the *native* window, where the framework ran its own step with only a
 wall clock around it; where a run has none (older logs, a mode without one), from the
-breakdown window, and ``throughput_window`` says which. Phases and ``t_iter`` come from the
-breakdown window; ``t_iter_native`` is the native window's mean iteration,
-``instrumentation_overhead`` = t_iter / t_iter_native - 1 (what orch's phase timers cost),
-``phase_gap`` = t_iter - the sum of the phases (time the phases do not account for; shown, not
-hidden). ``t_comm_hidden`` = t_comm_total - t_comm where the total is seen.
+breakdown window, and ``throughput_window`` says which (``throughput_from`` in words, and
+``epoch steps`` for an epoch run, whose native window is its epochs' training steps). Phases
+and ``t_iter`` come from the breakdown window; ``t_iter_native`` is the native window's mean
+iteration, ``instrumentation_overhead`` = t_iter / t_iter_native - 1 (what orch's phase timers
+cost), ``phase_gap`` = t_iter - the sum of the phases (time the phases do not account for;
+shown, not hidden). ``t_comm_hidden`` = t_comm_total - t_comm where the total is seen.
 
 Invariants checked on every run (:func:`add_invariants`, column ``invariant_violations``):
 exposed communication never exceeds total communication in any measured iteration (within
@@ -157,6 +158,7 @@ def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
     runs["baseline_ranks"] = None
     if runs.empty:
         return runs
+    runs["throughput_from"] = [throughput_from(r) for r in runs.to_dict("records")]
     # str() each value: pandas' string dtype would keep None (in-memory data) as missing.
     keys = [k for k in GROUP_KEYS if k in runs.columns]
     key = runs[keys].apply(lambda row: "|".join(map(str, row)), axis=1)
@@ -178,6 +180,26 @@ def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
             runs.at[i, "efficiency"] = speedup / (runs.at[i, "ranks"] / base_ranks)
             runs.at[i, "baseline_ranks"] = int(base_ranks)
     return runs
+
+
+# Where a run's samples/s comes from (``throughput_from``): the native window, the breakdown
+# window (a run without a native one), or the steps of an epoch run's epochs (``--epochs``):
+# those are logged as its native window — the mode's own step, wall clock only, the first
+# epoch's warm-up steps left out, held-out evaluation outside them — and it has no breakdown
+# window, so no t_iter and no phases.
+THROUGHPUT_FROM = {protocol.WINDOW_NATIVE: "native window",
+                   protocol.WINDOW_BREAKDOWN: "breakdown window"}
+FROM_EPOCHS = "epoch steps"
+
+
+def throughput_from(run: dict) -> str | None:
+    window = run.get("throughput_window")
+    if window is None or (isinstance(window, float) and np.isnan(window)):
+        return None
+    epochs = run.get("epochs")
+    if epochs is not None and not pd.isna(epochs) and window == protocol.WINDOW_NATIVE:
+        return FROM_EPOCHS
+    return THROUGHPUT_FROM.get(window, window)
 
 
 def invariants(run: dict) -> list[str]:

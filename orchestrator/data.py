@@ -9,6 +9,9 @@ formats the modes read, each in a subdirectory, with a manifest:
     DIR/raw/               fixed-size binary records, CIFAR-10's layout (PyTorch modes)
     DIR/<format>/          further formats, written by the framework that reads them
     DIR/<format>/test/     the held-out split of a real data set, in the same format
+    DIR/jpeg/              an ImageFolder tree's image files kept encoded (rankside.jpeg_shards):
+                           the PyTorch modes decode each batch in their input pipeline, so
+                           decoding is in t_io, as the first paper measures AlexNet's I/O
 
 ``orch data make --from SRC`` (issue 18) writes a real labelled data set instead: SRC is read
 once by :mod:`orchestrator.datasources` (``digits``, the embedded set, or a cluster's CIFAR,
@@ -21,14 +24,16 @@ framework owns the format, so the control plane imports no framework.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from . import datasources, envs, files, modes, zoo
+from . import backends, datasources, envs, files, modes, zoo
 from .errors import UserError
 from .site import Site
 from .staging import stage_lib
@@ -86,6 +91,9 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
     _check_formats(formats)
+    if JPEG in formats:
+        raise UserError("--format jpeg: only with --from an ImageFolder tree (random images "
+                        "have no files to keep encoded)")
     if samples < 1:
         raise UserError("--samples: at least 1")
     want = Manifest(dataset=dataset, samples=samples, seed=seed, formats=[])
@@ -93,44 +101,152 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
                           ["--samples", str(samples), "--seed", str(seed)])
 
 
-def make_from(out: Path, source: str, dataset: str, formats: list[str], site: Site,
+def make_from(out: Path, source: str, dataset: str, formats: list[str] | None, site: Site,
               test_fraction: float = 0.2, seed: int = 0, log=print) -> Manifest:
     """Write the real labelled data set at ``source`` (or ``digits``) in each format, with its
-    held-out split; ``raw`` is always written, first: the other formats convert from it."""
-    import numpy as np
-
+    held-out split. ``formats`` None: ``jpeg`` for an ImageFolder tree (kept encoded, decoded
+    by the ranks), ``raw`` for the others. Array formats always come with ``raw``, written
+    first: the others convert from it."""
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    kind = datasources.detect(source)
+    if formats is None:
+        formats = [JPEG] if kind == "imagefolder" else ["raw"]
     _check_formats(formats)
-    ds = zoo.DATASETS[dataset]
     out = out.resolve()
-    real = datasources.load(source, (ds.channels, ds.height, ds.width), test_fraction, seed)
-    if real.classes > ds.num_classes:
-        raise UserError(f"--from {source}: {real.classes} classes, but orch's {dataset} models "
-                        f"have {ds.num_classes} outputs; use a data set of at most "
-                        f"{ds.num_classes} classes")
+    encoded = None
+    if JPEG in formats:
+        encoded = datasources.load_encoded(source, test_fraction, seed)
+        if encoded.ignored:
+            names = ", ".join(str(f.name) for f in encoded.ignored[:3])
+            log(f"{source}: left out {len(encoded.ignored)} file(s) that are not images by "
+                f"their suffix ({names}{', …' if len(encoded.ignored) > 3 else ''}), as "
+                f"torchvision's ImageFolder does")
+    arrays = [f for f in formats if f != JPEG]
+    real = None
+    if arrays or encoded is None:
+        ds = zoo.DATASETS[dataset]
+        real = datasources.load(source, (ds.channels, ds.height, ds.width), test_fraction, seed)
+    got = real or encoded
+    if got.classes > zoo.DATASETS[dataset].num_classes:
+        raise UserError(f"--from {source}: {got.classes} classes, but orch's {dataset} models "
+                        f"have {zoo.DATASETS[dataset].num_classes} outputs; use a data set of "
+                        f"at most {zoo.DATASETS[dataset].num_classes} classes")
+    samples, held = ((len(real.train_y), len(real.test_y)) if real is not None
+                     else (len(encoded.train), len(encoded.test)))
     src = source if source == datasources.DIGITS else str(Path(source).expanduser().resolve())
-    want = Manifest(dataset=dataset, samples=len(real.train_y), seed=seed, formats=[],
-                    source=src, origin=real.origin, classes=real.classes,
-                    test_samples=len(real.test_y))
+    want = Manifest(dataset=dataset, samples=samples, seed=seed, formats=[],
+                    source=src, origin=got.origin, classes=got.classes, test_samples=held)
     old = _existing(out, want)
-    if "raw" not in (old.formats if old else []):
+    done = list(old.formats) if old else []
+    if encoded is not None and JPEG not in done:
+        _write_jpeg(out, encoded)
+        done.append(JPEG)
+        files.write_json_atomic(out / MANIFEST, _dump(want.model_copy(update={"formats": done})))
+        log(f"jpeg: {want.samples} training and {want.test_samples} held-out image files of "
+            f"{source}, kept encoded")
+    if not arrays:
+        return want.model_copy(update={"formats": done})
+    if "raw" not in done:
+        import numpy as np
+
         out.mkdir(parents=True, exist_ok=True)
         for sub, x, y in (("raw", real.train_x, real.train_y),
                           ("raw/test", real.test_x, real.test_y)):
             _write_raw_records(out / sub, x, y, np)
-        files.write_json_atomic(out / MANIFEST, _dump(want.model_copy(update={
-            "formats": ["raw"]})))
+        done.append("raw")
+        files.write_json_atomic(out / MANIFEST, _dump(want.model_copy(update={"formats": done})))
         log(f"raw: {want.samples} training and {want.test_samples} held-out images of "
             f"{real.origin}")
-    rest = [f for f in formats if f != "raw"]
+    rest = [f for f in arrays if f != "raw"]
     return _write_formats(out, want, ["raw", *rest], site, log, ["--from-raw", str(out / "raw")])
+
+
+def _write_jpeg(out: Path, encoded) -> None:
+    """The ``jpeg`` format (rankside.jpeg_shards): the tree's files as they are, split."""
+    from .rankside import jpeg_shards
+
+    for sub, items in (("jpeg", encoded.train), ("jpeg/test", encoded.test)):
+        jpeg_shards.write(str(out / sub), [(str(f), label) for f, label in items])
+        (out / sub / "classes.txt").write_text("".join(f"{c}\n" for c in encoded.class_names))
+
+
+def reading_format(mode, manifest: Manifest) -> str | None:
+    """The format of ``manifest``'s data set that ``mode``'s ranks read: ``jpeg`` (decoded in
+    their input pipeline) where the set has it and the mode's rank side decodes it, else the
+    mode's own ``data_format`` if the set has it; None: the mode reads none of them."""
+    if JPEG in manifest.formats and mode.library in JPEG_LIBRARIES:
+        return JPEG
+    return mode.data_format if mode.data_format in manifest.formats else None
+
+
+def run_format(mode, data_dir: str) -> str:
+    """The format directory a run's ranks get (``--data DIR/<format>``): :func:`reading_format`
+    of the manifest the sweep checked, the mode's own format where none is there (any more)."""
+    if not (Path(data_dir) / MANIFEST).is_file():
+        return mode.data_format
+    return reading_format(mode, load_manifest(data_dir)[1]) or mode.data_format
+
+
+def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
+    """The format ``mode`` will read from the data set at ``root``, or one line saying why it
+    cannot: no format it reads, or JPEG to decode in an environment without Pillow."""
+    fmt = reading_format(mode, manifest)
+    if fmt is None:
+        if JPEG in manifest.formats and mode.data_format:
+            raise UserError(
+                f"mode '{mode.name}' cannot decode the JPEG images of {root} in its input "
+                f"pipeline (only {', '.join(_jpeg_modes())} can); add its '{mode.data_format}' "
+                f"format, decoded at make time: 'orch data make --out {root} --from "
+                f"{manifest.source} --format {','.join([*manifest.formats, mode.data_format])}'")
+        again = f" --from {manifest.source}" if manifest.source else ""
+        raise UserError(f"mode '{mode.name}' reads '{mode.data_format}' data; {root} has "
+                        f"{', '.join(manifest.formats)}: run 'orch data make --out {root}"
+                        f"{again} --format {mode.data_format}'")
+    if fmt == JPEG and not _has_pillow(site, mode.framework):
+        raise UserError(f"mode '{mode.name}' would decode the JPEG images of {root} with "
+                        f"Pillow, which environment '{mode.framework}' of site '{site.name}' "
+                        f"lacks: add pillow to that environment, or leave the mode out")
+    return fmt
+
+
+# The model zoos whose rank-side input pipeline (rankside/datasets_torch) decodes ``jpeg``.
+JPEG = "jpeg"
+JPEG_LIBRARIES = ("torch",)
+
+
+def _jpeg_modes() -> list[str]:
+    return sorted(m.name for m in modes.registry().values()
+                  if m.library in JPEG_LIBRARIES and m.data_format)
+
+
+@functools.cache
+def _pillow_in(python: str, env_items: tuple) -> bool:
+    proc = subprocess.run([python, "-c", "import PIL.Image"], capture_output=True,
+                          env={**os.environ, **dict(env_items)}, timeout=120)
+    return proc.returncode == 0
+
+
+def _has_pillow(site: Site, framework: str) -> bool:
+    """Whether the environment's Python imports Pillow, asked where it can run here (as
+    envs.check asks for its Python); an environment only on the cluster's nodes or in an image
+    is taken on trust (its rank would say so in its log)."""
+    env = site.environment(framework)
+    if env.container is not None:
+        return True
+    if not (backends.scheduler(site.scheduler).runs_here or env.build is not None):
+        return True
+    python = envs.python_of(env)
+    if shutil.which(python) is None and not os.access(python, os.X_OK):
+        return True  # envs.check says that it does not exist
+    return _pillow_in(python, tuple(sorted(env.env.items())))
 
 
 def _check_formats(formats: list[str]) -> None:
     for fmt in formats:
-        if fmt not in FORMAT_ENV:
-            raise UserError(f"unknown data format '{fmt}'; valid: {', '.join(FORMAT_ENV)}")
+        if fmt not in FORMAT_ENV and fmt != JPEG:
+            raise UserError(f"unknown data format '{fmt}'; valid: {', '.join(FORMAT_ENV)}, "
+                            f"{JPEG} (an ImageFolder tree kept encoded, with --from)")
 
 
 def _dump(manifest: Manifest) -> dict:

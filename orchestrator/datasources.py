@@ -13,8 +13,10 @@ Sources (``detect`` tells them apart by their files):
 * CIFAR-10 / CIFAR-100 "python version" directories (``data_batch_1`` … ``test_batch``;
   ``train``/``test``/``meta``), their own train/test split.
 * MNIST / Fashion-MNIST idx files (``train-images-idx3-ubyte`` …, optionally ``.gz``).
-* An ImageFolder tree (``DIR/<class>/<image>.jpg|jpeg|png``, class = directory name, sorted),
-  decoded with Pillow at make time and resized to the dataset's shape.
+* An ImageFolder tree (``DIR/<class>/<image>.jpg|png|…``, class = directory name, sorted, the
+  suffixes torchvision's ImageFolder takes): kept encoded by default (:func:`load_encoded`, the
+  ``jpeg`` format, decoded by the ranks in their input pipeline), or decoded with Pillow at make
+  time and resized to the dataset's shape for the array formats.
 
 Images of another shape are brought to the dataset's: greyscale is repeated over the three
 channels, smaller images are scaled up by an integer factor (nearest neighbour) and padded
@@ -46,7 +48,9 @@ ORIGIN = {
     "mnist": "MNIST-format idx files",
     "imagefolder": "ImageFolder tree (one directory per class)",
 }
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
+# torchvision's ImageFolder takes only these (torchvision.datasets.folder.IMG_EXTENSIONS); any
+# other file in a class directory is left out, and orch says how many.
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 _CIFAR10 = ("data_batch_1", "test_batch")
 _CIFAR100 = ("train", "test", "meta")
 _MNIST = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -100,7 +104,7 @@ def load(source: str, shape: tuple[int, int, int], test_fraction: float = 0.2,
         raise UserError(f"--test-fraction {test_fraction}: must be between 0 and 1 (exclusive)")
     reader = {DIGITS: _digits, "cifar10": _cifar10, "cifar100": _cifar100, "mnist": _mnist,
               "imagefolder": _imagefolder}[kind]
-    got = reader(source)
+    got = reader(source) if kind != "imagefolder" else _imagefolder(source, shape)
     if len(got) == 3:  # no split of its own
         x, y, classes = got
         train, test = _split(y, test_fraction, seed)
@@ -138,37 +142,14 @@ def _split(labels, fraction: float, seed: int):
 
 def to_shape(x, shape: tuple[int, int, int]):
     """uint8 ``[N, C, H, W]`` at ``shape``: channels repeated (grey -> RGB), an integer
-    nearest-neighbour scale-up then centred padding, or a resize when the image is larger."""
-    import numpy as np
+    nearest-neighbour scale-up then centred padding, or a resize when the image is larger
+    (``rankside.jpeg_shards.fit``: ranks decoding the ``jpeg`` format apply the same rule)."""
+    from .rankside.jpeg_shards import fit
 
-    c, h, w = shape
-    _n, xc, xh, xw = x.shape
-    if xc not in (1, c):
-        raise UserError(f"images with {xc} channels cannot become {c}-channel images")
-    if xc != c:
-        x = np.repeat(x, c, axis=1)
-    if (xh, xw) != (h, w):
-        factor = min(h // xh, w // xw)
-        if factor >= 1:
-            if factor > 1:
-                x = x.repeat(factor, axis=2).repeat(factor, axis=3)
-            ph, pw = h - x.shape[2], w - x.shape[3]
-            x = np.pad(x, ((0, 0), (0, 0), (ph // 2, ph - ph // 2), (pw // 2, pw - pw // 2)))
-        else:
-            x = _resize(x, h, w)
-    return np.ascontiguousarray(x, dtype=np.uint8)
-
-
-def _resize(x, h: int, w: int):
-    import numpy as np
-    from PIL import Image
-
-    out = np.empty((x.shape[0], x.shape[1], h, w), dtype=np.uint8)
-    for i, img in enumerate(x):
-        pil = Image.fromarray(np.moveaxis(img, 0, -1).squeeze())
-        arr = np.asarray(pil.resize((w, h), Image.BILINEAR))
-        out[i] = arr.reshape(h, w, -1).transpose(2, 0, 1)
-    return out
+    c = shape[0]
+    if x.shape[1] not in (1, c):
+        raise UserError(f"images with {x.shape[1]} channels cannot become {c}-channel images")
+    return fit(x, shape)
 
 
 def _digits(_source: str):
@@ -258,25 +239,92 @@ def _mnist(source: str):
     return (*out, 10)
 
 
-def _imagefolder(source: str):
+def _imagefolder(source: str, shape: tuple[int, int, int]):
+    """Every image of the tree decoded and brought to ``shape`` one by one (the rule a rank
+    decoding the ``jpeg`` format applies, so ``raw`` and ``jpeg`` hold the same pixels)."""
     import numpy as np
+
+    from .rankside.jpeg_shards import fit
+
+    files, labels, classes = imagefolder_files(source)
+    xs = [fit(np.asarray(_decoded(f)).transpose(2, 0, 1)[None], shape)[0] for f in files]
+    return np.stack(xs), np.asarray(labels, dtype=np.int64), len(classes)
+
+
+# --- ImageFolder trees kept encoded (the ``jpeg`` format, decoded by the ranks) -------------
+
+@dataclass
+class EncodedSet:
+    """An ImageFolder tree's files, labelled and split, not decoded: (path, label) pairs."""
+
+    kind: str
+    origin: str
+    classes: int
+    class_names: list[str]
+    train: list[tuple[Path, int]]
+    test: list[tuple[Path, int]]
+    ignored: list[Path]
+
+
+def imagefolder_files(source: str) -> tuple[list[Path], list[int], list[str]]:
+    """(image files, their labels, class names) of an ImageFolder tree, as torchvision's
+    ImageFolder finds them: class = directory name (sorted), files with a known image suffix
+    (sorted); a class directory without any is one line."""
+    root = Path(source).expanduser()
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    files: list[Path] = []
+    labels: list[int] = []
+    for label, name in enumerate(classes):
+        found = sorted(f for f in (root / name).iterdir()
+                       if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+        if not found:
+            raise UserError(f"{root / name}: no image file in this class directory (known "
+                            f"suffixes: {', '.join(IMAGE_SUFFIXES)}); add images or remove it")
+        files += found
+        labels += [label] * len(found)
+    return files, labels, classes
+
+
+def ignored_files(source: str) -> list[Path]:
+    """Files in the tree's class directories that are not images by their suffix."""
+    root = Path(source).expanduser()
+    return sorted(f for c in root.iterdir() if c.is_dir() and not c.name.startswith(".")
+                  for f in c.iterdir()
+                  if f.is_file() and f.suffix.lower() not in IMAGE_SUFFIXES)
+
+
+def _decoded(path: Path):
+    """The image at ``path`` fully decoded to RGB (a truncated or corrupt file is one line)."""
     from PIL import Image, UnidentifiedImageError
 
-    root = Path(source)
-    classes = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    xs, ys, size = [], [], None
-    for label, name in enumerate(classes):
-        for f in sorted((root / name).iterdir()):
-            if f.suffix.lower() not in IMAGE_SUFFIXES:
-                continue
-            try:
-                with Image.open(f) as img:
-                    rgb = img.convert("RGB")
-            except (OSError, UnidentifiedImageError) as exc:
-                raise UserError(f"{f}: not a readable image ({exc})") from None
-            size = size or rgb.size
-            if rgb.size != size:  # one size for the stack; to_shape brings it to the dataset's
-                rgb = rgb.resize(size, Image.BILINEAR)
-            xs.append(np.asarray(rgb).transpose(2, 0, 1))
-            ys.append(label)
-    return np.stack(xs), np.asarray(ys, dtype=np.int64), len(classes)
+    try:
+        with Image.open(path) as img:
+            return img.convert("RGB")
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        raise UserError(f"{path}: not a readable image ({exc}); remove or replace it") from None
+
+
+def load_encoded(source: str, test_fraction: float = 0.2, seed: int = 0) -> EncodedSet:
+    """An ImageFolder tree kept encoded, with the held-out split :func:`load` would give it
+    (the same seeded stratified split, the same order). Every file is decoded once here, so a
+    corrupt one is found now (one line naming it), not in a rank."""
+    import numpy as np
+
+    if detect(source) != "imagefolder":
+        raise UserError(f"--format jpeg: {source} is not an ImageFolder tree "
+                        f"(DIR/<class>/*.jpg); only such a tree is kept encoded")
+    if not 0 < test_fraction < 1:
+        raise UserError(f"--test-fraction {test_fraction}: must be between 0 and 1 (exclusive)")
+    files, labels, classes = imagefolder_files(source)
+    for f in files:
+        _decoded(f)
+    y = np.asarray(labels, dtype=np.int64)
+    train, test = _split(y, test_fraction, seed)
+    if len(train) == 0 or len(test) == 0:
+        raise UserError(f"--from {source}: the {'training' if len(train) == 0 else 'held-out'} "
+                        f"split is empty; give more images or another --test-fraction")
+    return EncodedSet(kind="imagefolder", origin=ORIGIN["imagefolder"], classes=len(classes),
+                      class_names=classes,
+                      train=[(files[i], labels[i]) for i in train],
+                      test=[(files[i], labels[i]) for i in test],
+                      ignored=ignored_files(source))

@@ -15,7 +15,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, backends, containers, envs, modes, templating
+from . import __version__, backends, containers, data, envs, modes, templating
 from .site import Environment, Partition, Site
 from .sweep import Run
 
@@ -149,7 +149,7 @@ def workload_args(run: Run, run_dir: Path) -> list[str]:
     if run.inject_failure:
         args += ["--inject-failure", run.inject_failure]
     if run.data:
-        fmt = modes.get(run.mode).data_format
+        fmt = data.run_format(modes.get(run.mode), run.data)
         args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
     if run.epochs is not None:
         args += ["--epochs", str(run.epochs)]

@@ -221,7 +221,7 @@ def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partit
     _check_models(spec.models, spec.dataset)
     _check_options(spec, mode_list)
     partitions = [site.partition(p) for p in spec.partitions]
-    data_dir = _check_data(spec, mode_list) if spec.data is not None else None
+    data_dir = _check_data(spec, mode_list, site) if spec.data is not None else None
     _check_epochs(spec, mode_list)
     return mode_list, partitions, data_dir
 
@@ -274,22 +274,18 @@ def _check_options(spec: SweepSpec, mode_list: list[modes.Mode]) -> None:
             )
 
 
-def _check_data(spec: SweepSpec, mode_list: list[modes.Mode]) -> str:
-    """The on-disk data set's directory, once it holds the sweep's dataset in every mode's
-    format."""
+def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site) -> str:
+    """The on-disk data set's directory, once it holds the sweep's dataset in a format every
+    mode reads (data.check_reading: JPEG only where the mode decodes it and has Pillow)."""
     assert spec.data is not None
     root, manifest = data.load_manifest(spec.data)
     if manifest.dataset != spec.dataset:
         raise UserError(f"--data {spec.data} holds {manifest.dataset} images; the sweep "
                         f"trains on {spec.dataset} (--dataset)")
-    formats = manifest.formats
     for mode in mode_list:
         if mode.data_format is None:
             raise UserError(f"mode '{mode.name}' reads no on-disk data yet; drop --data")
-        if mode.data_format not in formats:
-            raise UserError(f"mode '{mode.name}' reads '{mode.data_format}' data; "
-                            f"{root} has {', '.join(formats)}: run 'orch data make "
-                            f"--out {root} --format {mode.data_format}'")
+        data.check_reading(site, mode, root, manifest)
     return str(root)
 
 

@@ -171,3 +171,29 @@ def test_every_mode_trains_epochs_on_the_cluster(cluster_epochs):
             assert r["sync_check"] == "async", r["run_id"]
     cntk = next(r for r in two if r["mode"] == "cntk")
     assert cntk["sync_check"] == "pass", cntk["sync_detail"]
+
+
+@pytest.mark.ranks
+def test_epoch_runs_are_in_the_throughput_and_speedup_tables(sweep):
+    """Epoch runs have no breakdown window (no t_iter, no phases) but a samples/s from their
+    epochs' steps: the runs table says so (throughput_from) and the report's throughput and
+    speedup tables show them, marked."""
+    from orchestrator import report
+
+    runs = pd.read_parquet(sweep / "results" / "runs.parquet")
+    assert (runs["throughput_from"] == "epoch steps").all()
+    assert runs["t_iter"].isna().all() and runs["t_io"].isna().all()  # phases stay null
+    ep = pd.read_parquet(sweep / "results" / "epochs.parquet")
+    for r in runs.itertuples():  # the figure is the epochs' rate (warm-up and evaluation out)
+        mine = ep[ep["run_id"] == r.run_id].groupby("epoch").agg(n=("samples", "sum"),
+                                                                   t=("t_epoch", "max"))
+        assert 0.5 < r.samples_per_s / (mine["n"].sum() / mine["t"].sum()) < 2
+    rep = report.build(runs, pd.read_parquet(sweep / "results" / "iterations.parquet"),
+                       lambda site, part: report.CommModel(None, "none"), figures=False)
+    tables = {t.key: t for t in rep.tables}
+    cells = [c for row in tables["throughput"].rows for c in row[1:] if c]
+    assert len(cells) == len(runs) and all(c.endswith(" (epochs)") for c in cells)
+    assert "(epochs): an epoch run's figure" in tables["throughput"].note
+    speedups = [c for row in tables["speedup"].rows for c in row[1:-1] if c]
+    assert speedups == ["1.00 (100%)"] * len(runs)  # each its own configuration's baseline
+    assert tables["phases"].rows == []

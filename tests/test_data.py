@@ -61,8 +61,10 @@ def test_bad_data_input(dataset, tmp_path, args, message):
 
 
 def test_bad_make_input(tmp_path):
+    proc = run_orch("data", "make", "--out", tmp_path, "--format", "bmp")
+    assert proc.returncode == 2 and "unknown data format 'bmp'" in proc.stderr
     proc = run_orch("data", "make", "--out", tmp_path, "--format", "jpeg")
-    assert proc.returncode == 2 and "unknown data format 'jpeg'" in proc.stderr
+    assert proc.returncode == 2 and "--format jpeg: only with --from an ImageFolder" in proc.stderr
 
 
 def need_env(framework: str) -> None:
@@ -262,3 +264,81 @@ def test_bad_real_data_input(tmp_path):
         proc = run_orch("data", "make", "--out", tmp_path / "out", *args)
         assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
+
+
+# --- an ImageFolder tree kept encoded: JPEG decoded by the ranks (issue 18) -------------------
+
+def _jpeg_tree(root, per_class=20):
+    """2 classes of real 40x40 JPEG files (one class darker: a learnable difference)."""
+    from PIL import Image
+
+    rng = np.random.default_rng(4)
+    for label, c in enumerate(("dark", "light")):
+        (root / c).mkdir(parents=True)
+        for k in range(per_class):
+            pixels = rng.integers(0, 128, (40, 40, 3), dtype=np.uint8) + 127 * label
+            Image.fromarray(pixels.astype(np.uint8)).save(root / c / f"{k:02d}.jpg", quality=90)
+    return root
+
+
+@pytest.fixture(scope="module")
+def jpeg_set(tmp_path_factory):
+    tree = _jpeg_tree(tmp_path_factory.mktemp("tree") / "tree")
+    (tree / "dark" / "README.txt").write_text("not an image")
+    out = tmp_path_factory.mktemp("jpegset")
+    made = run_orch("data", "make", "--out", out, "--from", tree, check=True)
+    assert "left out 1 file(s) that are not images by their suffix (README.txt)" in made.stderr
+    return tree, out
+
+
+def test_imagefolder_is_kept_encoded_and_decodes_to_the_raw_pixels(jpeg_set, tmp_path):
+    from orchestrator.rankside.jpeg_shards import JpegShards
+
+    tree, out = jpeg_set
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["formats"] == ["jpeg"]
+    assert (manifest["samples"], manifest["test_samples"], manifest["classes"]) == (32, 8, 2)
+    shards = JpegShards(str(out / "jpeg"), (3, 32, 32))
+    first = (tree / "dark" / "00.jpg").read_bytes()
+    files = {f.read_bytes(): f for f in tree.rglob("*.jpg")}
+    assert shards.encoded(0) in files  # the file's bytes, as they are
+    assert len(first) > 0 and (out / "jpeg" / "classes.txt").read_text() == "dark\nlight\n"
+    # Written as raw too (decoded at make time), the same images come out: one rule, one split.
+    both = tmp_path / "both"
+    run_orch("data", "make", "--out", both, "--from", tree, "--format", "jpeg,raw", check=True)
+    raw = _records(both / "raw" / "test" / "shard-00000.bin")
+    test = JpegShards(str(both / "jpeg" / "test"), (3, 32, 32))
+    assert raw[:, 0].tolist() == test.labels.tolist()
+    assert all((test.image(i).ravel() == raw[i, 1:]).all() for i in range(len(test)))
+
+
+@pytest.mark.ranks
+def test_ranks_decode_jpeg_in_their_io_phase(jpeg_set, tmp_path):
+    _, data = jpeg_set
+    out = tmp_path / "sweep"
+    run_orch("sweep", "--nodes", "2", "--model", "lenet5", "--batch-size", 4, "--data", data,
+             "--prefetch", "no", "--iters", 3, "--warmup", 1, "--out", out, check=True)
+    (rec,) = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    assert rec["state"] == "COMPLETED", rec["reason"]
+    assert rec["t_io"] > 0  # the batch's JPEG files are decoded inside the I/O phase
+    header = json.loads((out / rec["run_id"] / "ranks" / "rank-1.jsonl").read_text()
+                        .splitlines()[0])
+    assert header["argv"][-4:] == ["--data", f"{data}/jpeg", "--prefetch", "no"]
+    # A mode whose rank cannot decode JPEG says so before anything runs.
+    proc = run_orch("sweep", "--mode", "cntk", "--nodes", "1", "--data", data, "--dry-run",
+                    "--out", tmp_path / "x")
+    assert proc.returncode == 2 and "mode 'cntk' cannot decode the JPEG images" in proc.stderr
+
+
+def test_bad_imagefolder_input(tmp_path):
+    tree = _jpeg_tree(tmp_path / "tree", per_class=3)
+    broken = tree / "light" / "01.jpg"
+    broken.write_bytes(broken.read_bytes()[:200])  # a truncated JPEG
+    proc = run_orch("data", "make", "--out", tmp_path / "out", "--from", tree)
+    assert proc.returncode == 2 and f"{broken}: not a readable image" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    (tree / "zebra").mkdir()  # a class directory with no image in it (as torchvision: refused)
+    (tree / "zebra" / "notes.txt").write_text("no image")
+    broken.unlink()
+    proc = run_orch("data", "make", "--out", tmp_path / "out", "--from", tree)
+    assert proc.returncode == 2 and f"{tree / 'zebra'}: no image file" in proc.stderr

@@ -174,6 +174,8 @@ def print_runs(recs: list[dict]) -> None:
                                          r["nodes"])):
         rate = r.get("samples_per_s")
         rate_s = "-" if rate is None else f"{rate:,.0f} ± {r.get('samples_per_s_std') or 0:,.0f}"
+        if rate is not None and r.get("throughput_from") == "epoch steps":  # analyze.FROM_EPOCHS
+            rate_s += " (epochs)"
         style = STATE_STYLE.get(r["state"], "")
         row = [str(r[c]) if c != "options" else ",".join(f"{k}={v}" for k, v in
                                                         r[c].items()) for c in cols if c in multi]

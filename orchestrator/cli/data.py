@@ -26,8 +26,10 @@ def data_make(
     test_fraction: Annotated[float, typer.Option(
         help="With --from: the share of each class held out for accuracy, where the data "
         "set has no test split of its own.")] = 0.2,
-    format: Annotated[str, typer.Option("--format", help="Formats, comma-separated: raw "
-                                        "(PyTorch), tfrecord, recordio.")] = "raw",
+    format: Annotated[str | None, typer.Option("--format", help="Formats, comma-separated: raw "
+                      "(PyTorch), tfrecord, recordio, jpeg (an ImageFolder tree kept encoded, "
+                      "decoded by the PyTorch modes' ranks). Default: jpeg for an ImageFolder "
+                      "--from, else raw.")] = None,
     site: Annotated[str, typer.Option(help="Site whose environments write the formats.")]
     = "local",
     seed: Annotated[int, typer.Option(help="Random seed of the images and labels (with "
@@ -41,11 +43,11 @@ def data_make(
     from ..errors import UserError
 
     s, _ = sitemod.load(site)
-    formats = list(sweepmod.parse_name_list(format))
+    formats = list(sweepmod.parse_name_list(format)) if format is not None else None
     log = lambda m: err_console.print(m, highlight=False)  # noqa: E731
     if source is None:
-        manifest = datamod.make(out, dataset, 10000 if samples is None else samples, formats,
-                                s, seed=seed, log=log)
+        manifest = datamod.make(out, dataset, 10000 if samples is None else samples,
+                                formats or ["raw"], s, seed=seed, log=log)
     elif samples is not None:
         raise UserError("--samples: not with --from (a real data set has the images it has)")
     else:

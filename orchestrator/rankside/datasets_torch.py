@@ -1,8 +1,10 @@
-"""PyTorch input pipeline over orch's ``raw`` records (see datagen.py), prefetch on or off.
+"""PyTorch input pipeline over orch's ``raw`` records (see datagen.py) or ``jpeg`` shards
+(encoded images, see jpeg_shards.py), prefetch on or off.
 
 Prefetch off: the training process reads and decodes each batch itself (``num_workers=0``),
-so all input time is exposed in t_io. Prefetch on: one loader worker process reads ahead
-(``prefetch_factor`` batches), and t_io is only the time the training loop still waits.
+so all input time is exposed in t_io — for ``jpeg``, Pillow's decoding of every image of the
+batch. Prefetch on: one loader worker process reads ahead (``prefetch_factor`` batches), and
+t_io is only the time the training loop still waits.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
+from . import jpeg_shards
 from .datagen import SHAPES
 
 
@@ -40,15 +43,44 @@ class RawRecords(Dataset):
         return x.sub_(0.5).div_(0.25), int(rec[0])
 
 
+class JpegRecords(Dataset):
+    """orch's ``jpeg`` shards: each image decoded (Pillow) when it is read, then normalised as
+    :class:`RawRecords` normalises."""
+
+    format = jpeg_shards.FORMAT
+
+    def __init__(self, root: str, dataset: str) -> None:
+        (c, h, w), _ = SHAPES[dataset]
+        self.shards = jpeg_shards.JpegShards(root, (c, h, w))
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def __getitem__(self, i: int):
+        x = torch.from_numpy(self.shards.image(i).astype(np.float32)).div_(255.0)
+        return x.sub_(0.5).div_(0.25), int(self.shards.labels[i])
+
+
+def records(root: str, dataset: str) -> Dataset:
+    """The split at ``root`` in the format its files say: ``jpeg`` shards or ``raw`` records."""
+    if jpeg_shards.is_jpeg_dir(root):
+        return JpegRecords(root, dataset)
+    return RawRecords(root, dataset)
+
+
 def loader(root: str, dataset: str, batch_size: int, rank: int, world: int,
            prefetch: bool) -> DataLoader:
-    data = RawRecords(root, dataset)
+    data = records(root, dataset)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0,
                                  drop_last=True)
-    return DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True,
-                      num_workers=1 if prefetch else 0,
-                      prefetch_factor=4 if prefetch else None,
-                      persistent_workers=prefetch)
+    dl = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True,
+                    num_workers=1 if prefetch else 0,
+                    prefetch_factor=4 if prefetch else None,
+                    persistent_workers=prefetch)
+    if len(dl) == 0:  # batches() would loop for ever without yielding one
+        raise ValueError(f"--batch-size {batch_size} x {world} ranks is more than the "
+                         f"{len(data)} images of {root}: not one batch per epoch")
+    return dl
 
 
 def batches(dl: DataLoader):

@@ -24,10 +24,10 @@ def loaders(args, info):
     """(training DataLoader with its DistributedSampler, this rank's held-out Subset)."""
     from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-    from orchestrator.rankside.datasets_torch import RawRecords
+    from orchestrator.rankside.datasets_torch import records
 
-    train = RawRecords(args.data, args.dataset)
-    test = RawRecords(os.path.join(args.data, "test"), args.dataset)
+    train = records(args.data, args.dataset)
+    test = records(os.path.join(args.data, "test"), args.dataset)
     sampler = DistributedSampler(train, num_replicas=info.world_size, rank=info.rank,
                                  shuffle=True, seed=0, drop_last=True)
     prefetch = args.prefetch == "yes"

@@ -14,7 +14,7 @@ from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
 from .scorecard import scorecard_summary, scorecard_table
-from .select import completed, config_labels, config_of, training_runs
+from .select import completed, config_labels, config_of, rated, training_runs
 from .tables import (
     Table,
     comm_table,
@@ -61,10 +61,14 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     done = completed(train).copy()
     done["_label"] = done["run_id"].map(label_of)
     done = done.sort_values(["_label", "nodes", "repeat"])
+    # Throughput and speedup: epoch runs too (their epochs' steps), which have no phases.
+    rates = rated(train).copy()
+    rates["_label"] = rates["run_id"].map(label_of)
+    rates = rates.sort_values(["_label", "nodes", "repeat"])
 
     tables = [
-        throughput_table(done),
-        speedup_table(done),
+        throughput_table(rates),
+        speedup_table(rates),
         *([scorecard_table(scorecard)] if scorecard is not None else []),
         prediction_table(train, label_of, pred_by),
         phase_table(done),
@@ -90,7 +94,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     report = Report(title=title, summary=summary, tables=tables)
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
-    if figures:  # epoch runs have no breakdown window (no t_iter): not in ``done``
+    if figures:  # epoch runs have no breakdown window (no t_iter): not in ``done``, nor drawn
         png = convergence.figure(runs, epochs) if epochs is not None else None
         if png is not None:
             report.figures["accuracy.png"] = png

@@ -148,8 +148,10 @@ def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd
         for _, run in group.iterrows():
             row = dict.fromkeys(cols)
             row.update(run_id=run["run_id"], overlap=overlap)
-            if run["state"] != "COMPLETED" or pd.isna(run["t_iter"]):
+            if run["state"] != "COMPLETED":
                 row["note"] = f"not predicted: run {run['state']}"
+            elif pd.isna(run["t_iter"]):  # an epoch run: samples/s from its epochs' steps
+                row["note"] = "not predicted: no breakdown window (phases) in this run"
             elif base is None:
                 row["note"] = "not predicted: no completed 1-node run of this configuration"
             else:

@@ -63,7 +63,16 @@ def config_labels(runs: pd.DataFrame) -> dict[str, str]:
 
 
 def completed(runs: pd.DataFrame) -> pd.DataFrame:
+    """Completed runs with a breakdown window (t_iter, phases): what the phase tables read."""
     ok = runs[(runs["state"] == "COMPLETED") & runs["t_iter"].notna()]
+    return ok.sort_values(["nodes", "repeat"] if "repeat" in ok.columns else ["nodes"])
+
+
+def rated(runs: pd.DataFrame) -> pd.DataFrame:
+    """Completed runs with a throughput: :func:`completed` and the epoch runs, whose samples/s
+    comes from their epochs' steps (``throughput_from``) and who have no phases."""
+    ok = runs[(runs["state"] == "COMPLETED")
+              & (runs["t_iter"].notna() | runs["samples_per_s"].notna())]
     return ok.sort_values(["nodes", "repeat"] if "repeat" in ok.columns else ["nodes"])
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .. import analyze
 from .fmt import (
     PHASE_LABELS,
     PHASE_ORDER,
@@ -83,10 +84,20 @@ def _baseline_words(done: pd.DataFrame) -> str:
 
 
 def throughput_table(done: pd.DataFrame) -> Table:
-    return _pivot(done, lambda r: (f"{r['samples_per_s']:,.0f} ± {r['samples_per_s_std']:,.0f}"
-                                   if as_float(r["samples_per_s"]) is not None else "-"),
-                  "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
-                  "throughput")
+    """samples/s per size; a figure from an epoch run's training steps (``throughput_from``:
+    epoch steps) is marked, as it has no breakdown window behind it."""
+    def cell(r: pd.Series) -> str:
+        if as_float(r["samples_per_s"]) is None:
+            return "-"
+        mark = " (epochs)" if r.get("throughput_from") == analyze.FROM_EPOCHS else ""
+        return f"{r['samples_per_s']:,.0f} ± {r['samples_per_s_std']:,.0f}{mark}"
+
+    epochs = "throughput_from" in done.columns and \
+        (done["throughput_from"] == analyze.FROM_EPOCHS).any()
+    return _pivot(done, cell, "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
+                  "throughput", "(epochs): an epoch run's figure, from the training steps of its "
+                  "epochs (first epoch's warm-up steps and held-out evaluation left out); it has "
+                  "no phase breakdown" if epochs else "")
 
 
 def speedup_table(done: pd.DataFrame) -> Table:
