@@ -1,5 +1,9 @@
 """PyTorch FSDP2 rank (``fully_shard``): trains a zoo model on synthetic data, times each phase.
 
+With ``--epochs`` (time to accuracy, issue 18) the sharded model trains whole epochs with the
+same plain step through :mod:`orchestrator.rankside.epochs_torch`, the loop torch-ddp uses
+(``DistributedSampler`` shares, as FSDP's own examples shard an epoch), and neither window runs.
+
 Two windows (issue 14): first the throughput window, the plain loop on the sharded model
 (zero_grad, forward, ``loss.backward()``, ``optimizer.step()``) with FSDP2's own comm objects and
 no timer; then the comm timers below are installed and the breakdown window runs.
@@ -248,6 +252,17 @@ def main(argv=None) -> None:
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
+        s.footer["fsdp_units"] = len(units)
+        s.footer["reshard_after_forward"] = reshard
+        if args.epochs:  # time to accuracy (issue 18): whole epochs of FSDP2's own step
+            from orchestrator.rankside import epochs_torch
+
+            epochs_torch.train(s, args, info, plain_step(model, optimizer, loss_fn), model,
+                               device)
+            s.footer["param_checksum"] = full_parameter_checksum(model)
+            dist.barrier()
+            dist.destroy_process_group()
+            return
         source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         native_window(s, source, device, plain_step(model, optimizer, loss_fn),
@@ -288,8 +303,6 @@ def main(argv=None) -> None:
         s.footer["param_checksum"] = full_parameter_checksum(model)
         if device.type == "cuda":  # rendered for GPU partitions; not run on this machine
             s.footer["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
-        s.footer["fsdp_units"] = len(units)
-        s.footer["reshard_after_forward"] = reshard
         s.footer["comm_calls"] = {"all_gather": timer.calls["ag"],
                                   "reduce_scatter": timer.calls["rs"]}
         s.footer["loss"] = float(loss.detach())
