@@ -72,6 +72,53 @@ def test_epochs_accuracy_time_to_accuracy_and_sync_check(sweep):
     assert "accuracy.png" in (sweep / "report" / "report.md").read_text()
 
 
+def _cifar100_dir(root, train=300, test=100, bad_label=None):
+    """A tiny CIFAR-100 "python version" directory: ``train``, ``test`` and ``meta`` pickles
+    with the real files' keys (bytes, as Python 2 wrote them), every class in both splits."""
+    import pickle
+
+    import numpy as np
+
+    root.mkdir()
+    rng = np.random.default_rng(4)
+    for name, n in (("train", train), ("test", test)):
+        fine = [k % 100 for k in range(n)]
+        if bad_label is not None:
+            fine[-1] = bad_label
+        batch = {b"batch_label": name.encode(), b"filenames": [b"img.png"] * n,
+                 b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 b"fine_labels": fine, b"coarse_labels": [k // 5 for k in fine]}
+        (root / name).write_bytes(pickle.dumps(batch, protocol=2))
+    (root / "meta").write_bytes(pickle.dumps(
+        {b"fine_label_names": [f"c{k}".encode() for k in range(100)],
+         b"coarse_label_names": [f"s{k}".encode() for k in range(20)]}, protocol=2))
+    return root
+
+
+@pytest.mark.ranks
+def test_cifar100_trains_with_100_outputs(tmp_path):
+    # labels up to 99 in both splits: a model of the dataset's 10 outputs could not take them
+    # (cross entropy refuses a target outside its width), so the run completing says the
+    # manifest's 100 classes reached the model
+    src = _cifar100_dir(tmp_path / "cifar-100-python")
+    run_orch("data", "make", "--out", tmp_path / "c100", "--from", src, check=True)
+    manifest = json.loads((tmp_path / "c100" / "manifest.json").read_text())
+    assert (manifest["classes"], manifest["samples"], manifest["test_samples"]) == (100, 300, 100)
+    out = tmp_path / "sweep"
+    run_orch("sweep", "--nodes", 1, "--batch-size", 32, "--epochs", 1, "--data",
+             tmp_path / "c100", "--warmup", 1, "--out", out, check=True)
+    (rec,) = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    assert rec["state"] == "COMPLETED" and rec["epochs_done"] == 1, rec["reason"]
+    assert "--classes 100" in next(out.glob("*/launch.sh")).read_text()
+    ep = pd.read_parquet(out / "results" / "epochs.parquet")
+    assert len(ep) == 1 and ep["samples"].iloc[0] == 9 * 32  # whole batches of 300
+
+    bad = _cifar100_dir(tmp_path / "bad", bad_label=100)
+    proc = run_orch("data", "make", "--out", tmp_path / "bad-out", "--from", bad)
+    assert proc.returncode == 2 and "label 100 outside the 100 classes" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
 def _curve(losses, accs):
     return pd.DataFrame({"epoch": range(1, len(losses) + 1), "train_loss": losses,
                          "test_acc": accs, "elapsed_s": range(1, len(losses) + 1)})

@@ -70,7 +70,7 @@ def main(argv=None) -> None:
         s.footer["replicas"] = strategy.num_replicas_in_sync
 
         with strategy.scope():
-            model = models_tf.build(args.model, args.dataset)
+            model = models_tf.build(args.model, args.dataset, args.classes)
             params = list(model.trainable_variables)
             slots = [tf.Variable(tf.zeros(v.shape), trainable=False, name="momentum")
                      for v in params]

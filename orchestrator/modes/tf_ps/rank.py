@@ -178,7 +178,7 @@ def coordinate(s, args) -> None:
     s.footer["workers"], s.footer["ps"] = workers, len(cluster["ps"])
 
     with strategy.scope():
-        model = models_tf.build(args.model, args.dataset)
+        model = models_tf.build(args.model, args.dataset, args.classes)
         params = list(model.trainable_variables)
         slots = []
         for v in params:

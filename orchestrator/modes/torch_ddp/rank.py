@@ -82,7 +82,7 @@ def main(argv=None) -> None:
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
         device = init_distributed(args.backend, info)
-        model = models_torch.build(args.model, args.dataset).to(device)
+        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
         device_ids = [info.local_rank] if device.type == "cuda" else None
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()

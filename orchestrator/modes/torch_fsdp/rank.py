@@ -243,7 +243,7 @@ def main(argv=None) -> None:
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
         device = init_distributed(args.backend, info)
-        model = models_torch.build(args.model, args.dataset).to(device)
+        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
         mesh = init_device_mesh(device.type, (info.world_size,))
         reshard = args.reshard_after_forward == "yes"
         units = shard_units(model)
