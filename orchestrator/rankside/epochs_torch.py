@@ -4,11 +4,11 @@ Throughput alone rewards a mode that trains fast but learns badly (an asynchrono
 server); time to accuracy weighs both. An epoch here is what PyTorch's own recipe makes it:
 a ``DistributedSampler`` gives each rank its share of the training split, reshuffled per epoch
 (``set_epoch``) — in torch-ddp, mpi-ssgd, horovod and torch-fsdp alike — batches of
-``--batch-size`` per rank, the last partial batch dropped. Every
-training step is the mode's own step, timed by wall clock only (``Session.epoch_steps`` logs it
-as a native-window iteration); after each epoch the whole held-out split is evaluated — each
-rank its strided share, the correct counts summed over the ranks — so every rank records the
-same held-out accuracy.
+``--batch-size`` per rank, the last partial batch dropped. Every training step is the mode's
+own step, timed by wall clock only (``Session.epoch_steps`` logs it as a native-window
+iteration); after each epoch the whole held-out split is evaluated — each rank its strided
+share, the correct counts summed over the ranks — so every rank records the same held-out
+accuracy.
 
 With the same seed and sampler, a synchronous run of W ranks at batch B sees, step by step, the
 same samples as one rank at batch W·B (the sampler's shares interleave the same permutation),

@@ -65,6 +65,7 @@ from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
     init_distributed,
     input_batches,
+    leave_distributed,
     native_window,
     plain_step,
 )
@@ -232,7 +233,6 @@ def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="torch", mode="torch-fsdp") as s:
         import torch
-        import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -260,8 +260,7 @@ def main(argv=None) -> None:
             epochs_torch.train(s, args, info, plain_step(model, optimizer, loss_fn), model,
                                device)
             s.footer["param_checksum"] = full_parameter_checksum(model)
-            dist.barrier()
-            dist.destroy_process_group()
+            leave_distributed()
             return
         source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -306,8 +305,7 @@ def main(argv=None) -> None:
         s.footer["comm_calls"] = {"all_gather": timer.calls["ag"],
                                   "reduce_scatter": timer.calls["rs"]}
         s.footer["loss"] = float(loss.detach())
-        dist.barrier()
-        dist.destroy_process_group()
+        leave_distributed()
 
 
 if __name__ == "__main__":
