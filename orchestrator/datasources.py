@@ -115,8 +115,9 @@ def load(source: str, shape: tuple[int, int, int], test_fraction: float = 0.2,
         if len(labels) == 0:
             raise UserError(f"--from {source}: the {name} split is empty; give more images "
                             f"or another --test-fraction")
-        if int(labels.min()) < 0 or int(labels.max()) >= classes:
-            raise UserError(f"--from {source}: {name} label {int(labels.max())} outside the "
+        bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
+        if not 0 <= bad < classes:
+            raise UserError(f"--from {source}: {name} label {bad} outside the "
                             f"{classes} classes (0..{classes - 1}); check the labels file")
     return LabelledSet(kind=kind, origin=ORIGIN[kind], classes=classes,
                        train_x=to_shape(tx, shape), train_y=ty.astype("int64"),

@@ -151,6 +151,8 @@ def workload_args(run: Run, run_dir: Path) -> list[str]:
     if run.data:
         fmt = data.run_format(modes.get(run.mode), run.data)
         args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
+    if run.classes is not None:
+        args += ["--classes", str(run.classes)]
     if run.epochs is not None:
         args += ["--epochs", str(run.epochs)]
         if run.target_accuracy is not None:

@@ -52,6 +52,9 @@ class Run(BaseModel):
     # Time to accuracy (issue 18): whole epochs of a labelled data set instead of ``iters``.
     epochs: int | None = None
     target_accuracy: float | None = None
+    # The labelled data set's class count (its manifest's): the models' output width; None:
+    # the dataset's (random images, or no --data).
+    classes: int | None = None
 
     # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
     # for each run's id and task table several times per run. functools.cached_property keeps
@@ -99,7 +102,7 @@ def run_id(run: Run) -> str:
     params = run.model_dump(mode="json")
     if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
         del params["data"], params["prefetch"]
-    for name in ("epochs", "target_accuracy"):  # the same for runs of iterations
+    for name in ("epochs", "target_accuracy", "classes"):  # the same for runs of iterations
         if params.get(name) is None:
             params.pop(name, None)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
@@ -401,7 +404,14 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         prefetch=prefetch,
         epochs=spec.epochs,
         target_accuracy=spec.target_accuracy,
+        classes=_data_classes(data_dir) if data_dir else None,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _data_classes(data_dir: str) -> int | None:
+    """The class count in a data set's manifest (None for random images): read once a sweep."""
+    return data.load_manifest(data_dir)[1].classes
 
 
 def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode) -> str:

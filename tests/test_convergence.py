@@ -1,8 +1,9 @@
 """Time to accuracy (issue 18): epochs of a real labelled set, held-out accuracy, the sync check.
 
-One small real sweep on the local site: torch-ddp on the embedded digits, 1 rank at batch 128
-and 2 ranks at batch 64 (the same global batch), 3 epochs — then the epochs table, time to
-accuracy, the sync check and the report's convergence part are read back from it.
+One small real sweep on the local site: torch-ddp and torch-fsdp (the same epoch loop over a
+replicated and a sharded model) on the embedded digits, 1 rank at batch 128 and 2 ranks at
+batch 64 (the same global batch), 3 epochs — then the epochs table, time to accuracy, the sync
+check and the report's convergence part are read back from it.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import json
 import pandas as pd
 import pytest
 
-from orchestrator import convergence
+from orchestrator import convergence, modes
+from orchestrator.errors import UserError
+from orchestrator.sweep import SweepSpec, _check_epochs
 
 from .conftest import run_orch
 
@@ -28,7 +31,8 @@ def digits(tmp_path_factory):
 def sweep(digits, tmp_path_factory):
     out = tmp_path_factory.mktemp("tta") / "sweep"
     for nodes, batch in ((1, 128), (2, 64)):
-        run_orch("sweep", "--nodes", nodes, "--batch-size", batch, "--epochs", 3,
+        run_orch("sweep", "--mode", "torch-ddp,torch-fsdp", "--nodes", nodes, "--batch-size",
+                 batch, "--epochs", 3,
                  "--target-accuracy", "0.4", "--data", digits, "--warmup", 1, "--out", out,
                  check=True)
     return out
@@ -36,33 +40,83 @@ def sweep(digits, tmp_path_factory):
 
 @pytest.mark.ranks
 def test_epochs_accuracy_time_to_accuracy_and_sync_check(sweep):
-    recs = {r["ranks"]: r for r in json.loads(
+    recs = {(r["mode"], r["ranks"]): r for r in json.loads(
         run_orch("results", sweep, "--format", "json", check=True).stdout)}
-    one, two = recs[1], recs[2]
-    for r in (one, two):
-        assert r["state"] == "COMPLETED", r["reason"]
-        assert r["epochs"] == 3 and r["target_accuracy"] == 0.4
-        # LeNet-5 learns the digits: far above chance (0.1) after at most 3 epochs
-        assert r["best_test_acc"] >= 0.4 and r["tta_epochs"] <= 3 and r["tta_s"] > 0
-        assert r["samples_per_s"] > 0  # throughput from the epochs' steps (native window)
-    assert two["sync_check"] == "pass", two["sync_detail"]
-    assert one["run_id"] in two["sync_detail"]
+    assert len(recs) == 4
     ep = pd.read_parquet(sweep / "results" / "epochs.parquet")
     assert set(ep.columns) >= set(convergence.EPOCH_COLUMNS)
     stopped = {rid: int(g["epoch"].max()) for rid, g in ep.groupby("run_id")}
-    assert stopped == {one["run_id"]: one["epochs_done"], two["run_id"]: two["epochs_done"]}
-    assert len(ep[ep["run_id"] == two["run_id"]]) == 2 * two["epochs_done"]  # both ranks
+    for mode in ("torch-ddp", "torch-fsdp"):
+        one, two = recs[mode, 1], recs[mode, 2]
+        for r in (one, two):
+            assert r["state"] == "COMPLETED", r["reason"]
+            assert r["epochs"] == 3 and r["target_accuracy"] == 0.4
+            # LeNet-5 learns the digits: far above chance (0.1) after at most 3 epochs
+            assert r["best_test_acc"] >= 0.4 and r["tta_epochs"] <= 3 and r["tta_s"] > 0
+            assert r["samples_per_s"] > 0  # throughput from the epochs' steps (native window)
+            assert stopped[r["run_id"]] == r["epochs_done"]
+        # fsdp's reduce-scattered shards follow the 1-rank curve as ddp's all-reduce does
+        assert two["sync_check"] == "pass", (mode, two["sync_detail"])
+        assert one["run_id"] in two["sync_detail"]
+        assert len(ep[ep["run_id"] == two["run_id"]]) == 2 * two["epochs_done"]  # both ranks
+        # each rank trained on its half of the training split each epoch
+        halves = ep[ep["run_id"] == two["run_id"]].groupby("epoch")["samples"].sum()
+        assert (halves == ep[ep["run_id"] == one["run_id"]].groupby("epoch")["samples"].sum()
+                .loc[halves.index]).all()
     # every rank of a run records the same held-out accuracy (the whole split, summed counts)
     assert ep.groupby(["run_id", "epoch"])["test_acc"].nunique().max() == 1
-    # each rank trained on its half of the training split each epoch
-    halves = ep[ep["run_id"] == two["run_id"]].groupby("epoch")["samples"].sum()
-    assert (halves == ep[ep["run_id"] == one["run_id"]].groupby("epoch")["samples"].sum()
-            .loc[halves.index]).all()
 
     report = run_orch("report", sweep, check=True)
     assert "Time to accuracy" in report.stdout and "Synchronisation check" in report.stdout
     assert (sweep / "report" / "accuracy.png").stat().st_size > 10_000
     assert "accuracy.png" in (sweep / "report" / "report.md").read_text()
+
+
+def _cifar100_dir(root, train=300, test=100, bad_label=None):
+    """A tiny CIFAR-100 "python version" directory: ``train``, ``test`` and ``meta`` pickles
+    with the real files' keys (bytes, as Python 2 wrote them), every class in both splits."""
+    import pickle
+
+    import numpy as np
+
+    root.mkdir()
+    rng = np.random.default_rng(4)
+    for name, n in (("train", train), ("test", test)):
+        fine = [k % 100 for k in range(n)]
+        if bad_label is not None:
+            fine[-1] = bad_label
+        batch = {b"batch_label": name.encode(), b"filenames": [b"img.png"] * n,
+                 b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+                 b"fine_labels": fine, b"coarse_labels": [k // 5 for k in fine]}
+        (root / name).write_bytes(pickle.dumps(batch, protocol=2))
+    (root / "meta").write_bytes(pickle.dumps(
+        {b"fine_label_names": [f"c{k}".encode() for k in range(100)],
+         b"coarse_label_names": [f"s{k}".encode() for k in range(20)]}, protocol=2))
+    return root
+
+
+@pytest.mark.ranks
+def test_cifar100_trains_with_100_outputs(tmp_path):
+    # labels up to 99 in both splits: a model of the dataset's 10 outputs could not take them
+    # (cross entropy refuses a target outside its width), so the run completing says the
+    # manifest's 100 classes reached the model
+    src = _cifar100_dir(tmp_path / "cifar-100-python")
+    run_orch("data", "make", "--out", tmp_path / "c100", "--from", src, check=True)
+    manifest = json.loads((tmp_path / "c100" / "manifest.json").read_text())
+    assert (manifest["classes"], manifest["samples"], manifest["test_samples"]) == (100, 300, 100)
+    out = tmp_path / "sweep"
+    run_orch("sweep", "--nodes", 1, "--batch-size", 32, "--epochs", 1, "--data",
+             tmp_path / "c100", "--warmup", 1, "--out", out, check=True)
+    (rec,) = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    assert rec["state"] == "COMPLETED" and rec["epochs_done"] == 1, rec["reason"]
+    assert "--classes 100" in next(out.glob("*/launch.sh")).read_text()
+    ep = pd.read_parquet(out / "results" / "epochs.parquet")
+    assert len(ep) == 1 and ep["samples"].iloc[0] == 9 * 32  # whole batches of 300
+
+    bad = _cifar100_dir(tmp_path / "bad", bad_label=100)
+    proc = run_orch("data", "make", "--out", tmp_path / "bad-out", "--from", bad)
+    assert proc.returncode == 2 and "label 100 outside the 100 classes" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
 def _curve(losses, accs):
@@ -96,8 +150,6 @@ def test_time_to_accuracy_reached_and_not():
     ("args", "message"),
     [
         (["--epochs", "2"], "--epochs: needs --data DIR of a labelled data set"),
-        (["--epochs", "2", "--data", "DIGITS", "--mode", "torch-fsdp"],
-         "mode 'torch-fsdp' does not train epochs yet"),
         (["--target-accuracy", "0.5"], "--target-accuracy: give --epochs N too"),
         (["--epochs", "2", "--data", "DIGITS", "--target-accuracy", "0"], "in (0, 1]"),
         (["--epochs", "0", "--data", "DIGITS"], "--epochs 0: between 1 and"),
@@ -108,6 +160,13 @@ def test_bad_epoch_input(digits, tmp_path, args, message):
     proc = run_orch("sweep", "--nodes", "1", *args, "--out", tmp_path / "x", "--dry-run")
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_epochs_refuse_a_mode_that_trains_none(digits):
+    # every training mode trains epochs now; the guard stays for the next mode added
+    spec = SweepSpec(epochs=2, data=str(digits))
+    with pytest.raises(UserError, match="mode 'allreduce-bench' does not train epochs yet"):
+        _check_epochs(spec, [modes.get("allreduce-bench")])
 
 
 def test_epochs_refuse_random_images(tmp_path):

@@ -38,14 +38,41 @@ def write(tmp_path, text: str, name: str = "s.yaml"):
 # --- the model, zip, per-mode options, overrides --------------------------------------------
 
 
-def test_shipped_studies_validate_on_both_sites(local, cluster):
+@pytest.fixture
+def labelled(tmp_path):
+    """A data set directory for planning a study that names one (convergence: data/digits):
+    the manifest of a labelled set in every format. Planning reads the manifest, never the
+    images."""
+    from orchestrator import data
+
+    (tmp_path / data.MANIFEST).write_text(data.Manifest(
+        dataset="cifar", samples=1438, seed=0, formats=list(data.FORMAT_ENV), source="digits",
+        classes=10, test_samples=359).model_dump_json())
+    return str(tmp_path)
+
+
+def test_shipped_studies_validate_on_both_sites(local, cluster, labelled):
     names = set(study.available())
-    assert names >= {"gpu-scaling", "cpu-cluster", "survey-batch", "overlap"}
+    assert names >= {"gpu-scaling", "cpu-cluster", "survey-batch", "overlap", "convergence"}
     for name in names:
         ls = study.load(name)
         assert ls.study.name == name and ls.study.description
+        overrides = {"data": labelled} if ls.study.data else None
         for site in (local, cluster):
-            assert study.expand(ls, site)
+            assert study.expand(ls, site, overrides)
+
+
+def test_convergence_study_pairs_each_2_rank_run_with_its_1_rank_reference(local, labelled):
+    runs = study.expand(study.load("convergence"), local, {"data": labelled})
+    assert {(r.ranks, r.batch_size) for r in runs} == {(1, 128), (2, 64)}  # one global batch
+    assert all(r.epochs == 3 and r.classes == 10 for r in runs)
+    two = [r for r in runs if r.ranks == 2]
+    asynchronous = {(r.mode, r.options.get("kvstore")) for r in two
+                    if not modes.get(r.mode).is_synchronous(r.options)}
+    assert asynchronous == {("tf-ps", None), ("mxnet-kvstore", "dist_async")}
+    synchronous = {modes.get(r.mode).framework for r in two
+                   if modes.get(r.mode).is_synchronous(r.options)}
+    assert len(synchronous) >= 4, synchronous  # four frameworks' synchronous modes at least
 
 
 def test_gpu_scaling_zips_nodes_and_tasks_per_node(local):

@@ -3,11 +3,12 @@
 Throughput alone rewards a mode that trains fast but learns badly (an asynchronous parameter
 server); time to accuracy weighs both. An epoch here is what PyTorch's own recipe makes it:
 a ``DistributedSampler`` gives each rank its share of the training split, reshuffled per epoch
-(``set_epoch``), batches of ``--batch-size`` per rank, the last partial batch dropped. Every
-training step is the mode's own step, timed by wall clock only (``Session.epoch_steps`` logs it
-as a native-window iteration); after each epoch the whole held-out split is evaluated — each
-rank its strided share, the correct counts summed over the ranks — so every rank records the
-same held-out accuracy.
+(``set_epoch``) — in torch-ddp, mpi-ssgd, horovod and torch-fsdp alike — batches of
+``--batch-size`` per rank, the last partial batch dropped. Every training step is the mode's
+own step, timed by wall clock only (``Session.epoch_steps`` logs it as a native-window
+iteration); after each epoch the whole held-out split is evaluated — each rank its strided
+share, the correct counts summed over the ranks — so every rank records the same held-out
+accuracy.
 
 With the same seed and sampler, a synchronous run of W ranks at batch B sees, step by step, the
 same samples as one rank at batch W·B (the sampler's shares interleave the same permutation),
@@ -45,7 +46,13 @@ def evaluate(model, share, device, world_size: int, batch_size: int = 256,
              reduce=None) -> float:
     """Held-out accuracy over the whole split: this rank's share, counts summed over ranks
     (``reduce(tensor) -> summed tensor``: the mode's own all-reduce; torch.distributed's by
-    default)."""
+    default).
+
+    Every rank runs the same number of forwards (its share cut into as many batches as the
+    largest share needs at ``batch_size``): a sharded model's forward (torch-fsdp) is a
+    collective, and shares one image apart could otherwise differ by a batch and hang."""
+    import math
+
     import torch
     import torch.distributed as dist
     from torch.utils.data import DataLoader
@@ -53,8 +60,10 @@ def evaluate(model, share, device, world_size: int, batch_size: int = 256,
     was_training = model.training
     model.eval()
     counts = torch.zeros(2, dtype=torch.float64)
+    largest = math.ceil(len(share.dataset) / world_size)
+    chunks = torch.arange(len(share)).tensor_split(max(1, math.ceil(largest / batch_size)))
     with torch.no_grad():
-        for x, y in DataLoader(share, batch_size=batch_size):
+        for x, y in DataLoader(share, batch_sampler=[c.tolist() for c in chunks]):
             pred = model(x.to(device)).argmax(dim=1).cpu()
             counts[0] += int((pred == y).sum())
             counts[1] += len(y)

@@ -65,6 +65,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--inject-failure", default=None, help="RANK@ITER: that rank fails there")
     p.add_argument("--data", default=None, help="on-disk data set in this mode's format; "
                    "default: synthetic batches in memory")
+    p.add_argument("--classes", type=int, default=None,
+                   help="the labelled data set's class count (its manifest's): the models' "
+                   "output width; default: the dataset's (cifar 10, imagenet 1000)")
     p.add_argument("--prefetch", choices=("yes", "no"), default="yes",
                    help="with --data: read ahead in a loader process (yes) or not (no)")
     p.add_argument("--epochs", type=int, default=None,

@@ -163,10 +163,12 @@ class ResNet(chainer.Chain):
         return self.fc(x)
 
 
-def build(model: str, dataset: str) -> chainer.Chain:
+def build(model: str, dataset: str, classes: "int | None" = None) -> chainer.Chain:
+    """Model ``model`` for ``dataset``; ``classes``: the output width when it is not the
+    dataset's (the labelled data set's class count, ``--classes``)."""
     spec = zoo.get(model)
     spec.check_dataset(dataset)
-    classes, imagenet = num_classes(dataset), dataset == "imagenet"
+    classes, imagenet = classes or num_classes(dataset), dataset == "imagenet"
     if model == "lenet5":
         return LeNet5(classes)
     if model == "alexnet":

@@ -134,15 +134,17 @@ def resnet(x, block, layers, classes, imagenet, after_first):
     return Dense(classes)(h)
 
 
-def build(model, dataset, x, after_first=None):
-    """The model's output (logits) as a CNTK function of the input variable ``x``."""
+def build(model, dataset, x, after_first=None, classes=None):
+    """The model's output (logits) as a CNTK function of the input variable ``x``;
+    ``classes``: the output width when it is not the dataset's (``--classes``)."""
     if model not in DATASETS:
         raise ValueError(f"model {model!r} has no CNTK implementation; available: "
                          f"{', '.join(MODELS)}")
     if dataset not in DATASETS[model]:
         raise ValueError(f"model {model!r} does not support dataset {dataset!r}; supported: "
                          f"{', '.join(DATASETS[model])}")
-    classes, imagenet, first = num_classes(dataset), dataset == "imagenet", _same(after_first)
+    classes = classes or num_classes(dataset)
+    imagenet, first = dataset == "imagenet", _same(after_first)
     if model == "lenet5":
         return lenet5(x, classes, first)
     if model == "alexnet":

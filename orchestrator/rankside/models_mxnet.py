@@ -296,8 +296,10 @@ _BUILDERS = {
 }
 
 
-def build(name: str, dataset: str = "cifar") -> Stages:
+def build(name: str, dataset: str = "cifar", classes: int | None = None) -> Stages:
     """Build model ``name`` for ``dataset`` (uninitialized: call ``initialize()``).
+    ``classes``: the output width when it is not the dataset's — the class count of the
+    labelled data set trained on (``--classes``, from its manifest; CIFAR-100: 100).
 
     Raises the zoo's ``UnknownModelError`` / ``UnknownDatasetError`` (both ``KeyError`` and
     ``ValueError``) for an unknown model, an unknown dataset or an unsupported combination.
@@ -308,4 +310,4 @@ def build(name: str, dataset: str = "cifar") -> Stages:
         builder = _BUILDERS[spec.name]
     except KeyError:  # catalogue entry without an MXNet implementation
         raise NotImplementedError(f"model {name!r} has no MXNet implementation") from None
-    return builder(ds.num_classes, ds.name != "imagenet")
+    return builder(classes or ds.num_classes, ds.name != "imagenet")

@@ -433,13 +433,15 @@ _BUILDERS = {
 }
 
 
-def build(name: str, dataset: str = "cifar") -> tf.Module:
+def build(name: str, dataset: str = "cifar", classes: int | None = None) -> tf.Module:
     """Build model ``name`` for ``dataset``: a ``tf.Module`` called as ``model(x, training)``
     on NHWC float32 input, returning logits. Variables are created in the current
     distribution strategy's scope, if any (mirrored, or placed on parameter servers).
+    ``classes``: the output width when it is not the dataset's — the class count of the
+    labelled data set trained on (``--classes``, from its manifest; CIFAR-100: 100).
 
     Unknown or unsupported names raise the zoo's ``UnknownModelError``/``UnknownDatasetError``.
     """
     spec = zoo.get(name)
     ds = spec.check_dataset(dataset)
-    return _BUILDERS[spec.name](ds.num_classes, ds.name == "imagenet")
+    return _BUILDERS[spec.name](classes or ds.num_classes, ds.name == "imagenet")

@@ -391,8 +391,10 @@ _BUILDERS: dict[str, Callable[[int, bool], nn.Module]] = {
 }
 
 
-def build(name: str, dataset: str = "cifar") -> nn.Module:
+def build(name: str, dataset: str = "cifar", classes: int | None = None) -> nn.Module:
     """Build model ``name`` (see :func:`orchestrator.zoo.names`) for ``dataset``.
+    ``classes``: the output width when it is not the dataset's — the class count of the
+    labelled data set trained on (``--classes``, from its manifest; CIFAR-100: 100).
 
     Raises the zoo's ``UnknownModelError`` / ``UnknownDatasetError`` (both ``KeyError`` and
     ``ValueError``) for an unknown model, an unknown dataset, or an unsupported combination.
@@ -403,4 +405,4 @@ def build(name: str, dataset: str = "cifar") -> nn.Module:
         builder = _BUILDERS[spec.name]
     except KeyError:  # catalogue entry without a PyTorch implementation
         raise NotImplementedError(f"model {name!r} has no PyTorch implementation") from None
-    return builder(ds.num_classes, _is_imagenet(ds.name))
+    return builder(classes or ds.num_classes, _is_imagenet(ds.name))

@@ -22,6 +22,15 @@ def init_distributed(backend: str, info):
     return torch.device("cpu")
 
 
+def leave_distributed() -> None:
+    """Leave the process group together: a rank that destroyed its group while a peer is
+    still in the last collective would fail that peer."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def parameter_checksum(model) -> float:
     """Sum of all parameters in float64: equal on every rank iff the ranks stayed in sync."""
     import torch

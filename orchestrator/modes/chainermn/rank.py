@@ -61,7 +61,7 @@ def main(argv=None) -> None:
                                                 mpi4py=mpi4py.__version__, mpi=library)
         s.footer["communicator"] = args.communicator
         np.random.seed(0)
-        model = models_chainer.build(args.model, args.dataset)
+        model = models_chainer.build(args.model, args.dataset, args.classes)
         if gpu:  # pragma: no cover
             model.to_gpu()
         xp = model.xp

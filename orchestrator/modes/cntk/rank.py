@@ -73,9 +73,10 @@ def make_stamp(C, stamps, tag):
     return lambda h: C.user_function(Stamp(h))
 
 
-def twin_networks(C, models_cntk, args, x, stamps):
-    """(plain, stamped): the model on ``x`` twice, sharing every parameter; the stamped one
-    has a :func:`make_stamp` after its first layer and one on its logits."""
+def twin_networks(C, models_cntk, args, x, classes, stamps):
+    """(plain, stamped): the model on ``x`` (``classes`` outputs) twice, sharing every
+    parameter; the stamped one has a :func:`make_stamp` after its first layer and one on its
+    logits."""
     cut = {}
 
     def after_first(h):
@@ -83,7 +84,8 @@ def twin_networks(C, models_cntk, args, x, stamps):
         cut["p"] = C.placeholder(shape=h.shape)
         return cut["p"]
 
-    body = models_cntk.build(args.model, args.dataset, x, after_first=after_first)
+    body = models_cntk.build(args.model, args.dataset, x, after_first=after_first,
+                             classes=classes)
     plain = body.clone(C.CloneMethod.share, {cut["p"]: cut["h"]})
     first = make_stamp(C, stamps, "first")(cut["h"])
     stamped = body.clone(C.CloneMethod.share, {cut["p"]: first})
@@ -120,10 +122,10 @@ def main(argv=None) -> None:
 
         stamps = {}
         shape = models_cntk.input_shape(args.dataset)
-        classes = models_cntk.num_classes(args.dataset)
+        classes = args.classes or models_cntk.num_classes(args.dataset)  # the output width
         x = C.input_variable(shape)
         y = C.input_variable(classes)
-        plain, stamped = twin_networks(C, models_cntk, args, x, stamps)
+        plain, stamped = twin_networks(C, models_cntk, args, x, classes, stamps)
 
         native, native_learner = models_cntk.distributed_trainer(plain, y, args.learner,
                                                                  args.batch_size, world)

@@ -66,7 +66,7 @@ def main(argv=None) -> None:
                                                 horovod=horovod.__version__)
         s.footer["threads"] = torch.get_num_threads()
         s.footer["controller"] = "mpi"
-        model = models_torch.build(args.model, args.dataset).to(device)
+        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         # Everyone starts from rank 0's weights and optimizer state.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -244,7 +244,7 @@ def main(argv=None) -> None:
         s.footer["versions"] = harness.versions(torch=torch.__version__,
                                                 mpi4py=mpi4py.__version__, mpi=library)
         s.footer["threads"] = torch.get_num_threads()
-        model = models_torch.build(args.model, args.dataset)
+        model = models_torch.build(args.model, args.dataset, args.classes)
         with torch.no_grad():  # everyone starts from rank 0's weights
             for p in model.parameters():
                 comm.Bcast(p.data.numpy(), root=0)

@@ -139,7 +139,7 @@ def train(s: harness.Session, args) -> None:
         ctx = mx.cpu()
 
     mx.random.seed(0)  # same initial weights everywhere (the KVStore also broadcasts worker 0's)
-    net = models_mxnet.build(args.model, args.dataset)
+    net = models_mxnet.build(args.model, args.dataset, args.classes)
     net.initialize(mx.init.Xavier(magnitude=2), ctx=ctx)
     net.hybridize()
     params = trainable(net)

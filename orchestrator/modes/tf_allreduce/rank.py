@@ -47,6 +47,22 @@ from orchestrator.rankside import harness, tf_common
 from .mode import MODE
 
 
+def finish(s, tf, strategy, params, total) -> None:
+    """The ending of every run, windows or epochs: the checksum, summed over the workers in a
+    last collective, then leave together."""
+    s.footer["param_checksum"] = tf_common.checksum(tf, params)
+    s.footer["gradient_tensors"] = len(params)
+    # The last collective: every worker arrives here before any of them exits.
+    with strategy.scope():
+        s.footer["checksum_sum"] = float(total(tf.constant(s.footer["param_checksum"],
+                                                           tf.float64)))
+    # Leave together: ring all-reduce pulls buffers from peers (RecvBuf), so a task whose
+    # collective has returned may still be read from by a slower one, which fails with
+    # "Socket closed" if it has exited (seen both ways round under load).
+    s.footer["left_together"] = tf_common.leave_together(s.args.log_dir, s.info.task,
+                                                         s.info.world_size)
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="tensorflow", mode="tf-allreduce") as s:
@@ -70,7 +86,7 @@ def main(argv=None) -> None:
         s.footer["replicas"] = strategy.num_replicas_in_sync
 
         with strategy.scope():
-            model = models_tf.build(args.model, args.dataset)
+            model = models_tf.build(args.model, args.dataset, args.classes)
             params = list(model.trainable_variables)
             slots = [tf.Variable(tf.zeros(v.shape), trainable=False, name="momentum")
                      for v in params]
@@ -111,18 +127,19 @@ def main(argv=None) -> None:
             from orchestrator.rankside import epochs_tf
 
             epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params, slots)
+            finish(s, tf, strategy, params, total)
+            return
         shape = models_tf.input_shape(args.dataset)
         source = tf_common.input_batches(tf, args, info.rank, info.world_size, shape,
                                          models_tf.num_classes(args.dataset), 1000 + info.rank)
         device = "/GPU:0" if on_gpu else "/CPU:0"
 
-        # An epoch run has trained above; it skips both windows to the common ending below.
-        for _ in () if args.epochs else s.native_iterations():  # TF's own step, wall clock only
+        for _ in s.native_iterations():  # TF's own step, wall clock only
             x, y = next(source)
             loss = native_step(x, y)
             tf_common.sync_devices(tf, on_gpu)
 
-        for _ in () if args.epochs else s.iterations():
+        for _ in s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
@@ -150,19 +167,8 @@ def main(argv=None) -> None:
                 update(reduced)
                 tf_common.sync_devices(tf, on_gpu)
 
-        s.footer["param_checksum"] = tf_common.checksum(tf, params)
-        if not args.epochs:
-            s.footer["loss"] = float(loss)
-        s.footer["gradient_tensors"] = len(params)
-        # The last collective: every worker arrives here before any of them exits.
-        with strategy.scope():
-            s.footer["checksum_sum"] = float(total(tf.constant(s.footer["param_checksum"],
-                                                               tf.float64)))
-        # Leave together: ring all-reduce pulls buffers from peers (RecvBuf), so a task whose
-        # collective has returned may still be read from by a slower one, which fails with
-        # "Socket closed" if it has exited (seen both ways round under load).
-        s.footer["left_together"] = tf_common.leave_together(args.log_dir, s.info.task,
-                                                             s.info.world_size)
+        s.footer["loss"] = float(loss)
+        finish(s, tf, strategy, params, total)
 
 
 if __name__ == "__main__":

@@ -178,7 +178,7 @@ def coordinate(s, args) -> None:
     s.footer["workers"], s.footer["ps"] = workers, len(cluster["ps"])
 
     with strategy.scope():
-        model = models_tf.build(args.model, args.dataset)
+        model = models_tf.build(args.model, args.dataset, args.classes)
         params = list(model.trainable_variables)
         slots = []
         for v in params:
@@ -238,13 +238,15 @@ def coordinate(s, args) -> None:
         return strategy.run(replica, args=(x, y))
 
     s.samples = workers * batch  # the global samples of one chief iteration
-    if args.data or args.epochs:  # TFRecord (issue 18): the per-worker datasets read it
-        from orchestrator.rankside import epochs_tf
+    from orchestrator.rankside import epochs_tf
 
-        dataset_fn = epochs_tf.ps_dataset_fn(tf, args, shape)
     if args.epochs:  # whole epochs of scheduled steps, the chief evaluates after each
         epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params, slots,
                            workers)
+        finish(s, tf, params, servers)
+        return
+    if args.data:  # TFRecord (issue 18): the per-worker datasets read it
+        dataset_fn = epochs_tf.ps_dataset_fn(tf, args, shape)
 
     replica_fn = tf_common.native_replica_fn(tf, strategy, model, batch)
 
@@ -257,13 +259,12 @@ def coordinate(s, args) -> None:
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
 
-    # An epoch run has trained above; it skips both windows to the common ending below.
-    for _ in () if args.epochs else s.native_iterations():
+    for _ in s.native_iterations():
         for _ in range(workers):
             coordinator.schedule(native_step, args=(iterator,))
         coordinator.join()
 
-    for _ in () if args.epochs else s.iterations():
+    for _ in s.iterations():
         scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
         coordinator.join()
         results = [rv.fetch() for rv in scheduled]
@@ -276,13 +277,17 @@ def coordinate(s, args) -> None:
         s.add("t_pull", t_pull)
         s.add("t_push", t_push)
 
+    s.footer["loss"] = float(results[-1][1])
+    finish(s, tf, params, servers)
+
+
+def finish(s, tf, params, servers: int) -> None:
+    """The chief's ending, windows or epochs: the checksum, then stop the servers and leave
+    (a coordinator gone early makes them log errors)."""
     s.footer["param_checksum"] = tf_common.checksum(tf, params)
-    if not args.epochs:
-        s.footer["loss"] = float(results[-1][1])
-    # Stop the servers first, then leave: a coordinator gone early makes them log errors.
-    with open(os.path.join(args.log_dir, DONE_FILE), "w") as fh:
+    with open(os.path.join(s.args.log_dir, DONE_FILE), "w") as fh:
         fh.write(f"{time.time()}\n")
-    s.footer["servers_stopped"] = wait_for_footers(args.log_dir, s.info.task, servers)
+    s.footer["servers_stopped"] = wait_for_footers(s.args.log_dir, s.info.task, servers)
 
 
 def main(argv=None) -> None:

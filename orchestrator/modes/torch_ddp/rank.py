@@ -30,6 +30,7 @@ from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
     init_distributed,
     input_batches,
+    leave_distributed,
     native_window,
     parameter_checksum,
     plain_step,
@@ -72,7 +73,6 @@ def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="torch", mode="torch-ddp") as s:
         import torch
-        import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel
 
         from orchestrator.rankside import models_torch
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
         device = init_distributed(args.backend, info)
-        model = models_torch.build(args.model, args.dataset).to(device)
+        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
         device_ids = [info.local_rank] if device.type == "cuda" else None
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
@@ -93,8 +93,7 @@ def main(argv=None) -> None:
             epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn), model,
                                device)
             s.footer["param_checksum"] = parameter_checksum(model)
-            dist.barrier()
-            dist.destroy_process_group()
+            leave_distributed()
             return
         source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -146,8 +145,7 @@ def main(argv=None) -> None:
                 trace_torch.write_csv(rows, os.path.join(args.log_dir, "trace.csv"))
         s.footer["comm_buckets"] = timer.buckets
         s.footer["loss"] = float(loss.detach())
-        dist.barrier()
-        dist.destroy_process_group()
+        leave_distributed()
 
 
 if __name__ == "__main__":

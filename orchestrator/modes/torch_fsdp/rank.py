@@ -1,5 +1,9 @@
 """PyTorch FSDP2 rank (``fully_shard``): trains a zoo model on synthetic data, times each phase.
 
+With ``--epochs`` (time to accuracy, issue 18) the sharded model trains whole epochs with the
+same plain step through :mod:`orchestrator.rankside.epochs_torch`, the loop torch-ddp uses
+(``DistributedSampler`` shares, as FSDP's own examples shard an epoch), and neither window runs.
+
 Two windows (issue 14): first the throughput window, the plain loop on the sharded model
 (zero_grad, forward, ``loss.backward()``, ``optimizer.step()``) with FSDP2's own comm objects and
 no timer; then the comm timers below are installed and the breakdown window runs.
@@ -61,6 +65,7 @@ from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
     init_distributed,
     input_batches,
+    leave_distributed,
     native_window,
     plain_step,
 )
@@ -228,7 +233,6 @@ def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="torch", mode="torch-fsdp") as s:
         import torch
-        import torch.distributed as dist
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
@@ -239,7 +243,7 @@ def main(argv=None) -> None:
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
         device = init_distributed(args.backend, info)
-        model = models_torch.build(args.model, args.dataset).to(device)
+        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
         mesh = init_device_mesh(device.type, (info.world_size,))
         reshard = args.reshard_after_forward == "yes"
         units = shard_units(model)
@@ -248,6 +252,16 @@ def main(argv=None) -> None:
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
+        s.footer["fsdp_units"] = len(units)
+        s.footer["reshard_after_forward"] = reshard
+        if args.epochs:  # time to accuracy (issue 18): whole epochs of FSDP2's own step
+            from orchestrator.rankside import epochs_torch
+
+            epochs_torch.train(s, args, info, plain_step(model, optimizer, loss_fn), model,
+                               device)
+            s.footer["param_checksum"] = full_parameter_checksum(model)
+            leave_distributed()
+            return
         source = input_batches(args, info, models_torch)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         native_window(s, source, device, plain_step(model, optimizer, loss_fn),
@@ -288,13 +302,10 @@ def main(argv=None) -> None:
         s.footer["param_checksum"] = full_parameter_checksum(model)
         if device.type == "cuda":  # rendered for GPU partitions; not run on this machine
             s.footer["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
-        s.footer["fsdp_units"] = len(units)
-        s.footer["reshard_after_forward"] = reshard
         s.footer["comm_calls"] = {"all_gather": timer.calls["ag"],
                                   "reduce_scatter": timer.calls["rs"]}
         s.footer["loss"] = float(loss.detach())
-        dist.barrier()
-        dist.destroy_process_group()
+        leave_distributed()
 
 
 if __name__ == "__main__":
