@@ -2,6 +2,7 @@
 
     .venv/bin/python -m benchmarks.merge_speed [--iters 1000] [--windows both|breakdown]
                                                [--repeat N] [--keep DIR] [--skip-naive]
+                                               [--stages]
 
 Generates a synthetic sweep directory in a temporary directory (25 configurations x nodes
 1..4 x 4 ranks per node = 100 runs, 1,000 rank logs, 1,000 iterations per rank), written with
@@ -20,7 +21,8 @@ in one run, side by side:
   ``iter`` records, ``pd.concat``) — which only *reads*, it computes and writes nothing.
 
 Each is timed by the wall clock (best of ``--repeat``) and by this process' CPU time (all
-threads): on a shared machine the CPU time is the steadier figure. Targets (issue 20): from
+threads): on a shared machine the CPU time is the steadier figure. ``--stages``: one more merge
+from scratch, split into its stages (where the time goes). Targets (issue 20): from
 scratch < 1.5 s, >= 5x faster than naive, one changed run re-reads only its logs. Exits 1 if
 one is missed.
 """
@@ -170,6 +172,43 @@ def time_regather(out: Path, change_one: bool) -> tuple[float, float, list[Path]
     return elapsed, cpu, read
 
 
+def time_stages(out: Path) -> list[tuple[str, float, float]]:
+    """A merge from scratch with its stages timed: (stage, wall s, CPU s) each. Reading the
+    logs and parsing them run alone (CPU: the process, Arrow's threads included); the per-run
+    metrics and the Parquet write run side by side, each timed by its own thread's CPU."""
+    from orchestrator import analyze, gather
+
+    times: dict[str, list[float]] = {}
+
+    def timed(module, name: str, stage: str, clock) -> None:
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            t0, c0 = time.perf_counter(), clock()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                spent = times.setdefault(stage, [0.0, 0.0])
+                spent[0] += time.perf_counter() - t0
+                spent[1] += clock() - c0
+
+        setattr(module, name, wrapper)
+        undo.append((module, name, real))
+
+    undo: list[tuple] = []
+    timed(gather, "scan_runs_logs", "read the logs (threads)", _cpu)
+    timed(gather, "merged_iteration_table", "parse the iteration lines", _cpu)
+    timed(analyze, "run_metrics", "per-run metrics (100 runs)", time.thread_time)
+    timed(gather, "write_parquet", "write iterations.parquet", time.thread_time)
+    timed(analyze, "add_scaling", "speedup and efficiency", time.thread_time)
+    try:
+        total = time_orch(out)
+    finally:
+        for module, name, real in undo:
+            setattr(module, name, real)
+    return [*((k, w, c) for k, (w, c) in times.items()), ("total", *total)]
+
+
 def time_naive(out: Path) -> tuple[float, float, int]:
     import pandas as pd
 
@@ -196,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", type=Path, default=None,
                    help="generate here and keep it (reused if it exists)")
     p.add_argument("--skip-naive", action="store_true", help="do not time the naive read")
+    p.add_argument("--stages", action="store_true",
+                   help="one more merge from scratch, its stages timed")
     args = p.parse_args(argv)
 
     tmp = Path(tempfile.mkdtemp(prefix="orch-merge-bench-")) if args.keep is None else args.keep
@@ -229,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
               f"({len(same_read)} logs read)")
         print(f"{'re-gather, one run changed':36s} {one_s:7.2f}s {one_cpu:7.2f}s  "
               f"({len(one_read)} logs read, of {len(changed)} run)")
+        if args.stages:
+            for stage, wall, cpu in time_stages(out):
+                print(f"  {stage:34s} {wall:7.2f}s {cpu:7.2f}s")
         ok = scratch_s < 1.5 and not same_read and only_one
         if not args.skip_naive:
             naive_s, naive_cpu, naive_rows = _best([time_naive(out)

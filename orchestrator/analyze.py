@@ -71,14 +71,14 @@ def split_windows(iters: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def run_metrics(iters: pd.DataFrame) -> dict:
     """Throughput from the native window (else the breakdown window), phases, ``t_iter``,
     overhead and phase gap from the breakdown window (see the module docstring)."""
-    native, breakdown = split_windows(iters)
-    native_m = native[~native["warmup_iter"]] if not native.empty else native
-    out = window_metrics(breakdown)
+    cols = _columns(iters)
+    native = _is_native(iters)
+    out = _window_metrics(cols, ~native)
     out["throughput_window"] = protocol.WINDOW_BREAKDOWN if out["samples_per_s"] is not None \
         else None
     out.update(t_iter_native=None, t_iter_native_std=None, instrumentation_overhead=None)
-    if not native_m.empty:
-        rates = window_metrics(native)
+    if (native & ~cols["warmup_iter"]).any():
+        rates = _window_metrics(cols, native, phases=False)
         out.update(samples_per_s=rates["samples_per_s"],
                    samples_per_s_std=rates["samples_per_s_std"],
                    throughput_window=protocol.WINDOW_NATIVE if rates["samples_per_s"]
@@ -98,50 +98,126 @@ def window_metrics(iters: pd.DataFrame) -> dict:
     A mode that moves no samples (the all-reduce micro-benchmark) has no throughput:
     ``samples_per_s`` and its spread are None, never 0.
     """
-    m = iters[~iters["warmup_iter"]] if not iters.empty else iters
-    if m.empty:
+    return _window_metrics(_columns(iters), np.ones(len(iters), dtype=bool))
+
+
+# The metrics are computed on numpy arrays, not on pandas objects: a big merge computes them for
+# hundreds of runs, and pandas' per-call overhead (boolean indexing of frames, Series
+# reductions) was most of it. _mean and _std are pandas' Series.mean/std (skipna) operation for
+# operation (nanops: NaN filled with 0 in place, pairwise sums over the same array), so every
+# figure is the one pandas gives, bit for bit.
+
+def _columns(iters: pd.DataFrame) -> dict:
+    """The columns run_metrics reads, as numpy arrays; ``host`` as codes (-1: none) into
+    ``host_names``. Works on plain and categorical (dictionary) string columns alike."""
+    cols = {c: iters[c].to_numpy() for c in ("rank", "iter", "t_start", "t_iter", "samples")}
+    for c in (*PHASES, "t_comm_total"):
+        cols[c] = iters[c].to_numpy(dtype=np.float64, na_value=np.nan)
+    cols["warmup_iter"] = iters["warmup_iter"].to_numpy(dtype=bool)
+    codes, names = pd.factorize(iters["host"])
+    cols["host"], cols["host_names"] = codes, np.asarray(names, dtype=object)
+    return cols
+
+
+def _is_native(iters: pd.DataFrame) -> np.ndarray:
+    if "window" not in iters.columns:
+        return np.zeros(len(iters), dtype=bool)
+    return (iters["window"] == protocol.WINDOW_NATIVE).to_numpy(dtype=bool)
+
+
+def _mean(x: np.ndarray) -> float:
+    """``pd.Series(x).mean()``."""
+    x, count = _nan_as_zero(x)
+    return float(x.sum(dtype=np.float64) / count) if count > 0 else float("nan")
+
+
+def _std(x: np.ndarray) -> float:
+    """``pd.Series(x).std(ddof=1)`` (nanops.nanvar's two passes, then the square root)."""
+    nan = np.isnan(x) if x.dtype.kind == "f" else None
+    x, count = _nan_as_zero(x, nan)
+    if count <= 1:
+        return float("nan")
+    sqr = (x.sum(dtype=np.float64) / count - x) ** 2
+    if nan is not None:
+        np.putmask(sqr, nan, 0)
+    return float(np.sqrt(sqr.sum(dtype=np.float64) / (count - 1)))
+
+
+def _nan_as_zero(x: np.ndarray, nan: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    if x.dtype.kind != "f":
+        return x.astype(np.float64), float(len(x))
+    nan = np.isnan(x) if nan is None else nan
+    n = int(nan.sum())
+    if n:
+        x = x.copy()
+        np.putmask(x, nan, 0)
+    return x, float(len(x) - n)
+
+
+def _unique(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)``; for integers of a small range (ranks, iteration
+    numbers) by counting, not sorting."""
+    if x.dtype.kind not in "iu" or not len(x):
+        return np.unique(x, return_inverse=True)
+    low = x.min()
+    span = int(x.max()) - int(low) + 1
+    if span > 4 * len(x) + 1024:
+        return np.unique(x, return_inverse=True)
+    present = np.bincount(x - low, minlength=span) > 0
+    return np.flatnonzero(present) + low, (np.cumsum(present) - 1)[x - low]
+
+
+def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
+    """window_metrics of the rows ``rows`` (a mask) of ``cols``; ``phases=False``: the phase
+    statistics are left out (None), for a window that has none."""
+    keep = rows & ~cols["warmup_iter"]
+    if not keep.any():
         return {**dict.fromkeys(METRICS), "iterations_measured": 0}
+    m = {k: v[keep] for k, v in cols.items() if k != "host_names"}
+    n = len(m["t_iter"])
     # Per-rank and per-iteration min/max/sum/count with numpy (exact, like pandas' groupby,
     # which costs ~40 ms a run in named aggregations: most of a big merge).
-    t_start, t_iter = m["t_start"].to_numpy(), m["t_iter"].to_numpy()
-    ranks, rank_of = np.unique(m["rank"].to_numpy(), return_inverse=True)
+    t_start, t_iter = m["t_start"], m["t_iter"]
+    ranks, rank_of = _unique(m["rank"])
     first = np.full(len(ranks), np.inf)
     last = np.full(len(ranks), -np.inf)
     np.minimum.at(first, rank_of, t_start)
     np.maximum.at(last, rank_of, t_start + t_iter)
     window = float((last - first).max())
-    samples = int(m["samples"].sum())
-    iter_ids, iter_of = np.unique(m["iter"].to_numpy(), return_inverse=True)
+    samples = int(_nan_as_zero(m["samples"])[0].sum() if m["samples"].dtype.kind == "f"
+                  else m["samples"].sum())
+    iter_ids, iter_of = _unique(m["iter"])
     iter_samples = np.zeros(len(iter_ids), dtype=np.int64)
     slowest = np.full(len(iter_ids), -np.inf)
-    np.add.at(iter_samples, iter_of, m["samples"].to_numpy())
+    np.add.at(iter_samples, iter_of, m["samples"])
     np.maximum.at(slowest, iter_of, t_iter)
-    rates = pd.Series(iter_samples / slowest)
+    rates = iter_samples / slowest
     moved = samples > 0
+    hosts = np.unique(m["host"])
+    hosts = hosts[hosts >= 0]
     out = {
         "iterations_measured": int(np.bincount(rank_of).min()),
         "samples_per_s": samples / window if window > 0 and moved else None,
-        "samples_per_s_std": (float(rates.std(ddof=1)) if len(rates) > 1 else 0.0) if moved
-        else None,
-        "t_iter": float(m["t_iter"].mean()),
-        "t_iter_std": float(m["t_iter"].std(ddof=1)) if len(m) > 1 else 0.0,
-        "hosts": ",".join(sorted(m["host"].dropna().unique())),
-        "distinct_hosts": int(m["host"].nunique()),
+        "samples_per_s_std": (_std(rates) if len(rates) > 1 else 0.0) if moved else None,
+        "t_iter": _mean(t_iter),
+        "t_iter_std": _std(t_iter) if n > 1 else 0.0,
+        "hosts": ",".join(sorted(cols["host_names"][hosts])),
+        "distinct_hosts": len(hosts),
     }
+    if not phases:
+        return {**dict.fromkeys(METRICS), **out}
     for p in PHASES:
-        out[p] = float(m[p].mean())
-        out[f"{p}_std"] = float(m[p].std(ddof=1)) if len(m) > 1 else 0.0
-    total = m["t_comm_total"].dropna()
-    out["t_comm_total"] = float(total.mean()) if not total.empty else None
+        out[p] = _mean(m[p])
+        out[f"{p}_std"] = _std(m[p]) if n > 1 else 0.0
+    seen = ~np.isnan(m["t_comm_total"])
+    out["t_comm_total"] = _mean(m["t_comm_total"][seen]) if seen.any() else None
     # Phases should account for the iteration; the rest is loop overhead we did not time.
     out["t_unaccounted"] = out["t_iter"] - sum(out[p] for p in PHASES)
     out["phase_gap"] = out["t_unaccounted"]
     out["t_comm_hidden"] = (out["t_comm_total"] - out["t_comm"]
                             if out["t_comm_total"] is not None else None)
-    seen = m["t_comm_total"].notna().to_numpy()
     out["comm_exceeds_total"] = int(
-        (m["t_comm"].to_numpy()[seen] > m["t_comm_total"].to_numpy()[seen] + TIMER_TOLERANCE)
-        .sum())
+        (m["t_comm"][seen] > m["t_comm_total"][seen] + TIMER_TOLERANCE).sum())
     return out
 
 
@@ -162,23 +238,27 @@ def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
     # str() each value: pandas' string dtype would keep None (in-memory data) as missing.
     keys = [k for k in GROUP_KEYS if k in runs.columns]
     key = runs[keys].apply(lambda row: "|".join(map(str, row)), axis=1)
-    for _, idx in runs.groupby(key).groups.items():
-        group = runs.loc[idx]
-        smallest = group[group["ranks"] == group["ranks"].min()]
-        base = smallest[smallest["state"] == "COMPLETED"]
-        base = base[base["samples_per_s"].notna() & (base["samples_per_s"] > 0)]
-        if base.empty:
+    # numpy arrays, by position: indexing the frame per group cost ~10 ms a group.
+    ranks = runs["ranks"].to_numpy()
+    completed = (runs["state"] == "COMPLETED").to_numpy(dtype=bool)
+    rate = runs["samples_per_s"].to_numpy(dtype=np.float64, na_value=np.nan)
+    speedup, efficiency, baseline = ([None] * len(runs) for _ in range(3))
+    for idx in runs.groupby(key).indices.values():
+        smallest = idx[ranks[idx] == ranks[idx].min()]
+        base = smallest[completed[smallest] & (rate[smallest] > 0)]  # NaN > 0 is False
+        if not len(base):
             continue
-        base_rate = float(base["samples_per_s"].mean())
-        base_ranks = float(base["ranks"].iloc[0])
+        base_rate = _mean(rate[base])
+        base_ranks = float(ranks[base[0]])
         for i in idx:
-            rate = runs.at[i, "samples_per_s"]
-            if runs.at[i, "state"] != "COMPLETED" or rate is None or pd.isna(rate):
+            if not completed[i] or np.isnan(rate[i]):
                 continue
-            speedup = float(rate) / base_rate
-            runs.at[i, "speedup"] = speedup
-            runs.at[i, "efficiency"] = speedup / (runs.at[i, "ranks"] / base_ranks)
-            runs.at[i, "baseline_ranks"] = int(base_ranks)
+            speedup[i] = float(rate[i]) / base_rate
+            efficiency[i] = speedup[i] / (ranks[i] / base_ranks)
+            baseline[i] = int(base_ranks)
+    for name, values in (("speedup", speedup), ("efficiency", efficiency),
+                         ("baseline_ranks", baseline)):
+        runs[name] = pd.Series(values, index=runs.index, dtype=object)
     return runs
 
 

@@ -118,7 +118,8 @@ def merge(out: Path) -> pd.DataFrame:
     # else nothing changed: iterations.parquet is already this table, row for row
     try:
         if todo:
-            frame = gather.plain_strings(table.select(list(analyze.ITER_COLUMNS))).to_pandas()
+            # host and window stay categorical (dictionary-encoded): no million strings
+            frame = table.select(list(analyze.ITER_COLUMNS)).to_pandas()
             for i in todo:
                 start, count = entries[i]["start"], entries[i]["count"]
                 entries[i]["metrics"] = analyze.run_metrics(frame.iloc[start:start + count])

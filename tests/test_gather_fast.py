@@ -158,3 +158,25 @@ def test_fast_path_reads_harness_logs_without_the_slow_path(tmp_path, monkeypatc
     monkeypatch.setattr(gather, "read_rank_log", lambda p: pytest.fail(f"slow path: {p}"))
     _, fast = check_merge(out)
     assert fast.num_rows == 7 * 12
+
+
+def test_run_metrics_are_pandas_means_and_stds_bit_for_bit(tmp_path):
+    """analyze computes the phase and t_iter statistics with numpy (speed): each must be the
+    figure pandas' Series.mean / Series.std give on the run's measured breakdown rows, with a
+    null phase (skipped, as pandas skips NaN) among them."""
+    rng = np.random.default_rng(14)
+    out, rdirs = sweep_of_two_windows(tmp_path, rng)
+    log = rdirs[2] / "ranks" / "rank-1.jsonl"
+    lines = log.read_text().splitlines()
+    rec = json.loads(lines[10])  # a measured breakdown line
+    rec["t_b"] = None
+    write(log, [*lines[:10], dumps(rec), *lines[11:]])
+    runs = results.merge(out)
+    rows = pq.read_table(out / "results" / "iterations.parquet").to_pandas()
+    for _, run in runs.iterrows():
+        m = rows[(rows["run_id"] == run["run_id"]) & (rows["window"] == "breakdown")
+                 & ~rows["warmup_iter"]]
+        for name in ("t_iter", *protocol.PHASES):
+            assert run[name] == m[name].mean(), name
+            assert run[f"{name}_std"] == m[name].std(ddof=1), name
+    assert rows["t_b"].isna().sum() == 1 + rows["window"].eq("native").sum()
