@@ -88,6 +88,7 @@ def merge(out: Path) -> pd.DataFrame:
             history=json.dumps([e.model_dump(mode="json") for e in record.history])
             if record else None,
             study=_study_of(rdir),
+            co_tenants=_co_tenants(rdir),
         )
         runs.append(info)
     if todo:
@@ -150,6 +151,18 @@ def _study_of(rdir: Path) -> str | None:
         return None
     study = prov.get("study") if isinstance(prov, dict) else None
     return study.get("name") if isinstance(study, dict) else None
+
+
+def _co_tenants(rdir: Path) -> str | None:
+    """The runs that shared a node with this one while it ran (a --pack-shared step; its
+    job-times.json names them), comma-separated; None: it had its nodes to itself. Its
+    timings contend with theirs, so the result set says so beside them."""
+    try:
+        times = json.loads((rdir / protocol.JOB_TIMES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    co = times.get("co_tenants") if isinstance(times, dict) else None
+    return ",".join(map(str, co)) if isinstance(co, list) and co else None
 
 
 # --- the incremental cache -------------------------------------------------------------------

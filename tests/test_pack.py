@@ -122,6 +122,11 @@ def test_each_run_is_its_own_step_and_a_failing_step_does_not_stop_the_others(pa
     assert sorted(times[3]["co_tenants"]) == sorted([rid[2], rid[1]]), times[3]
     assert times[2]["co_tenants"] == [rid[3]] and times[1]["co_tenants"] == [rid[3]]
     assert sorted(times[2]["beside"]) == sorted([rid[3], rid[1]]), times[2]
+    # ... and the result set carries it beside their numbers; the runs table counts them.
+    co = {r["run_id"]: r["co_tenants"] for r in json.loads(
+        run_orch("results", out, "--format", "json", check=True).stdout)}
+    assert sorted(co[rid[3]].split(",")) == sorted([rid[2], rid[1]]) and co[rid[1]] == rid[3]
+    assert "shared with" in run_orch("results", out, check=True).stdout
     for d in nodes.values():
         assert (d / f"slurm-{job}.out").exists() and (d / protocol.PROVENANCE_FILE).exists()
     # Slurm agrees: one job, one step per run, named after the run.

@@ -165,8 +165,11 @@ def print_runs(recs: list[dict]) -> None:
     tail = ("baseline",) if per_node else ()
     # Any run retried: how each of its attempts ended (the numbers are the last attempt's).
     retried = any("→" in str(r.get("attempts") or "") for r in recs)
+    # Any run that shared a node with another (--pack-shared): how many, beside its numbers.
+    shared = any(r.get("co_tenants") for r in recs)
     for c in (*sizes, "samples/s", "speedup", "efficiency", *tail, "fabric", "state",
-              *(("attempts",) if retried else ()), "run"):
+              *(("attempts",) if retried else ()), *(("shared with",) if shared else ()),
+              "run"):
         table.add_column(c, justify="right" if c in ("nodes", "tasks/node", "ranks",
                                                     "samples/s", "speedup", "efficiency",
                                                     "baseline") else "left")
@@ -186,9 +189,15 @@ def print_runs(recs: list[dict]) -> None:
                 *([f"{int(base)} rank{'s' if base != 1 else ''}" if base is not None
                    else "-"] if per_node else []),
                 _fabric_cell(r), f"[{style}]{r['state']}[/]",
-                *([str(r.get("attempts") or "-")] if retried else []), r["run_id"]]
+                *([str(r.get("attempts") or "-")] if retried else []),
+                *([_shared_cell(r)] if shared else []), r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
+
+
+def _shared_cell(r: dict) -> str:
+    co = [c for c in str(r.get("co_tenants") or "").split(",") if c]
+    return f"[yellow]{len(co)} run{'s' if len(co) != 1 else ''}[/]" if co else "-"
 
 
 FABRIC_STYLE = {"verified": "green", "mismatch": "bold red", "unverified": "yellow"}
