@@ -5,7 +5,11 @@ run's native window) is set against a *native script*: a minimal training loop w
 that framework's own documentation writes it, run with exactly the same launcher, environment
 variables, threads, model, batch and ranks. The two alternate (orch, native, native, orch, ...)
 at least three rounds in one invocation, so drift and other load hit both alike; the table
-gives, per mode and model, the median orch/native ratio and its spread (min-max over rounds).
+gives, per mode and model, the median orch/native ratio and its spread (min-max over rounds),
+and beside it the ratio by median step (native's median step / orch's, each measured from one
+step's start to the next's, the slowest rank's): a burst of load on a shared machine stretches
+a few steps and moves a window's rate, the median step far less. Every round prints the load
+average it ended at; on a loaded machine read the ratio only with it.
 
 How "exactly the same" is achieved — the structure every native script follows:
 
@@ -25,7 +29,8 @@ How "exactly the same" is achieved — the structure every native script follows
   task that drives the steps, e.g. TensorFlow's PS chief), via :mod:`benchmarks.native._common`:
   ``{"native": "<mode>", "rank": k, "samples": S, "seconds": T}`` where ``T`` is that task's wall
   time from the start of its first measured step to the end of its last and ``S`` the samples
-  those steps consumed (for a chief: the global batch);
+  those steps consumed (for a chief: the global batch), and ``"step_median"``, the median of its
+  measured steps' wall times, where the script times steps one by one (not TF-PS's chief);
 * the job's native samples/s = sum of ``samples`` / max of ``seconds`` — the same definition
   as orch's (analyze.run_metrics: all ranks' measured samples over the longest rank's window).
 
