@@ -5,7 +5,11 @@ run's native window) is set against a *native script*: a minimal training loop w
 that framework's own documentation writes it, run with exactly the same launcher, environment
 variables, threads, model, batch and ranks. The two alternate (orch, native, native, orch, ...)
 at least three rounds in one invocation, so drift and other load hit both alike; the table
-gives, per mode and model, the median orch/native ratio and its spread (min-max over rounds).
+gives, per mode and model, the median orch/native ratio and its spread (min-max over rounds),
+and beside it the ratio by median step (native's median step / orch's, each measured from one
+step's start to the next's, the slowest rank's): a burst of load on a shared machine stretches
+a few steps and moves a window's rate, the median step far less. Every round prints the load
+average it ended at; on a loaded machine read the ratio only with it.
 
 How "exactly the same" is achieved — the structure every native script follows:
 
@@ -25,7 +29,8 @@ How "exactly the same" is achieved — the structure every native script follows
   task that drives the steps, e.g. TensorFlow's PS chief), via :mod:`benchmarks.native._common`:
   ``{"native": "<mode>", "rank": k, "samples": S, "seconds": T}`` where ``T`` is that task's wall
   time from the start of its first measured step to the end of its last and ``S`` the samples
-  those steps consumed (for a chief: the global batch);
+  those steps consumed (for a chief: the global batch), and ``"step_median"``, the median of its
+  measured steps' wall times, where the script times steps one by one (not TF-PS's chief);
 * the job's native samples/s = sum of ``samples`` / max of ``seconds`` — the same definition
   as orch's (analyze.run_metrics: all ranks' measured samples over the longest rank's window).
 
@@ -41,7 +46,9 @@ the test Slurm (the twin is submitted with ``sbatch --wait``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import re
 import shutil
 import statistics
@@ -49,6 +56,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
@@ -110,8 +118,8 @@ def make_twin(rdir: Path, mode: str, twin: Path) -> Path:
     return twin
 
 
-def run_native(twin: Path, site: str, timeout: float = 1800) -> float:
-    """Run the twin job once; the job's samples/s from its tasks' JSON lines."""
+def run_native(twin: Path, site: str, timeout: float = 1800) -> tuple[float, float | None]:
+    """Run the twin job once: the job's samples/s and median step from its tasks' lines."""
     ranks = twin / "ranks"
     shutil.rmtree(ranks, ignore_errors=True)
     ranks.mkdir()
@@ -126,7 +134,7 @@ def run_native(twin: Path, site: str, timeout: float = 1800) -> float:
         tails = "\n".join(p.read_text(errors="replace")[-1500:] for p in ranks.glob("*.out"))
         raise RuntimeError(f"native run in {twin} failed ({proc.returncode}):\n"
                            f"{proc.stderr[-1500:]}\n{tails}")
-    return native_rate(lines)
+    return native_rate(lines), native_step(lines)
 
 
 def native_rate(lines: list[dict]) -> float:
@@ -134,15 +142,57 @@ def native_rate(lines: list[dict]) -> float:
     return sum(r["samples"] for r in lines) / max(r["seconds"] for r in lines)
 
 
-def summarize(ratios: dict[tuple[str, str], list[tuple[float, float]]]) -> list[dict]:
-    """Per (mode, model): median rates and ratio, and the ratio's spread over rounds."""
+def native_step(lines: list[dict]) -> float | None:
+    """The job's median step: the slowest task's median (None where a script has none)."""
+    steps = [r["step_median"] for r in lines if r.get("step_median")]
+    return max(steps) if steps and len(steps) == len(lines) else None
+
+
+def orch_step(rdir: Path) -> float | None:
+    """orch's median step in its native window, measured as the native scripts measure it:
+    from one step's start to the next's (so the rank log's write between them is inside), per
+    rank, the slowest rank's median. A figure a burst of load moves far less than a rate."""
+    medians = []
+    for log in sorted((rdir / "ranks").glob("rank-*.jsonl")):
+        starts = []
+        for line in log.read_text(errors="replace").splitlines():
+            if '"window":"native"' in line and '"warmup":false' in line:
+                starts.append(json.loads(line)["t_start"])
+        steps = [b - a for a, b in itertools.pairwise(starts)]
+        if steps:
+            medians.append(statistics.median(steps))
+    return max(medians) if medians else None
+
+
+class Round(NamedTuple):
+    """One alternated round: orch's and the native rate, their median steps, the load."""
+
+    orch: float
+    native: float
+    orch_step: float | None
+    native_step: float | None
+    load: float  # 1-minute load average at the round's end
+
+    @property
+    def step_ratio(self) -> float | None:
+        """orch/native by median step (native step / orch step: > 1 when orch is faster)."""
+        return self.native_step / self.orch_step if self.orch_step and self.native_step \
+            else None
+
+
+def summarize(rounds: dict[tuple[str, str], list[Round]]) -> list[dict]:
+    """Per (mode, model): median rates and ratio, the ratio's spread over rounds, the median
+    of the per-round median-step ratios, and the load range the rounds ran at."""
     rows = []
-    for (mode, model), pairs in ratios.items():
-        r = [o / n for o, n in pairs]
-        rows.append({"mode": mode, "model": model, "rounds": len(pairs),
-                     "orch": statistics.median(o for o, _ in pairs),
-                     "native": statistics.median(n for _, n in pairs),
-                     "ratio": statistics.median(r), "min": min(r), "max": max(r)})
+    for (mode, model), rs in rounds.items():
+        r = [x.orch / x.native for x in rs]
+        steps = [x.step_ratio for x in rs if x.step_ratio is not None]
+        rows.append({"mode": mode, "model": model, "rounds": len(rs),
+                     "orch": statistics.median(x.orch for x in rs),
+                     "native": statistics.median(x.native for x in rs),
+                     "ratio": statistics.median(r), "min": min(r), "max": max(r),
+                     "step_ratio": statistics.median(steps) if steps else None,
+                     "load": (min(x.load for x in rs), max(x.load for x in rs))})
     return rows
 
 
@@ -164,7 +214,7 @@ def main() -> None:
     todo = [m for m in wanted if m not in missing]
     base = a.out or Path(f"/tmp/orch-fidelity-{int(time.time())}")
     base.mkdir(parents=True, exist_ok=True)
-    ratios: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    rounds: dict[tuple[str, str], list[Round]] = {}
     failures: list[str] = []
     for model in a.models.split(","):
         for mode in todo:
@@ -175,23 +225,28 @@ def main() -> None:
                     if twin is None or k % 2 == 0:
                         o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
                         twin = twin or make_twin(rdir, mode, base / "native" / f"{mode}-{model}")
-                        n = run_native(twin, a.site)
+                        n, n_step = run_native(twin, a.site)
                     else:
-                        n = run_native(twin, a.site)
-                        o, _ = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
+                        n, n_step = run_native(twin, a.site)
+                        o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
                 except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
                     failures.append(f"{mode}/{model} round {k}: {str(exc).splitlines()[0]}")
                     print(f"  {failures[-1]}", flush=True)
                     break
-                ratios.setdefault((mode, model), []).append((o, n))
+                x = Round(o, n, orch_step(rdir), n_step, os.getloadavg()[0])
+                rounds.setdefault((mode, model), []).append(x)
+                step = f"{x.step_ratio:.3f}" if x.step_ratio is not None else "  -  "
                 print(f"  {mode:14} {model:9} round {k}: orch {o:9.1f}  native {n:9.1f}  "
-                      f"ratio {o / n:.3f}", flush=True)
+                      f"ratio {o / n:.3f}  by median step {step}  load {x.load:.1f}",
+                      flush=True)
     print(f"\nfidelity, {a.nodes} ranks, batch {a.batch}/rank, site {a.site} ({base}):")
     print(f"{'mode':14} {'model':9} {'orch':>9} {'native':>9} {'ratio':>6}  spread       "
-          f"goal >= 0.97")
-    for r in summarize(ratios):
+          f"{'step':>5}  load       goal >= 0.97 (ratio)")
+    for r in summarize(rounds):
+        step = f"{r['step_ratio']:5.3f}" if r["step_ratio"] is not None else "  -  "
         print(f"{r['mode']:14} {r['model']:9} {r['orch']:9.1f} {r['native']:9.1f} "
-              f"{r['ratio']:6.3f}  {r['min']:.3f}-{r['max']:.3f}  "
+              f"{r['ratio']:6.3f}  {r['min']:.3f}-{r['max']:.3f}  {step}  "
+              f"{r['load'][0]:4.1f}-{r['load'][1]:<4.1f}  "
               f"{'met' if r['ratio'] >= 0.97 else 'NOT met'} ({r['rounds']} rounds)")
     for m in missing:
         print(f"{m:14} no native script (benchmarks/native/{package_of(m)}.py)")

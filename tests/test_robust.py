@@ -527,6 +527,27 @@ def test_second_execution_of_an_attempt_is_refused(tmp_path):
     assert not mark.exists()
 
 
+def test_job_function_waits_without_polling_and_still_times_out(tmp_path):
+    """job_function waits for job.sbatch in a blocking wait (no 50 ms polls beside the ranks):
+    a script within the limit returns at once with its status, one past it is stopped (its
+    whole process group) at the limit, and both leave job-times.json."""
+    from orchestrator import jobscript
+
+    quick, slow = tmp_path / "quick", tmp_path / "slow"
+    for d, body in ((quick, "exit 0\n"), (slow, f"sleep 30 & echo $! > {tmp_path}/child\nwait\n")):
+        d.mkdir()
+        (d / "job.sbatch").write_text(body)
+    start = time.monotonic()
+    assert jobscript.job_function(str(quick), 30) == 0
+    with pytest.raises(jobscript.JobTimeout, match="time limit of 1 s"):
+        jobscript.job_function(str(slow), 1)
+    assert time.monotonic() - start < 10
+    child = int((tmp_path / "child").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    assert (quick / "job-times.json").is_file() and (slow / "job-times.json").is_file()
+
+
 @pytest.mark.slurm
 def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
     out = tmp_path / "nq"

@@ -39,4 +39,4 @@ def run(mode, args, rank, step):
     for k in range(args.warmup + args.iters):
         clock.step(k)
         step(*next(batches))
-    report(mode, rank, args.iters * args.batch_size, clock.done())
+    report(mode, rank, args.iters * args.batch_size, clock.done(), clock.steps())

@@ -37,7 +37,7 @@ def main():
         clock.step(k)
         x, t = pool[k % 4]
         optimizer.update(lossfun, x, t)
-    report("chainermn", comm.rank, args.iters * args.batch_size, clock.done())
+    report("chainermn", comm.rank, args.iters * args.batch_size, clock.done(), clock.steps())
     comm.mpi_comm.Barrier()
 
 

@@ -34,7 +34,7 @@ def main():
         clock.step(k)
         xs, ys = pool[k % 4]
         trainer.train_minibatch({x: xs, y: ys})
-    report("cntk", rank, args.iters * args.batch_size, clock.done())
+    report("cntk", rank, args.iters * args.batch_size, clock.done(), clock.steps())
     distributed.Communicator.finalize()
 
 

@@ -48,7 +48,7 @@ def main():
         loss.backward()
         trainer.step(args.batch_size)
     mx.nd.waitall()
-    report("mxnet-kvstore", kv.rank, args.iters * args.batch_size, clock.done())
+    report("mxnet-kvstore", kv.rank, args.iters * args.batch_size, clock.done(), clock.steps())
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def main():
         x, y = next(batches)
         loss = train_step(x, y)
     float(loss)
-    report("tf-allreduce", task, args.iters * args.batch_size, clock.done())
+    report("tf-allreduce", task, args.iters * args.batch_size, clock.done(), clock.steps())
     float(strategy.reduce(tf.distribute.ReduceOp.SUM,
                           strategy.run(lambda: tf.constant(1.0)), axis=None))
     tf_common.leave_together(log_dir, task, strategy.num_replicas_in_sync)
