@@ -169,27 +169,38 @@ def _write_jpeg(out: Path, encoded) -> None:
         (out / sub / "classes.txt").write_text("".join(f"{c}\n" for c in encoded.class_names))
 
 
-def reading_format(mode, manifest: Manifest) -> str | None:
+def reading_format(mode, manifest: Manifest, pillow: bool = True) -> str | None:
     """The format of ``manifest``'s data set that ``mode``'s ranks read: ``jpeg`` (decoded in
-    their input pipeline) where the set has it and the mode's rank side decodes it, else the
-    mode's own ``data_format`` if the set has it; None: the mode reads none of them."""
-    if JPEG in manifest.formats and mode.library in JPEG_LIBRARIES:
+    their input pipeline) where the set has it and the mode's rank side decodes it (``pillow``:
+    its environment can), else the mode's own ``data_format`` if the set has it; None: the
+    mode reads none of them."""
+    if JPEG in manifest.formats and mode.library in JPEG_LIBRARIES and pillow:
         return JPEG
     return mode.data_format if mode.data_format in manifest.formats else None
 
 
-def run_format(mode, data_dir: str) -> str:
-    """The format directory a run's ranks get (``--data DIR/<format>``): :func:`reading_format`
-    of the manifest the sweep checked, the mode's own format where none is there (any more)."""
+def _site_format(site: Site, mode, manifest: Manifest) -> str | None:
+    """:func:`reading_format` on ``site``: a mode whose environment lacks Pillow reads the
+    set's decoded records where it has them (``--format jpeg,raw``), not the JPEG files."""
+    fmt = reading_format(mode, manifest)
+    if fmt == JPEG and not _has_pillow(site, mode.framework):
+        return reading_format(mode, manifest, pillow=False) or fmt
+    return fmt
+
+
+def run_format(site: Site, mode, data_dir: str) -> str:
+    """The format directory a run's ranks get (``--data DIR/<format>``): what
+    :func:`check_reading` chose from the manifest the sweep checked, the mode's own format
+    where none is there (any more)."""
     if not (Path(data_dir) / MANIFEST).is_file():
         return mode.data_format
-    return reading_format(mode, load_manifest(data_dir)[1]) or mode.data_format
+    return _site_format(site, mode, load_manifest(data_dir)[1]) or mode.data_format
 
 
 def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     """The format ``mode`` will read from the data set at ``root``, or one line saying why it
     cannot: no format it reads, or JPEG to decode in an environment without Pillow."""
-    fmt = reading_format(mode, manifest)
+    fmt = _site_format(site, mode, manifest)
     if fmt is None:
         if JPEG in manifest.formats and mode.data_format:
             raise UserError(
@@ -204,7 +215,9 @@ def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     if fmt == JPEG and not _has_pillow(site, mode.framework):
         raise UserError(f"mode '{mode.name}' would decode the JPEG images of {root} with "
                         f"Pillow, which environment '{mode.framework}' of site '{site.name}' "
-                        f"lacks: add pillow to that environment, or leave the mode out")
+                        f"lacks: add pillow to that environment, or add decoded records it "
+                        f"reads instead: 'orch data make --out {root} --from {manifest.source} "
+                        f"--format {','.join([*manifest.formats, mode.data_format])}'")
     return fmt
 
 

@@ -133,7 +133,7 @@ def transport_env(partition: Partition) -> list[tuple[str, str]]:
     return merged + sorted(overrides.items())
 
 
-def workload_args(run: Run, run_dir: Path) -> list[str]:
+def workload_args(run: Run, run_dir: Path, site: Site) -> list[str]:
     """Arguments every workload's harness understands (orchestrator.rankside.harness)."""
     args = [
         "--run-id", run.run_id,
@@ -149,7 +149,7 @@ def workload_args(run: Run, run_dir: Path) -> list[str]:
     if run.inject_failure:
         args += ["--inject-failure", run.inject_failure]
     if run.data:
-        fmt = data.run_format(modes.get(run.mode), run.data)
+        fmt = data.run_format(site, modes.get(run.mode), run.data)
         args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
     if run.classes is not None:
         args += ["--classes", str(run.classes)]
@@ -192,7 +192,7 @@ def render_run(
         "sbatch": sbatch_lines(sbatch_options(run, partition, run_dir)),
         "transport": transport_env(partition),
         "env_vars": sorted(env.env.items()),
-        "args": workload_args(run, run_dir),
+        "args": workload_args(run, run_dir, site),
         "container": None,
         "packed": packed,
     }

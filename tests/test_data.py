@@ -310,6 +310,20 @@ def test_imagefolder_is_kept_encoded_and_decodes_to_the_raw_pixels(jpeg_set, tmp
     test = JpegShards(str(both / "jpeg" / "test"), (3, 32, 32))
     assert raw[:, 0].tolist() == test.labels.tolist()
     assert all((test.image(i).ravel() == raw[i, 1:]).all() for i in range(len(test)))
+    # horovod decodes JPEG with its environment's Pillow (torch-mpi: none here): without it,
+    # the set's raw records where they are, else one line saying how to add them.
+    from orchestrator import data as datamod
+    from orchestrator import site as sitemod
+
+    pillow = datamod._has_pillow(sitemod.load("local")[0], "torch-mpi")
+    for root, fmt in ((out, "jpeg" if pillow else None), (both, "jpeg" if pillow else "raw")):
+        proc = run_orch("sweep", "--mode", "horovod", "--nodes", "1", "--data", root,
+                        "--dry-run", "--out", tmp_path / "x")
+        if fmt is None:
+            assert proc.returncode == 2 and "lacks: add pillow" in proc.stderr, proc.stderr
+            assert f"--format jpeg,{datamod.modes.get('horovod').data_format}" in proc.stderr
+        else:
+            assert proc.returncode == 0 and f"--data {root}/{fmt} " in proc.stdout, proc.stderr
 
 
 @pytest.mark.ranks
