@@ -371,6 +371,16 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
                 raise UserError(f"--option {name}={value}: partition '{part.name}' has no "
                                 f"GPUs (gpus_per_node 0); NCCL needs them: use "
                                 f"{name}={cpu_choice}")
+        backend = mode.resolve_options(opts, part.gpus_per_node).get("backend")
+        if part.gpus_per_node and backend in mode.cpu_only_backends:
+            raise UserError(f"--option backend={backend}: {mode.name} on GPU partition "
+                            f"'{part.name}': {mode.cpu_only_backends[backend]}; use "
+                            f"backend=nccl")
+        if backend == "nccl" and part.gpus_per_node and per_node > part.gpus_per_node:
+            raise UserError(f"--tasks-per-node {per_node}: NCCL takes one rank per GPU and "
+                            f"partition '{part.name}' has {part.gpus_per_node}; use "
+                            f"--tasks-per-node {part.gpus_per_node} or backend=gloo (ranks "
+                            f"then share the GPUs)")
     return [build_run(spec, site, part, mode, launcher, opts, model=model, nodes=nodes,
                       tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
                       repeat=repeat, data_dir=data_dir)

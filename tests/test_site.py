@@ -33,7 +33,7 @@ def write(tmp_path, text, name="mini.yaml"):
     return p
 
 
-@pytest.mark.parametrize("name", ["local", "testcluster", "example-gpu-cluster"])
+@pytest.mark.parametrize("name", ["local", "local-gpu", "testcluster", "example-gpu-cluster"])
 def test_shipped_sites_are_valid_and_match_the_published_schema(name):
     site, path = sitemod.load(name)
     assert site.name == name

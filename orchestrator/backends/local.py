@@ -30,7 +30,12 @@ class LocalScheduler(Scheduler):
         import submitit
 
         executor = submitit.LocalExecutor(folder=rdir / "submitit")
-        executor.update_parameters(timeout_min=run.time_limit_min + 1, tasks_per_node=1)
+        # Every virtual node is this machine, so each sees the partition's GPUs, as Slurm's
+        # --gpus-per-node gives each node its own. Said explicitly: submitit's LocalExecutor
+        # sets CUDA_VISIBLE_DEVICES to the first gpus_per_node devices, and to none (every
+        # GPU hidden, a CUDA build of torch finds no device) when it is not given.
+        executor.update_parameters(timeout_min=run.time_limit_min + 1, tasks_per_node=1,
+                                   gpus_per_node=partition.gpus_per_node or 0)
         job = executor.submit(job_function, str(rdir), run.time_limit_min * 60)
         self._jobs[job.job_id] = job
         return str(job.job_id)

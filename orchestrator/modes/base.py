@@ -136,7 +136,10 @@ class Mode:
       gradient no larger than this is one bucket, sent after backward: DDP's first bucket);
     * ``trains``: False for a mode that measures the network rather than training;
     * ``epochs``: the rank side can train whole epochs of a labelled data set and evaluate
-      held-out accuracy (``--epochs``, issue 18).
+      held-out accuracy (``--epochs``, issue 18);
+    * ``cpu_only_backends``: values of its ``backend`` option that cannot run on a GPU
+      partition (the sweep refuses them there at render time, with the reason), as
+      ``{value: reason}``.
 
     ``package`` (the folder's name) is filled in by the registry.
     """
@@ -148,6 +151,7 @@ class Mode:
         "synchronous": True, "synchronous_if": None, "data_format": None,
         "pattern": "allreduce", "overlap": "none", "overlap_option": None,
         "first_bucket_bytes": None, "trains": True, "epochs": False, "package": None,
+        "cpu_only_backends": {},
     }
 
     def __init__(self, **fields):

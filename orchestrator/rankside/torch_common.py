@@ -6,20 +6,38 @@ own step, the phases from a second, instrumented window)."""
 from __future__ import annotations
 
 
+def rank_device(backend: str, local_rank: int):
+    """This rank's device: a GPU wherever CUDA is present, else the CPU.
+
+    NCCL needs one (it reduces only CUDA tensors) and is refused without one; Gloo reduces host
+    and CUDA tensors alike, so on a GPU node a Gloo run computes on the GPU as the same script
+    under NCCL would, and only its collectives differ (``CUDA_VISIBLE_DEVICES=`` keeps a run on
+    the CPU). Ranks share the node's GPUs round-robin (``local_rank % count``): two ranks on
+    one GPU is how a one-GPU machine runs a two-rank Gloo job (NCCL refuses two ranks on one
+    device, so its launch takes one rank per GPU)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if backend == "nccl":
+            raise RuntimeError("backend nccl needs a GPU and torch.cuda.is_available() is False "
+                               "here: use -o backend=gloo on CPU partitions")
+        return torch.device("cpu")
+    index = local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
 def init_distributed(backend: str, info):
     """Join the job's process group (env:// rendezvous from RANK/WORLD_SIZE/MASTER_*) and
-    return this rank's device: its GPU under NCCL, the CPU under Gloo."""
+    return this rank's device (:func:`rank_device`)."""
     from datetime import timedelta
 
-    import torch
     import torch.distributed as dist
 
+    device = rank_device(backend, info.local_rank)
     dist.init_process_group(backend, rank=info.rank, world_size=info.world_size,
                             timeout=timedelta(minutes=5))
-    if backend == "nccl":
-        torch.cuda.set_device(info.local_rank)
-        return torch.device("cuda", info.local_rank)
-    return torch.device("cpu")
+    return device
 
 
 def leave_distributed() -> None:
@@ -29,6 +47,16 @@ def leave_distributed() -> None:
 
     dist.barrier()
     dist.destroy_process_group()
+
+
+def note_device_memory(footer: dict, device) -> None:
+    """Peak GPU memory of this rank into its footer (``peak_device_bytes``) where it computes
+    on a GPU: PyTorch's allocator's peak of memory held by tensors since the process began
+    (what the survey paper compares; the allocator's cache above it is not the model's)."""
+    if device.type == "cuda":
+        import torch
+
+        footer["peak_device_bytes"] = int(torch.cuda.max_memory_allocated(device))
 
 
 def parameter_checksum(model) -> float:

@@ -48,6 +48,8 @@ def main(argv=None) -> None:
         import torch
         import torch.distributed as dist
 
+        from orchestrator.rankside.torch_common import rank_device
+
         s.samples = 0  # an all-reduce trains no samples: no throughput for this mode
         grad = gradient_bytes(args.model, args.dataset)
         sizes = sorted({int(x) for x in args.sizes.split(":") if x} | ({grad} if grad else set()))
@@ -56,13 +58,11 @@ def main(argv=None) -> None:
         s.footer["grad_bytes"] = grad
         s.footer["reps"] = args.reps
         info = s.info
+        # The buffers live where the training modes keep their gradients: on the GPU wherever
+        # CUDA is present (Gloo then reduces CUDA tensors, through host copies of its own).
+        device = rank_device(args.backend, info.local_rank)
         dist.init_process_group(args.backend, rank=info.rank, world_size=info.world_size,
                                 timeout=timedelta(minutes=5))
-        if args.backend == "nccl":
-            torch.cuda.set_device(info.local_rank)
-            device = torch.device("cuda", info.local_rank)
-        else:
-            device = torch.device("cpu")
 
         def sync() -> None:
             if device.type == "cuda":

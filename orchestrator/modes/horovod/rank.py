@@ -44,7 +44,9 @@ def main(argv=None) -> None:
         from orchestrator.rankside.torch_common import (
             input_batches,
             native_window,
+            note_device_memory,
             parameter_checksum,
+            rank_device,
         )
 
         hvd.init()
@@ -55,12 +57,8 @@ def main(argv=None) -> None:
         if not hvd.mpi_enabled():
             raise RuntimeError("Horovod is not running on MPI (the Gloo controller was picked): "
                                "start the ranks with mpirun or srun --mpi=pmix")
-        if torch.cuda.is_available():  # one GPU per rank (Horovod's GPU ops: NCCL)
-            torch.cuda.set_device(hvd.local_rank())
-            device = torch.device("cuda", hvd.local_rank())
-            sync = torch.cuda.synchronize
-        else:
-            device, sync = torch.device("cpu"), (lambda: None)
+        device = rank_device("horovod", hvd.local_rank())  # GPU ops: Horovod's NCCL
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         torch.manual_seed(0)
         s.footer["versions"] = harness.versions(torch=torch.__version__,
                                                 horovod=horovod.__version__)
@@ -90,6 +88,7 @@ def main(argv=None) -> None:
             epochs_torch.train(s, args, info, documented_step, model, device,
                                reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"))
             s.footer["param_checksum"] = parameter_checksum(model)
+            note_device_memory(s.footer, device)
             hvd.join()
             hvd.shutdown()  # as at the end below
             return
@@ -133,6 +132,7 @@ def main(argv=None) -> None:
                 s.add("t_u", waited)
                 s.add("t_comm_total", 0.0)
         s.footer["param_checksum"] = parameter_checksum(model)
+        note_device_memory(s.footer, device)
         s.footer["loss"] = float(loss.detach())
         hvd.join()
         # The harness ends the process with os._exit (no atexit): shut Horovod down (it

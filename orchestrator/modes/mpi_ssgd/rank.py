@@ -223,7 +223,9 @@ def main(argv=None) -> None:
         from orchestrator.rankside.torch_common import (
             input_batches,
             native_window,
+            note_device_memory,
             parameter_checksum,
+            rank_device,
         )
 
         comm = MPI.COMM_WORLD
@@ -233,12 +235,8 @@ def main(argv=None) -> None:
                                f"launcher rank {info.rank} of {info.world_size}")
         # GPU nodes compute on the rank's GPU; the all-reduce stays on host buffers (a
         # reference implementation: no CUDA-aware MPI assumed), so t_comm includes the copies.
-        if torch.cuda.is_available():
-            torch.cuda.set_device(info.local_rank)
-            device = torch.device("cuda", info.local_rank)
-            sync = torch.cuda.synchronize
-        else:
-            device, sync = torch.device("cpu"), (lambda: None)
+        device = rank_device("mpi", info.local_rank)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         torch.manual_seed(0)
         library = MPI.Get_library_version().split(",")[0].strip("\x00 \n")  # "Open MPI v4.1.4"
         s.footer["versions"] = harness.versions(torch=torch.__version__,
@@ -279,6 +277,7 @@ def main(argv=None) -> None:
 
             epochs_torch.train(s, args, info, reference_step, model, device, reduce=summed)
             s.footer["param_checksum"] = parameter_checksum(model)
+            note_device_memory(s.footer, device)
             comm.Barrier()
             MPI.Finalize()  # as at the end below
             return
@@ -320,6 +319,7 @@ def main(argv=None) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
+        note_device_memory(s.footer, device)
         s.footer["loss"] = float(loss.detach())
         comm.Barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun

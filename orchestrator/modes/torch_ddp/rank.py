@@ -32,6 +32,7 @@ from orchestrator.rankside.torch_common import (
     input_batches,
     leave_distributed,
     native_window,
+    note_device_memory,
     parameter_checksum,
     plain_step,
 )
@@ -83,7 +84,7 @@ def main(argv=None) -> None:
         info = s.info
         device = init_distributed(args.backend, info)
         model = models_torch.build(args.model, args.dataset, args.classes).to(device)
-        device_ids = [info.local_rank] if device.type == "cuda" else None
+        device_ids = [device.index] if device.type == "cuda" else None  # ranks may share a GPU
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         if args.epochs:  # time to accuracy (issue 18): whole epochs of DDP's own step
@@ -93,6 +94,7 @@ def main(argv=None) -> None:
             epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn), model,
                                device)
             s.footer["param_checksum"] = parameter_checksum(model)
+            note_device_memory(s.footer, device)
             leave_distributed()
             return
         source = input_batches(args, info, models_torch)
@@ -133,8 +135,7 @@ def main(argv=None) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)
-        if device.type == "cuda":  # rendered for GPU partitions; not run on this machine
-            s.footer["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
+        note_device_memory(s.footer, device)
         if args.trace == "yes":  # after the checksum: tracing steps no optimizer
             import os
 

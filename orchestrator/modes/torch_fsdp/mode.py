@@ -24,6 +24,11 @@ MODE = Mode(
     # On GPU streams (NCCL) all-gathers and reduce-scatters run behind compute; over Gloo
     # (CPU) every collective blocks the training thread: nothing is hidden.
     overlap=lambda options: "wfbp" if options.get("backend") == "nccl" else "none",
+    # Seen on an H200 (torch 2.11.0+cu130, 2 ranks sharing the GPU, scripts/gpu-check,
+    # tests/fixtures/gpu-h200): over Gloo on CUDA tensors both windows ran, then a rank died
+    # of SIGSEGV before its footer, with no Python error: the run is lost. Refused up front.
+    cpu_only_backends={"gloo": "over Gloo on CUDA tensors a rank died of SIGSEGV after its "
+                               "last step (torch 2.11, H200), losing the run"},
     options=(
         Option(
             name="backend",

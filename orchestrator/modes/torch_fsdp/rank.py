@@ -67,6 +67,7 @@ from orchestrator.rankside.torch_common import (
     input_batches,
     leave_distributed,
     native_window,
+    note_device_memory,
     plain_step,
 )
 
@@ -260,6 +261,7 @@ def main(argv=None) -> None:
             epochs_torch.train(s, args, info, plain_step(model, optimizer, loss_fn), model,
                                device)
             s.footer["param_checksum"] = full_parameter_checksum(model)
+            note_device_memory(s.footer, device)
             leave_distributed()
             return
         source = input_batches(args, info, models_torch)
@@ -300,8 +302,7 @@ def main(argv=None) -> None:
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = full_parameter_checksum(model)
-        if device.type == "cuda":  # rendered for GPU partitions; not run on this machine
-            s.footer["peak_device_bytes"] = torch.cuda.max_memory_allocated(device)
+        note_device_memory(s.footer, device)
         s.footer["comm_calls"] = {"all_gather": timer.calls["ag"],
                                   "reduce_scatter": timer.calls["rs"]}
         s.footer["loss"] = float(loss.detach())

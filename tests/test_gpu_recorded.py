@@ -1,0 +1,123 @@
+"""GPU paths (issue 21), checked against what ran on a real GPU and on this CPU machine.
+
+``tests/fixtures/gpu-h200`` is a sweep recorded on one NVIDIA H200 (torch 2.11.0+cu130,
+NCCL 2.28.9, Open MPI 4.1.6; ``machine.txt``) by ``scripts/gpu-check`` on the
+``local-gpu`` site: torch-ddp and torch-fsdp over NCCL at 1 rank, torch-ddp over Gloo on CUDA
+tensors at 2 ranks sharing the GPU, torch-fsdp over Gloo at 2 ranks (a rank died of SIGSEGV:
+recorded as the failure it was), the all-reduce micro-benchmark over NCCL (1 rank) and Gloo
+(2 ranks), mpi-ssgd at 1 and 2 ranks. Its run folders are kept as the ranks wrote them (only
+submitit's pickles and heartbeat files left out), so ``orch results`` reads them here as it
+read them there. What cannot run here (a CUDA device) is not simulated: the rank side's CPU
+branch and the local scheduler's GPU hand-over are tested for real instead.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator import fabric
+from orchestrator.backends.local import LocalScheduler
+
+from .conftest import run_orch
+
+RECORDED = Path(__file__).parent / "fixtures" / "gpu-h200"
+
+
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("gpu") / "gpu-check"
+    shutil.copytree(RECORDED, sweep)
+    out = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
+    return out
+
+
+def _one(rows, mode, ranks, backend):
+    [row] = [r for r in rows if r["mode"] == mode and r["ranks"] == ranks
+             and (r["options"] or {}).get("backend", "mpi") == backend]
+    return row
+
+
+@pytest.mark.parametrize("mode,ranks,backend", [
+    ("torch-ddp", 1, "nccl"), ("torch-fsdp", 1, "nccl"), ("torch-ddp", 2, "gloo"),
+    ("mpi-ssgd", 1, "mpi"), ("mpi-ssgd", 2, "mpi"),
+])
+def test_recorded_gpu_training_runs(rows, mode, ranks, backend):
+    r = _one(rows, mode, ranks, backend)
+    assert r["state"] == "COMPLETED" and r["checksums_agree"]
+    assert "cu130" in r["versions"]  # it ran with the CUDA build, not a CPU fallback
+    assert r["throughput_from"] == "native window" and r["samples_per_s"] > 1000
+    # host-to-device copies exist on a GPU and are timed to their end (synchronised)
+    assert r["t_h2d"] > 0
+    assert r["peak_device_bytes"] > 100 * 2**20  # ResNet-18's weights, grads and activations
+    assert r["invariant_violations"] is None
+    if ranks == 1:
+        assert r["t_comm"] == 0 and r["t_comm_total"] == 0
+    else:
+        assert 0 < r["t_comm"] <= r["t_comm_total"]
+
+
+def test_recorded_fsdp_over_gloo_on_cuda_failed_and_is_now_refused(rows, tmp_path):
+    r = _one(rows, "torch-fsdp", 2, "gloo")
+    assert r["state"] == "FAILED" and "SIGSEGV" in r["reason"]
+    proc = run_orch("sweep", "--site", "local-gpu", "--nodes", "1", "--mode", "torch-fsdp",
+                    "-o", "backend=gloo", "--tasks-per-node", "2", "--out", tmp_path,
+                    "--dry-run")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "backend=gloo" in proc.stderr and "use backend=nccl" in proc.stderr
+
+
+def test_nccl_refuses_two_ranks_per_gpu_at_render_time(tmp_path):
+    proc = run_orch("sweep", "--site", "local-gpu", "--nodes", "1", "--mode", "torch-ddp",
+                    "--tasks-per-node", "2", "--out", tmp_path, "--dry-run")
+    assert proc.returncode == 2
+    assert "NCCL takes one rank per GPU" in proc.stderr and "backend=gloo" in proc.stderr
+    ok = run_orch("sweep", "--site", "local-gpu", "--nodes", "1", "--mode", "torch-ddp",
+                  "--tasks-per-node", "2", "-o", "backend=gloo", "--out", tmp_path,
+                  "--dry-run")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_recorded_allreduce_on_cuda_tensors(rows):
+    nccl, gloo = _one(rows, "allreduce-bench", 1, "nccl"), _one(rows, "allreduce-bench", 2,
+                                                                 "gloo")
+    assert nccl["state"] == gloo["state"] == "COMPLETED"
+    # Gloo stages CUDA tensors through host memory: far slower than one GPU's NCCL no-op
+    assert gloo["t_comm"] > 10 * nccl["t_comm"] > 0
+
+
+def test_nccl_lines_of_the_recorded_run_are_parsed():
+    out = (RECORDED / "torch-ddp-resnet18-gpu-n1-r0-f4b247fd" / "ranks" / "rank-0.out")
+    got = fabric.parse_nccl(out.read_text())
+    assert got == {"network": "Socket", "hcas": [], "ifaces": ["lo"], "ib_missing": False}
+
+
+def test_rank_device_on_a_machine_without_cuda():
+    import torch  # the local site's rank environment: orch[torch], installed by make test
+
+    from orchestrator.rankside.torch_common import rank_device
+
+    assert not torch.cuda.is_available()
+    assert rank_device("gloo", 3) == torch.device("cpu")
+    with pytest.raises(RuntimeError, match=r"backend nccl needs a GPU.*backend=gloo"):
+        rank_device("nccl", 0)
+
+
+@pytest.mark.parametrize("gpus,visible", [(2, "0,1"), (0, "")])
+def test_local_scheduler_hands_the_partition_gpus_to_the_job(tmp_path, gpus, visible):
+    """submitit's LocalExecutor hides every GPU unless told the count (seen on the H200:
+    torch.cuda.is_available() was False in every rank until this was passed)."""
+    (tmp_path / "job.sbatch").write_text(
+        'printf "%s|%s" "${CUDA_VISIBLE_DEVICES-unset}" ok > seen\n')
+    sched = LocalScheduler()
+    job_id = sched.submit(SimpleNamespace(time_limit_min=1), tmp_path,
+                          SimpleNamespace(gpus_per_node=gpus), {})
+    deadline = time.monotonic() + 60
+    while sched._jobs[job_id].done() is False and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "seen").read_text() == f"{visible}|ok"
