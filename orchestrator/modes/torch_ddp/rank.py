@@ -17,6 +17,12 @@ exactly as DDP's default hook does, and records when things happened:
   rest of ``loss.backward()`` (autograd's own tail: copying bucket views back into the
   gradients) is ``t_b``. As every bucket was launched by ``ready``, exposed <= total.
 
+On a GPU the same instants are CUDA events, not host clocks: under NCCL a bucket's future
+completes (and its callback runs) when the all-reduce is *enqueued*, its work then running on
+NCCL's stream, so host times would see no communication at all. An event recorded on the
+compute stream when the hook is called marks ``ready``; one recorded in the callback, whose
+stream is made to wait for the all-reduce (PyTorch's CUDA-aware futures), marks its end.
+
 World size 1: no hook is installed and nothing is counted as communication (DDP's all-reduce of
 a one-member group is a local copy): ``t_comm = t_comm_total = 0``, ``t_b`` = backward.
 """
@@ -41,10 +47,12 @@ from .mode import MODE
 
 
 class BucketTimer:
-    """A DDP comm hook that all-reduces (averages) a bucket and records when things happened."""
+    """A DDP comm hook that all-reduces (averages) a bucket and records when things happened:
+    host clocks on the CPU, CUDA events on a GPU (see the module docstring)."""
 
-    def __init__(self, world_size: int) -> None:
+    def __init__(self, world_size: int, cuda: bool = False) -> None:
         self.world_size = world_size
+        self.cuda = cuda
         self.reset()
 
     def reset(self) -> None:
@@ -52,22 +60,46 @@ class BucketTimer:
         self.last_done = None
         self.total = 0.0
         self.buckets = 0
+        self._events = []  # CUDA: (ready event, completion event) per bucket
 
     def hook(self, state, bucket):  # signature required by register_comm_hook
+        import torch
         import torch.distributed as dist
 
         launched = time.perf_counter()
         self.last_ready = launched
         self.buckets += 1
+        ready = None
+        if self.cuda:
+            ready = torch.cuda.Event(enable_timing=True)
+            ready.record()  # the compute stream, where this bucket's gradients were made
         fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
 
         def finished(f):
-            done = time.perf_counter()
-            self.total += done - launched
-            self.last_done = done if self.last_done is None else max(self.last_done, done)
+            if ready is not None:
+                done_event = torch.cuda.Event(enable_timing=True)
+                done_event.record()  # this stream waits for the all-reduce
+                self._events.append((ready, done_event))
+            else:
+                done = time.perf_counter()
+                self.total += done - launched
+                self.last_done = done if self.last_done is None else max(self.last_done, done)
             return f.value()[0].div_(self.world_size)
 
         return fut.then(finished)
+
+    def exposed(self, end: float) -> float:
+        """Seconds of this backward after its last bucket was ready during which an all-reduce
+        was still in flight; also sums ``total``. CPU: ``end`` is when loss.backward()
+        returned. CUDA: call after a device synchronize (the events must have happened)."""
+        if not self.cuda:
+            ready = self.last_ready or end
+            return max(0.0, min(end, self.last_done or ready) - ready)
+        if not self._events:
+            return 0.0
+        last_ready = self._events[-1][0]
+        self.total = sum(r.elapsed_time(d) for r, d in self._events) / 1e3
+        return max(0.0, max(last_ready.elapsed_time(d) for _, d in self._events) / 1e3)
 
 
 def main(argv=None) -> None:
@@ -107,7 +139,7 @@ def main(argv=None) -> None:
         gc.collect()
 
         ddp = DistributedDataParallel(model, device_ids=device_ids)
-        timer = BucketTimer(info.world_size)
+        timer = BucketTimer(info.world_size, cuda=device.type == "cuda")
         if info.world_size > 1:  # one rank: nothing to communicate, nothing to time
             ddp.register_comm_hook(state=None, hook=timer.hook)
 
@@ -125,8 +157,7 @@ def main(argv=None) -> None:
             loss.backward()
             sync()
             end = time.perf_counter()
-            ready = timer.last_ready or end
-            exposed = max(0.0, min(end, timer.last_done or ready) - ready)
+            exposed = min(timer.exposed(end), end - start)
             s.add("t_b", end - start - exposed)
             s.add("t_comm", exposed)
             s.add("t_comm_total", timer.total)
