@@ -39,6 +39,7 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
         # hand twice): never append it to the first one's rank logs.
         raise RuntimeError(f"job {job_id}: {rdir} already holds an execution of this attempt "
                            f"({protocol.JOB_TIMES_FILE}); refusing to run it again there")
+    as_ranks_run()
     started = time.time()
     with open(rdir / f"slurm-{job_id}.out", "ab") as out:
         proc = subprocess.Popen(["bash", str(rdir / "job.sbatch")], stdout=out,
@@ -78,6 +79,18 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
     if code != 0:
         raise RuntimeError(f"job.sbatch exited with status {code}")
     return code
+
+
+def as_ranks_run() -> None:
+    """Back to the normal CPU policy (SCHED_OTHER) before the job script starts, whose ranks
+    inherit it: on the local site orch's processes above this one run SCHED_BATCH
+    (backends.local.yield_to_ranks), which the ranks must not. Leaving SCHED_BATCH at the same
+    nice value needs no privilege; under Slurm the policy is already the normal one."""
+    try:
+        if os.sched_getscheduler(0) == os.SCHED_BATCH:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):
+        pass
 
 
 def attempt_dir(out, rdir: Path) -> Path:

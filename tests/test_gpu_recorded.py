@@ -8,21 +8,18 @@ recorded as the failure it was), the all-reduce micro-benchmark over NCCL (1 ran
 (2 ranks), mpi-ssgd at 1 and 2 ranks. Its run folders are kept as the ranks wrote them (only
 submitit's pickles and heartbeat files left out), so ``orch results`` reads them here as it
 read them there. What cannot run here (a CUDA device) is not simulated: the rank side's CPU
-branch and the local scheduler's GPU hand-over are tested for real instead.
+branch here, and the local scheduler's GPU hand-over in test_local_scheduler.py.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from orchestrator import fabric
-from orchestrator.backends.local import LocalScheduler
 
 from .conftest import run_orch
 
@@ -106,18 +103,3 @@ def test_rank_device_on_a_machine_without_cuda():
     assert rank_device("gloo", 3) == torch.device("cpu")
     with pytest.raises(RuntimeError, match=r"backend nccl needs a GPU.*backend=gloo"):
         rank_device("nccl", 0)
-
-
-@pytest.mark.parametrize("gpus,visible", [(2, "0,1"), (0, "")])
-def test_local_scheduler_hands_the_partition_gpus_to_the_job(tmp_path, gpus, visible):
-    """submitit's LocalExecutor hides every GPU unless told the count (seen on the H200:
-    torch.cuda.is_available() was False in every rank until this was passed)."""
-    (tmp_path / "job.sbatch").write_text(
-        'printf "%s|%s" "${CUDA_VISIBLE_DEVICES-unset}" ok > seen\n')
-    sched = LocalScheduler()
-    job_id = sched.submit(SimpleNamespace(time_limit_min=1), tmp_path,
-                          SimpleNamespace(gpus_per_node=gpus), {})
-    deadline = time.monotonic() + 60
-    while sched._jobs[job_id].done() is False and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert (tmp_path / "seen").read_text() == f"{visible}|ok"

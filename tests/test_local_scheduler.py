@@ -1,0 +1,59 @@
+"""The local site's scheduler for real: what the job script is started with.
+
+Each test submits a one-line job.sbatch through LocalScheduler (submitit's LocalExecutor and
+orch's job function, as a sweep does) and reads back what the script saw.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.backends.local import LocalScheduler
+
+
+def submit_and_wait(rdir: Path, script: str, gpus: int = 0) -> str:
+    (rdir / "job.sbatch").write_text(script)
+    sched = LocalScheduler()
+    try:
+        job_id = sched.submit(SimpleNamespace(time_limit_min=1), rdir,
+                              SimpleNamespace(gpus_per_node=gpus), {})
+        job = sched._jobs[job_id]
+        controller = job._process.pid
+        policies = []
+        deadline = time.monotonic() + 60
+        while not job.done() and time.monotonic() < deadline:
+            policies.append(_policy(controller))
+            time.sleep(0.1)
+        return (rdir / "seen").read_text(), policies
+    finally:  # this test process was the submitter: put it back as it was
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+
+
+def _policy(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[38])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("gpus,visible", [(2, "0,1"), (0, "")])
+def test_local_scheduler_hands_the_partition_gpus_to_the_job(tmp_path, gpus, visible):
+    """submitit's LocalExecutor hides every GPU unless told the count (seen on the H200:
+    torch.cuda.is_available() was False in every rank until this was passed)."""
+    seen, _ = submit_and_wait(tmp_path, 'printf "%s|ok" "${CUDA_VISIBLE_DEVICES-unset}" > seen\n',
+                              gpus)
+    assert seen == f"{visible}|ok"
+
+
+def test_orch_and_submitit_yield_to_the_ranks_and_the_job_runs_normally(tmp_path):
+    """orch's follow loop and submitit's controller (24 polls a second) run SCHED_BATCH, so
+    their wake-ups never preempt a rank; the job script, and so the ranks, SCHED_OTHER."""
+    seen, policies = submit_and_wait(
+        tmp_path, 'sleep 1; python3 -c "import os; print(os.sched_getscheduler(0))" > seen\n')
+    assert int(seen) == os.SCHED_OTHER
+    assert os.SCHED_BATCH in policies and os.SCHED_OTHER not in policies
