@@ -61,8 +61,10 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
 # Iterations per model: enough measured steps for a stable rate (LeNet-5: 40 steps, a 0.5 s
-# window, varied 2x between rounds even on an idle machine), few enough for 2 cores.
-DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (6, 2), "alexnet": (10, 3)}
+# window, varied 2x between rounds even on an idle machine; 200 steps, ~2 s), few enough for 2
+# cores (ResNet-18, CIFAR: ~1.2 s a step at 2 ranks, so 10 steps is a ~12 s window; 6 steps
+# left the first slow steps after warm-up weighing on the rate).
+DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (10, 2), "alexnet": (10, 3)}
 
 
 def trained_modes() -> list[str]:
@@ -230,7 +232,9 @@ def main() -> None:
                         n, n_step = run_native(twin, a.site)
                         o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
                 except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
-                    failures.append(f"{mode}/{model} round {k}: {str(exc).splitlines()[0]}")
+                    lines = [x for x in str(exc).splitlines() if x.strip()] or [repr(exc)]
+                    why = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1].strip()}"
+                    failures.append(f"{mode}/{model} round {k}: {why}")
                     print(f"  {failures[-1]}", flush=True)
                     break
                 x = Round(o, n, orch_step(rdir), n_step, os.getloadavg()[0])
