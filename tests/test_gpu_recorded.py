@@ -30,8 +30,7 @@ RECORDED = Path(__file__).parent / "fixtures" / "gpu-h200"
 def rows(tmp_path_factory):
     sweep = tmp_path_factory.mktemp("gpu") / "gpu-check"
     shutil.copytree(RECORDED, sweep)
-    out = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
-    return out
+    return json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
 
 
 def _one(rows, mode, ranks, backend):
@@ -100,6 +99,6 @@ def test_rank_device_on_a_machine_without_cuda():
     from orchestrator.rankside.torch_common import rank_device
 
     assert not torch.cuda.is_available()
-    assert rank_device("gloo", 3) == torch.device("cpu")
+    assert rank_device(3) == torch.device("cpu")
     with pytest.raises(RuntimeError, match=r"backend nccl needs a GPU.*backend=gloo"):
-        rank_device("nccl", 0)
+        rank_device(0, needs_gpu=True)

@@ -16,7 +16,9 @@ import pytest
 from orchestrator.backends.local import LocalScheduler
 
 
-def submit_and_wait(rdir: Path, script: str, gpus: int = 0) -> str:
+def submit_and_wait(rdir: Path, script: str, gpus: int = 0) -> tuple[str, list[int | None]]:
+    """Run ``script`` as a local job; what it wrote to ``seen``, and the scheduling policy
+    of submitit's controller sampled every 0.1 s while the job ran."""
     (rdir / "job.sbatch").write_text(script)
     sched = LocalScheduler()
     try:

@@ -6,19 +6,20 @@ own step, the phases from a second, instrumented window)."""
 from __future__ import annotations
 
 
-def rank_device(backend: str, local_rank: int):
+def rank_device(local_rank: int, needs_gpu: bool = False):
     """This rank's device: a GPU wherever CUDA is present, else the CPU.
 
-    NCCL needs one (it reduces only CUDA tensors) and is refused without one; Gloo reduces host
-    and CUDA tensors alike, so on a GPU node a Gloo run computes on the GPU as the same script
-    under NCCL would, and only its collectives differ (``CUDA_VISIBLE_DEVICES=`` keeps a run on
-    the CPU). Ranks share the node's GPUs round-robin (``local_rank % count``): two ranks on
-    one GPU is how a one-GPU machine runs a two-rank Gloo job (NCCL refuses two ranks on one
-    device, so its launch takes one rank per GPU)."""
+    ``needs_gpu``: the collectives reduce only CUDA tensors (NCCL): no GPU is then an error,
+    not a silent CPU run. Gloo reduces host and CUDA tensors alike, so on a GPU node a Gloo run
+    computes on the GPU as the same script under NCCL would, and only its collectives differ
+    (``CUDA_VISIBLE_DEVICES=`` keeps a run on the CPU). Ranks share the node's GPUs
+    round-robin (``local_rank % count``): two ranks on one GPU is how a one-GPU machine runs a
+    two-rank Gloo job (NCCL refuses two ranks on one device, so its launch takes one rank per
+    GPU)."""
     import torch
 
     if not torch.cuda.is_available():
-        if backend == "nccl":
+        if needs_gpu:
             raise RuntimeError("backend nccl needs a GPU and torch.cuda.is_available() is False "
                                "here: use -o backend=gloo on CPU partitions")
         return torch.device("cpu")
@@ -34,7 +35,7 @@ def init_distributed(backend: str, info):
 
     import torch.distributed as dist
 
-    device = rank_device(backend, info.local_rank)
+    device = rank_device(info.local_rank, needs_gpu=backend == "nccl")
     dist.init_process_group(backend, rank=info.rank, world_size=info.world_size,
                             timeout=timedelta(minutes=5))
     return device

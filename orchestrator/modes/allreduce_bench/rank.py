@@ -60,7 +60,7 @@ def main(argv=None) -> None:
         info = s.info
         # The buffers live where the training modes keep their gradients: on the GPU wherever
         # CUDA is present (Gloo then reduces CUDA tensors, through host copies of its own).
-        device = rank_device(args.backend, info.local_rank)
+        device = rank_device(info.local_rank, needs_gpu=args.backend == "nccl")
         dist.init_process_group(args.backend, rank=info.rank, world_size=info.world_size,
                                 timeout=timedelta(minutes=5))
 

@@ -57,7 +57,7 @@ def main(argv=None) -> None:
         if not hvd.mpi_enabled():
             raise RuntimeError("Horovod is not running on MPI (the Gloo controller was picked): "
                                "start the ranks with mpirun or srun --mpi=pmix")
-        device = rank_device("horovod", hvd.local_rank())  # GPU ops: Horovod's NCCL
+        device = rank_device(hvd.local_rank())  # GPU ops: Horovod's NCCL
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         torch.manual_seed(0)
         s.footer["versions"] = harness.versions(torch=torch.__version__,

@@ -235,7 +235,7 @@ def main(argv=None) -> None:
                                f"launcher rank {info.rank} of {info.world_size}")
         # GPU nodes compute on the rank's GPU; the all-reduce stays on host buffers (a
         # reference implementation: no CUDA-aware MPI assumed), so t_comm includes the copies.
-        device = rank_device("mpi", info.local_rank)
+        device = rank_device(info.local_rank)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         torch.manual_seed(0)
         library = MPI.Get_library_version().split(",")[0].strip("\x00 \n")  # "Open MPI v4.1.4"
