@@ -33,7 +33,9 @@ Two windows per run (issue 14), told apart by an ``iter`` record's ``window``:
 
 * ``native`` — the throughput window: the framework's own idiomatic training step, unmodified,
   timed only by wall clock per iteration (``t_iter``; no phase fields). samples/s, speedup and
-  efficiency come from it.
+  efficiency come from it. A framework whose loop only queues its steps (MXNet, TF-PS) is
+  drained in chunks; its records carry ``queued: true`` and equal shares of their chunk's wall
+  time (rankside.harness.Session.native_iterations).
 * ``breakdown`` — the phase-instrumented window (the phases above). A record without
   ``window`` is a breakdown record (logs written before the two windows existed).
 

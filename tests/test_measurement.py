@@ -144,3 +144,49 @@ def test_recorded_runs_hold_every_invariant_and_one_rank_has_no_communication():
     reasoned = df.assign(t_comm_total=None, comm_total_reason="not seen by the rank")
     assert comm_table(reasoned).rows[1][5:7] == ["-", "-"]
     assert comm_table(reasoned).rows[1][-1] == "not seen by the rank"
+
+
+def test_native_window_drains_a_queued_framework_inside_its_clock(tmp_path, monkeypatch):
+    """MXNet's and TF-PS's native windows only queue their steps (as their own loops do); the
+    harness drains the queue inside the last warm-up iteration, every NATIVE_CHUNK measured
+    ones and the last one, so the measured window holds all of its own work and none of the
+    warm-up's, and each iteration of a chunk records an equal share of the chunk's wall time."""
+    import time
+
+    from orchestrator import modes
+    from orchestrator.rankside import harness
+
+    monkeypatch.setattr(harness, "NATIVE_CHUNK", 2)
+    args = harness.mode_parser(modes.get("mxnet-kvstore")).parse_args(
+        ["--run-id", "r", "--log-dir", str(tmp_path), "--model", "lenet5", "--batch-size", "4",
+         "--iters", "5", "--warmup", "3", "--kvstore", "dist_sync", "--update", "worker"])
+    log = harness.RankLogWriter(str(tmp_path / "rank-0.jsonl"))
+    s = harness.Session(args, harness.RankInfo({}), log)
+    drained, bodies = [], []
+
+    def drain():  # the queued work: 30 ms, seen only by whoever waits for it
+        drained.append(bodies[-1])
+        time.sleep(0.03)
+
+    started = time.time()
+    for it in s.native_iterations(drain=drain):
+        bodies.append(it)
+    assert bodies == list(range(8))
+    log.close()
+    # Inside iterations 2 (last warm-up), 4 and 6 (every 2 measured), 7 (last).
+    assert drained == [2, 4, 6, 7]
+    rows = [json.loads(x) for x in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    assert [r["iter"] for r in rows] == list(range(8)) and all(r["queued"] for r in rows)
+    assert [r["warmup"] for r in rows] == [True] * 3 + [False] * 5
+    chunks = [(0, 1, 2), (3, 4), (5, 6), (7,)]
+    for chunk in chunks:
+        share = rows[chunk[0]]["t_iter"]
+        assert 0.03 / len(chunk) <= share < 0.03 / len(chunk) + 0.01
+        for i, k in enumerate(chunk):  # equal shares, spaced by them from the chunk's start
+            assert rows[k]["t_iter"] == share
+            assert rows[k]["t_start"] == pytest.approx(rows[chunk[0]]["t_start"] + i * share)
+    assert started <= rows[0]["t_start"] and rows[3]["t_start"] >= rows[0]["t_start"] + 0.03
+    # The throughput analysis sees every measured second: the window's span is the sum.
+    measured = rows[3:]
+    span = measured[-1]["t_start"] + measured[-1]["t_iter"] - measured[0]["t_start"]
+    assert span == pytest.approx(sum(r["t_iter"] for r in measured), abs=2e-3)

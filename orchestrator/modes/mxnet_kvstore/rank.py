@@ -14,8 +14,11 @@ in its footer.
 Worker. ``gluon.Trainer(..., kvstore=mx.kv.create(kvstore))``. Two windows
 (orchestrator.protocol): the **native** window runs Gluon's own step, ``autograd.record()``
 forward and loss, ``loss.backward()``, ``trainer.step(1)`` (the loss is summed; the optimizer's
-``rescale_grad`` normalises by the global batch), ending when its results exist
-(``mx.nd.waitall()``), wall clock only: samples/s comes from it. Then the **breakdown** window.
+``rescale_grad`` normalises by the global batch), wall clock only: samples/s comes from it.
+Steps queue in MXNet's engine as in Gluon's own loop; the harness waits for them
+(``mx.nd.waitall()``) at the end of every chunk of iterations and of the window, so the
+window holds all of its work (harness.Session.native_iterations). Then the **breakdown**
+window.
 MXNet runs operators asynchronously, so each of its phases ends by waiting for its results:
 
 * ``t_io``: take a synthetic batch from a pool in host memory; ``t_h2d``: copy it to the GPU
@@ -173,7 +176,9 @@ def train(s: harness.Session, args) -> None:
 
     source = input_batches(mx, gluon, args, kv.rank, kv.num_workers, info.role_index)
 
-    for _ in s.native_iterations():  # Gluon's own step, wall clock only
+    # Gluon's own step, wall clock only: queued, as Gluon's loop queues it (MXNet's engine
+    # runs it asynchronously); the harness drains the engine (waitall) at a chunk's end.
+    for _ in s.native_iterations(drain=mx.nd.waitall):
         x, y = next(source)
         if x.context != ctx:
             x, y = x.as_in_context(ctx), y.as_in_context(ctx)
@@ -181,7 +186,6 @@ def train(s: harness.Session, args) -> None:
             loss = loss_fn(net(x), y)
         loss.backward()
         trainer.step(1)
-        mx.nd.waitall()
 
     for _ in s.iterations():
         with s.phase("t_io"):

@@ -10,18 +10,21 @@ Roles (``ORCH_ROLE``, from orch's task table; ``TF_CONFIG`` from launch.sh):
 * the ``chief`` runs ``ParameterServerStrategy`` + ``ClusterCoordinator``. The variables
   (weights and momentum slots, each slot beside its weight) live on the ps tasks, spread
   round-robin. One chief *iteration* schedules one training step per worker
-  (``coordinator.schedule``) and waits for all of them (``coordinator.join``): a global step of
-  ``workers x batch`` samples, which is what the chief logs as the iteration's ``samples``.
-  Every worker applies its own gradient to the parameters as soon as it has it: asynchronous
-  SGD, no gradient aggregation, so workers do not end with equal parameters (the mode is not
-  ``synchronous``; the chief's checksum is of the ps-held parameters).
+  (``coordinator.schedule``; the breakdown window waits for them, ``coordinator.join``): a
+  global step of ``workers x batch`` samples, which is what the chief logs as the
+  iteration's ``samples``. Every worker applies its own gradient to the parameters as soon as
+  it has it: asynchronous SGD, no gradient aggregation, so workers do not end with equal
+  parameters (the mode is not ``synchronous``; the chief's checksum is of the ps-held
+  parameters).
 
 Two windows (orchestrator.protocol), both timed by the chief, one iteration = one scheduled
-step per worker and ``coordinator.join()``. The **native** window schedules the step as
-TensorFlow's ParameterServerStrategy guide writes it (a ``tf.function`` taking the per-worker
-iterator: ``next(iterator)``, ``strategy.run`` of forward, averaged loss, ``tape.gradient`` and
-Keras' ``SGD(momentum=0.9).apply_gradients``, ``strategy.reduce`` of the loss), wall clock
-only: samples/s comes from it. The **breakdown** window schedules the instrumented step below.
+step per worker. The **native** window schedules the step as TensorFlow's
+ParameterServerStrategy guide writes it (a ``tf.function`` taking the per-worker iterator:
+``next(iterator)``, ``strategy.run`` of forward, averaged loss, ``tape.gradient`` and Keras'
+``SGD(momentum=0.9).apply_gradients``, ``strategy.reduce`` of the loss), and lets steps queue
+as the guide's epoch loop does (the harness joins at the end of every chunk of iterations and
+of the window), wall clock only: samples/s comes from it. The **breakdown** window schedules the
+instrumented step below and joins every iteration (``coordinator.join()``).
 
 What is measured, and how. The chief only sees a step's wall time; the phases come from inside
 the step function on the worker, where ``tf.timestamp()`` ops chained by control dependencies
@@ -259,10 +262,12 @@ def coordinate(s, args) -> None:
     iterator = iter(coordinator.create_per_worker_dataset(dataset_fn))
     s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
 
-    for _ in s.native_iterations():
+    # The guide schedules an epoch's steps and joins once: the workers never wait for the
+    # coordinator between steps. So the window only schedules; the harness joins at the end
+    # of every chunk of iterations (an "epoch") and of the window.
+    for _ in s.native_iterations(drain=coordinator.join):
         for _ in range(workers):
             coordinator.schedule(native_step, args=(iterator,))
-        coordinator.join()
 
     for _ in s.iterations():
         scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
