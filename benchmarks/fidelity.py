@@ -103,15 +103,17 @@ def run_orch(mode: str, model: str, a: argparse.Namespace, out: Path) -> tuple[f
     return float(row["samples_per_s"]), out / row["run_id"]
 
 
-def make_twin(rdir: Path, mode: str, twin: Path) -> Path:
-    """Copy a rendered run's scripts into ``twin``, running ``benchmarks.native.<pkg>``."""
+def make_twin(rdir: Path, mode: str, twin: Path, bare: bool = False) -> Path:
+    """Copy a rendered run's scripts into ``twin``, running ``benchmarks.native.<pkg>``
+    (with ``--bare``: without orch's rank modules imported, see benchmarks.native._common)."""
     pkg = package_of(mode)
     if not (NATIVE_DIR / f"{pkg}.py").exists():
         raise FileNotFoundError(f"no native script benchmarks/native/{pkg}.py for {mode}")
     twin.mkdir(parents=True, exist_ok=True)
     for name in ("job.sbatch", "launch.sh"):
         text = (rdir / name).read_text().replace(str(rdir), str(twin))
-        text = text.replace(f"-m orchestrator.modes.{pkg}.rank", f"-m benchmarks.native.{pkg}")
+        text = text.replace(f"-m orchestrator.modes.{pkg}.rank",
+                            f"-m benchmarks.native.{pkg}" + (" --bare" if bare else ""))
         if name == "job.sbatch":
             text = re.sub(r"^(export PYTHONPATH=.*)$",
                           rf'\1\nexport PYTHONPATH="$PYTHONPATH:{ROOT}"', text, count=1,
@@ -209,6 +211,9 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=None, help="default: per model")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--site", default="local")
+    p.add_argument("--bare-native", action="store_true", help="native scripts without orch's "
+                   "rank modules imported (by default they import them, unused: a step's time "
+                   "depends on the process's memory layout; benchmarks/native/_common.py)")
     p.add_argument("--out", type=Path, default=None, help="default: a fresh temporary folder")
     a = p.parse_args()
     wanted = a.modes.split(",") if a.modes else trained_modes()
@@ -226,7 +231,8 @@ def main() -> None:
                     # Alternate who goes first (orch, native | native, orch | ...).
                     if twin is None or k % 2 == 0:
                         o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
-                        twin = twin or make_twin(rdir, mode, base / "native" / f"{mode}-{model}")
+                        twin = twin or make_twin(rdir, mode, base / "native" / f"{mode}-{model}",
+                                                 a.bare_native)
                         n, n_step = run_native(twin, a.site)
                     else:
                         n, n_step = run_native(twin, a.site)
