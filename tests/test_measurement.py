@@ -190,3 +190,14 @@ def test_native_window_drains_a_queued_framework_inside_its_clock(tmp_path, monk
     measured = rows[3:]
     span = measured[-1]["t_start"] + measured[-1]["t_iter"] - measured[0]["t_start"]
     assert span == pytest.approx(sum(r["t_iter"] for r in measured), abs=2e-3)
+
+
+def test_a_queued_chunk_is_bounded_in_iterations_and_in_time():
+    """At most NATIVE_CHUNK iterations, at most ~NATIVE_CHUNK_S at the last chunk's pace (its
+    records reach the hang watch only once drained), one when the pace is not known yet."""
+    from orchestrator.rankside.harness import NATIVE_CHUNK, NATIVE_CHUNK_S, chunk_limit
+
+    assert chunk_limit(None) == 1
+    assert chunk_limit(0.01) == NATIVE_CHUNK == chunk_limit(0.0)  # LeNet-5: 100 steps, ~1 s
+    assert chunk_limit(1.2) == int(NATIVE_CHUNK_S / 1.2)  # ResNet-18 on 2 cores: 8 steps
+    assert chunk_limit(60.0) == 1  # a step slower than a chunk: drained after each

@@ -34,23 +34,29 @@ _ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC
 # The native window writes its iteration records at most this often (Session._window).
 NATIVE_WRITE_S = 1.0
 # A queued native window (Session.native_iterations' drain) waits for its steps at the end of
-# the warm-up, after every NATIVE_CHUNK measured iterations and at its end: the queue stays
-# bounded, and a drain (the pipeline refilling once, ~1 step) costs ~1% of a chunk.
+# the warm-up, after every chunk of measured iterations and at its end. A chunk is at most
+# NATIVE_CHUNK iterations (a bounded queue; a drain, the pipeline refilling once, costs
+# milliseconds) and at most ~NATIVE_CHUNK_S of them at the last chunk's pace: its records are
+# written only once it is drained, and orch's hang watch (watch.py, 300 s) reads them.
 NATIVE_CHUNK = 100
+NATIVE_CHUNK_S = 10.0
 
 
-def chunk_ends(k: int, warmup: int, total: int) -> bool:
-    """Whether iteration ``k`` (0-based in its window) ends a queued window's chunk: the last
-    warm-up one, every NATIVE_CHUNK-th measured one, the last one."""
-    return k in (warmup - 1, total - 1) or (k >= warmup and (k - warmup + 1) % NATIVE_CHUNK == 0)
+def chunk_limit(share: "float | None") -> int:
+    """How many measured iterations the next chunk queues, ``share`` being the seconds an
+    iteration took in the last drained chunk (None: none drained yet, so one iteration)."""
+    if share is None:
+        return 1
+    return max(1, min(NATIVE_CHUNK, int(NATIVE_CHUNK_S / share) if share > 0 else NATIVE_CHUNK))
 
 
-def share_out(records: list, wall: float, seconds: float) -> None:
-    """Give a drained chunk's iterations equal shares of its wall time: queued steps have no
-    wall time of their own, and their chunk's is what they took together."""
+def share_out(records: list, wall: float, seconds: float) -> float:
+    """Give a drained chunk's iterations equal shares of its wall time (returned): queued
+    steps have no wall time of their own, and their chunk's is what they took together."""
     share = seconds / len(records)
     for i, record in enumerate(records):
         record.update(t_start=wall + i * share, t_iter=share, queued=True)
+    return share
 
 # Set for every rank unless the site sets them: NCCL's choice of network, printed at init.
 NCCL_EVIDENCE_ENV = (("NCCL_DEBUG", "INFO"), ("NCCL_DEBUG_SUBSYS", "INIT,NET"))
@@ -210,8 +216,9 @@ class Session:
         until every step queued so far has run. The body then only queues its step, as the
         framework's own loop does (waiting after every step cost MXNet's LeNet-5 ~6% in
         benchmarks.fidelity: the next step's forward no longer overlaps the last one's
-        communication). The harness drains at the end of the warm-up, after every
-        NATIVE_CHUNK measured iterations (a bounded queue) and at the window's end, so the
+        communication). The harness drains at the end of the warm-up, after every chunk of
+        measured iterations (at most NATIVE_CHUNK, and NATIVE_CHUNK_S at the last chunk's
+        pace: a bounded queue, records the hang watch sees) and at the window's end, so the
         window holds all of its own work and none of the warm-up's. A queued step has no wall
         time of its own: each iteration of a chunk records the chunk's wall time over its
         iterations (``t_iter``, ``t_start`` spaced by it, ``queued: true``)."""
@@ -240,6 +247,7 @@ class Session:
         base = self._next_iter
         pending = []
         chunk = []  # a queued window's iterations since its last drain
+        share = None  # seconds per iteration in its last drained chunk
         written = time.perf_counter()
         try:
             for k in range(total):
@@ -269,11 +277,12 @@ class Session:
                     if not chunk:
                         chunk_wall, chunk_t0 = wall, t0
                     chunk.append(record)
-                    if not chunk_ends(k, self.args.warmup, total):
+                    if k not in (self.args.warmup - 1, total - 1) and (
+                            k < self.args.warmup or len(chunk) < chunk_limit(share)):
                         continue
                     drain()
                     end = time.perf_counter()
-                    share_out(chunk, chunk_wall, end - chunk_t0)
+                    share = share_out(chunk, chunk_wall, end - chunk_t0)
                     pending.extend(chunk)
                     chunk = []
                 else:
