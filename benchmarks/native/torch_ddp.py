@@ -2,15 +2,12 @@
 Parallel" tutorial (init_process_group from env://, DistributedDataParallel(model), then
 zero_grad / forward / loss.backward() / optimizer.step()), no hooks, no timers in the loop."""
 
-import os
-import sys
-
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchmarks.native._common import parse_args
-from benchmarks.native._torch import plain_step, run
+from benchmarks.native._torch import leave, plain_step, run
 from orchestrator.rankside import models_torch
 
 
@@ -24,13 +21,7 @@ def main():
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     run("torch-ddp", args, rank, plain_step(ddp, optimizer, loss_fn))
-    dist.barrier()
-    dist.destroy_process_group()
-    # Leave without interpreter teardown, as orch's ranks do (harness.rank_log): with Gloo's
-    # threads still alive it can abort ("terminate called without an active exception", a
-    # native twin's exit status 134 after it had reported), failing a finished job.
-    sys.stdout.flush()
-    os._exit(0)
+    leave()
 
 
 if __name__ == "__main__":

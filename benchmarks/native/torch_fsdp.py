@@ -4,9 +4,6 @@ layer, then on the root model; the plain loop: zero_grad, forward, ``loss.backwa
 ones orch's rank shards (each parameter-holding top-level child, and each such child of a
 top-level ``nn.Sequential``), so both run the same collectives."""
 
-import os
-import sys
-
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -14,7 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from benchmarks.native._common import parse_args
-from benchmarks.native._torch import plain_step, run
+from benchmarks.native._torch import leave, plain_step, run
 from orchestrator.rankside import models_torch
 
 
@@ -43,13 +40,7 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
     run("torch-fsdp", args, rank, plain_step(model, optimizer, loss_fn))
-    dist.barrier()
-    dist.destroy_process_group()
-    # Leave without interpreter teardown, as orch's ranks do (harness.rank_log): with Gloo's
-    # threads still alive it can abort ("terminate called without an active exception", a
-    # native twin's exit status 134 after it had reported), failing a finished job.
-    sys.stdout.flush()
-    os._exit(0)
+    leave()
 
 
 if __name__ == "__main__":

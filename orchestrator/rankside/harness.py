@@ -247,7 +247,7 @@ class Session:
         base = self._next_iter
         pending = []
         chunk = []  # a queued window's iterations since its last drain
-        share = None  # seconds per iteration in its last drained chunk
+        limit = chunk_limit(None)  # how many measured ones the current chunk queues
         written = time.perf_counter()
         try:
             for k in range(total):
@@ -278,11 +278,11 @@ class Session:
                         chunk_wall, chunk_t0 = wall, t0
                     chunk.append(record)
                     if k not in (self.args.warmup - 1, total - 1) and (
-                            k < self.args.warmup or len(chunk) < chunk_limit(share)):
+                            k < self.args.warmup or len(chunk) < limit):
                         continue
                     drain()
                     end = time.perf_counter()
-                    share = share_out(chunk, chunk_wall, end - chunk_t0)
+                    limit = chunk_limit(share_out(chunk, chunk_wall, end - chunk_t0))
                     pending.extend(chunk)
                     chunk = []
                 else:
