@@ -141,6 +141,8 @@ def serve(s, args) -> None:
                 f"injected failure on rank {failure[0]} at iter {failure[1]}")
         if os.path.exists(done):
             s.footer["stopped_by"] = "chief done"
+            if s.info.role == "ps":
+                s.footer["workers_stopped"] = wait_for_workers(args.log_dir)
             return
         if chief.footer is not None:
             s.footer["stopped_by"] = f"chief ended with status {chief.footer.get('status')}"
@@ -159,6 +161,21 @@ def wait_for_footers(log_dir: str, own: int, servers: int) -> int:
                 logs.setdefault(path, LogFollower(path)).poll()
         ended = sum(log.footer is not None for log in logs.values())
         if ended >= servers or time.time() > deadline:
+            return ended
+        time.sleep(POLL_S)
+
+
+def wait_for_workers(log_dir: str) -> int:
+    """A ps task leaves only once every worker has its footer (bounded): a worker's fabric
+    evidence is read from its open sockets when it writes its footer, and a ps leaving first
+    closes the worker's data connections, their byte counters with them (the workers then
+    showed ~35 KB sent of the ~1 MB each must send, and the run's fabric "unverified")."""
+    workers = [k for k, role in enumerate(task_roles()) if role.startswith("worker:")]
+    logs = [LogFollower(os.path.join(log_dir, protocol.rank_log_name(k))) for k in workers]
+    deadline = time.time() + SERVER_FOOTER_WAIT_S
+    while True:
+        ended = sum(log.poll().footer is not None for log in logs)
+        if ended >= len(logs) or time.time() > deadline:
             return ended
         time.sleep(POLL_S)
 
