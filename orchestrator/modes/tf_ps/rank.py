@@ -142,7 +142,8 @@ def serve(s, args) -> None:
         if os.path.exists(done):
             s.footer["stopped_by"] = "chief done"
             if s.info.role == "ps":
-                s.footer["workers_stopped"] = wait_for_workers(args.log_dir)
+                workers = [k for k, r in enumerate(task_roles()) if r.startswith("worker:")]
+                s.footer["workers_stopped"] = wait_for_footers(args.log_dir, workers)
             return
         if chief.footer is not None:
             s.footer["stopped_by"] = f"chief ended with status {chief.footer.get('status')}"
@@ -150,28 +151,14 @@ def serve(s, args) -> None:
         time.sleep(POLL_S)
 
 
-def wait_for_footers(log_dir: str, own: int, servers: int) -> int:
-    """Until the other tasks have their footers (bounded), so that the chief leaves last and
-    no server is left talking to a closed socket."""
-    deadline = time.time() + SERVER_FOOTER_WAIT_S
-    logs: dict[str, LogFollower] = {}
-    while True:
-        for task, path in protocol.rank_logs(log_dir):
-            if task != own:
-                logs.setdefault(path, LogFollower(path)).poll()
-        ended = sum(log.footer is not None for log in logs.values())
-        if ended >= servers or time.time() > deadline:
-            return ended
-        time.sleep(POLL_S)
-
-
-def wait_for_workers(log_dir: str) -> int:
-    """A ps task leaves only once every worker has its footer (bounded): a worker's fabric
-    evidence is read from its open sockets when it writes its footer, and a ps leaving first
-    closes the worker's data connections, their byte counters with them (the workers then
-    showed ~35 KB sent of the ~1 MB each must send, and the run's fabric "unverified")."""
-    workers = [k for k, role in enumerate(task_roles()) if role.startswith("worker:")]
-    logs = [LogFollower(os.path.join(log_dir, protocol.rank_log_name(k))) for k in workers]
+def wait_for_footers(log_dir: str, tasks: list[int]) -> int:
+    """Until the tasks ``tasks`` have their footers (bounded, SERVER_FOOTER_WAIT_S); how many
+    did. The chief waits for every server, so that it leaves last and no server is left
+    talking to a closed socket. A ps waits for the workers: a worker's fabric evidence is read
+    from its open sockets when it writes its footer, and a ps leaving first closes the
+    worker's data connections, their byte counters with them (the workers then showed ~35 KB
+    sent of the ~1 MB each must send, and the run's fabric "unverified")."""
+    logs = [LogFollower(os.path.join(log_dir, protocol.rank_log_name(k))) for k in tasks]
     deadline = time.time() + SERVER_FOOTER_WAIT_S
     while True:
         ended = sum(log.poll().footer is not None for log in logs)
@@ -191,7 +178,7 @@ def coordinate(s, args) -> None:
     s.footer["threads"] = tf_common.thread_settings()
     tf.config.set_visible_devices([], "GPU")  # the chief computes nothing
     cluster = tf_common.tf_config()["cluster"]
-    workers, servers = len(cluster["worker"]), len(cluster["worker"]) + len(cluster["ps"])
+    workers = len(cluster["worker"])
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -263,7 +250,7 @@ def coordinate(s, args) -> None:
     if args.epochs:  # whole epochs of scheduled steps, the chief evaluates after each
         epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params, slots,
                            workers)
-        finish(s, tf, params, servers)
+        finish(s, tf, params)
         return
     if args.data:  # TFRecord (issue 18): the per-worker datasets read it
         dataset_fn = epochs_tf.ps_dataset_fn(tf, args, shape)
@@ -300,16 +287,17 @@ def coordinate(s, args) -> None:
         s.add("t_push", t_push)
 
     s.footer["loss"] = float(results[-1][1])
-    finish(s, tf, params, servers)
+    finish(s, tf, params)
 
 
-def finish(s, tf, params, servers: int) -> None:
+def finish(s, tf, params) -> None:
     """The chief's ending, windows or epochs: the checksum, then stop the servers and leave
     (a coordinator gone early makes them log errors)."""
     s.footer["param_checksum"] = tf_common.checksum(tf, params)
     with open(os.path.join(s.args.log_dir, DONE_FILE), "w") as fh:
         fh.write(f"{time.time()}\n")
-    s.footer["servers_stopped"] = wait_for_footers(s.args.log_dir, s.info.task, servers)
+    others = [k for k in range(len(task_roles())) if k != s.info.task]
+    s.footer["servers_stopped"] = wait_for_footers(s.args.log_dir, others)
 
 
 def main(argv=None) -> None:
