@@ -122,12 +122,21 @@ def make_twin(rdir: Path, mode: str, twin: Path, bare: bool = False) -> Path:
     return twin
 
 
+def scheduler_of(site: str) -> str:
+    """The site's scheduler: a local site's twin runs as a plain script (``local``,
+    ``local-gpu``), a Slurm site's through ``sbatch --wait``."""
+    from orchestrator import site as sites
+
+    return sites.load(site)[0].scheduler
+
+
 def run_native(twin: Path, site: str, timeout: float = 1800) -> tuple[float, float | None]:
     """Run the twin job once: the job's samples/s and median step from its tasks' lines."""
     ranks = twin / "ranks"
     shutil.rmtree(ranks, ignore_errors=True)
     ranks.mkdir()
-    cmd = ["bash", "job.sbatch"] if site == "local" else ["sbatch", "--wait", "job.sbatch"]
+    cmd = ["bash", "job.sbatch"] if scheduler_of(site) == "local" else \
+        ["sbatch", "--wait", "job.sbatch"]
     proc = subprocess.run(cmd, cwd=twin, capture_output=True, text=True, timeout=timeout)
     lines = []
     for out in sorted(ranks.glob("rank-*.out")):

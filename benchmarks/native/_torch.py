@@ -1,6 +1,7 @@
 """What the native PyTorch scripts share: the same synthetic batches as orch's ranks
 (rankside.torch_common.input_batches without --data), so both sides feed identical tensors,
-and the timed loop around each script's own step."""
+the rank's device as PyTorch's DDP tutorial picks it, and the timed loop around each script's
+own step."""
 
 import itertools
 import os
@@ -23,6 +24,16 @@ def synthetic_batches(args, rank):
                             for _ in range(4)])
 
 
+def device_for_rank():
+    """GPU ``LOCAL_RANK`` wherever CUDA is (round-robin over the node's GPUs, as orch's ranks
+    share one GPU between two ranks), else the CPU: the tutorial's ``model.to(device_id)``."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
 def plain_step(model, optimizer, loss_fn):
     """The step PyTorch's tutorials write: zero_grad, forward + loss, backward, step."""
 
@@ -35,13 +46,23 @@ def plain_step(model, optimizer, loss_fn):
     return step
 
 
-def run(mode, args, rank, step):
-    """``--warmup`` + ``--iters`` calls of ``step(x, y)``; print the task's JSON line."""
+def run(mode, args, rank, step, device=None):
+    """``--warmup`` + ``--iters`` calls of ``step(x, y)``, the batch moved to ``device`` (the
+    CPU by default); print the task's JSON line. On a GPU the loop never waits for its
+    kernels, as the tutorial's does not: the device is synchronized only where the measured
+    steps begin and end, so the window holds all of their work (each step's own time is then
+    only how long it took to queue)."""
+    device = device or torch.device("cpu")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     batches = synthetic_batches(args, rank)
     clock = Clock(args.warmup)
     for k in range(args.warmup + args.iters):
+        if k == args.warmup:
+            sync()
         clock.step(k)
-        step(*next(batches))
+        x, y = next(batches)
+        step(x.to(device), y.to(device))
+    sync()
     report(mode, rank, args.iters * args.batch_size, clock.done(), clock.steps())
 
 

@@ -11,7 +11,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from benchmarks.native._common import parse_args
-from benchmarks.native._torch import leave, plain_step, run
+from benchmarks.native._torch import device_for_rank, leave, plain_step, run
 from orchestrator.rankside import models_torch
 
 
@@ -31,15 +31,16 @@ def main():
     torch.manual_seed(0)
     dist.init_process_group(args.backend)
     rank = dist.get_rank()
-    model = models_torch.build(args.model, args.dataset)
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    device = device_for_rank()
+    model = models_torch.build(args.model, args.dataset).to(device)
+    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     reshard = args.reshard_after_forward == "yes"
     for layer in list(layers(model)):
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    run("torch-fsdp", args, rank, plain_step(model, optimizer, loss_fn))
+    run("torch-fsdp", args, rank, plain_step(model, optimizer, loss_fn), device)
     leave()
 
 
