@@ -94,15 +94,18 @@ def native_window(s, source, device, step, sync=None):
     next batch, move it to the device and run ``step(x, y)`` — the mode's plain training step
     as the framework's documentation writes it (forward, ``loss.backward()``,
     ``optimizer.step()``), with no hook, timer or phase inside. Only the harness' wall clock
-    surrounds it (and, on a GPU, one synchronize at its end, so that the wall clock holds the
-    step's kernels). ``step(x, y)`` returns ``(loss, logits)`` (an epoch run reads both);
-    returns the last loss."""
+    surrounds it. ``step(x, y)`` returns ``(loss, logits)`` (an epoch run reads both);
+    returns the last loss.
+
+    ``sync`` (on a GPU, ``torch.cuda.synchronize``): the window is a queued one
+    (harness ``drain``). PyTorch's loop never waits for its kernels, so the host queues the
+    next step while the GPU still runs the last; a synchronize after every step, as here
+    before, would take that overlap away and report less than the framework gets. The harness
+    synchronizes at the warm-up's end, after every chunk and at the window's end instead."""
     loss = None
-    for _ in s.native_iterations():
+    for _ in s.native_iterations(drain=sync):
         x, y = next(source)
         loss, _ = step(x.to(device), y.to(device))
-        if sync is not None:
-            sync()
     return loss
 
 
