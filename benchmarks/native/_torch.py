@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.native._common import Clock, report
-from orchestrator.rankside import models_torch
+from orchestrator.rankside import models_torch, torch_common
 
 
 def synthetic_batches(args, rank):
@@ -25,13 +25,10 @@ def synthetic_batches(args, rank):
 
 
 def device_for_rank():
-    """GPU ``LOCAL_RANK`` wherever CUDA is (round-robin over the node's GPUs, as orch's ranks
-    share one GPU between two ranks), else the CPU: the tutorial's ``model.to(device_id)``."""
-    if not torch.cuda.is_available():
-        return torch.device("cpu")
-    index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
-    torch.cuda.set_device(index)
-    return torch.device("cuda", index)
+    """The tutorial's ``device_id`` from ``LOCAL_RANK``, placed by orch's own rule
+    (rankside.torch_common.rank_device: GPU LOCAL_RANK modulo the node's GPUs wherever CUDA
+    is, else the CPU), so twin and rank always compute on the same device."""
+    return torch_common.rank_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def plain_step(model, optimizer, loss_fn):
