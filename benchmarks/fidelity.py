@@ -60,11 +60,16 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
-# Iterations per model: enough measured steps for a stable rate (LeNet-5: 40 steps, a 0.5 s
-# window, varied 2x between rounds even on an idle machine; 200 steps, ~2 s), few enough for 2
-# cores (ResNet-18, CIFAR: ~1.2 s a step at 2 ranks, so 10 steps is a ~12 s window; 6 steps
-# left the first slow steps after warm-up weighing on the rate).
-DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (10, 2), "alexnet": (10, 3)}
+# Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
+# LeNet-5: 40 steps (0.5 s) varied 2x between rounds; 200 steps (1.2-6 s by mode) still took
+# one of this VM's slow stretches whole: two ranks keep more threads runnable than its two
+# vCPUs (a CNTK rank: its main thread and a second one, runnable in every 50 ms sample of a
+# /proc sampler, session 30), and a step's time
+# switches between ~12 and ~24 ms for seconds at a time, in orch's ranks and the twins alike
+# (session 29: cntk rounds 0.56-1.19). 800 steps (5-25 s) average a stretch instead. ResNet-18,
+# CIFAR: ~1.2 s a step at 2 ranks, so 10 steps is a ~12 s window (6 steps left the first slow
+# steps after warm-up weighing on the rate).
+DEFAULT_ITERS = {"lenet5": (800, 20), "resnet18": (10, 2), "alexnet": (10, 3)}
 
 
 def trained_modes() -> list[str]:
