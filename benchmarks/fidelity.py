@@ -5,10 +5,12 @@ run's native window) is set against a *native script*: a minimal training loop w
 that framework's own documentation writes it, run with exactly the same launcher, environment
 variables, threads, model, batch and ranks. The two alternate (orch, native, native, orch, ...)
 at least three rounds in one invocation, so drift and other load hit both alike; the table
-gives, per mode and model, the median orch/native ratio and its spread (min-max over rounds),
-and beside it the ratio by median step (native's median step / orch's, each measured from one
-step's start to the next's, the slowest rank's): a burst of load on a shared machine stretches
-a few steps and moves a window's rate, the median step far less. Every round prints the load
+gives, per mode and model, the median orch/native ratio, its spread (min-max over rounds), a
+confidence interval for the median (median_interval: whether a miss of the goal is measured
+or within the noise), and beside them the ratio by median step (native's median step /
+orch's, each measured from one step's start to the next's, the slowest rank's): a burst of
+load on a shared machine stretches a few steps and moves a window's rate, the median step far
+less. Every round prints the load
 average it ended at; on a loaded machine read the ratio only with it.
 
 How "exactly the same" is achieved — the structure every native script follows:
