@@ -10,8 +10,8 @@ confidence interval for the median (median_interval: whether a miss of the goal 
 or within the noise), and beside them the ratio by median step (native's median step /
 orch's, each measured from one step's start to the next's, the slowest rank's): a burst of
 load on a shared machine stretches a few steps and moves a window's rate, the median step far
-less. Every round prints the load
-average it ended at; on a loaded machine read the ratio only with it.
+less. Every round prints the load average it ended at; on a loaded machine read the ratio only
+with it.
 
 How "exactly the same" is achieved — the structure every native script follows:
 
@@ -66,7 +66,7 @@ NATIVE_DIR = ROOT / "benchmarks" / "native"
 # Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
 # LeNet-5: 40 steps (0.5 s) varied 2x between rounds; 200 steps take 1.2-6 s by mode. 800
 # (session 30) did not narrow the rounds' spread (e.g. cntk 0.56-1.24, tf-allreduce
-# 0.84-1.12, against 0.56-1.19 and 0.93-1.22 at 200): what varies is the process (one
+# 0.84-1.12, against 0.56-1.19 and 0.93-1.22 at 200): what varies is the process (cntk: one
 # process of a job runs at ~12 ms a step for its whole window, the next at ~24), so more
 # rounds, not longer windows, narrow a median; see median_interval. ResNet-18, CIFAR: ~1.2 s a
 # step at 2 ranks, so 10 steps is a ~12 s window (6 steps left the first slow steps after
