@@ -71,6 +71,7 @@ NATIVE_DIR = ROOT / "benchmarks" / "native"
 # rounds, not longer windows, narrow a median; see median_interval. ResNet-18, CIFAR: ~1.2 s a
 # step at 2 ranks, so 10 steps is a ~12 s window (6 steps left the first slow steps after
 # warm-up weighing on the rate).
+GOAL = 0.97  # issue 14: orch/native >= this for every mode
 DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (10, 2), "alexnet": (10, 3)}
 
 
@@ -212,7 +213,7 @@ def median_interval(values: list[float], level: float = 0.9) -> tuple[float, flo
     (benchmarks.fidelity's rounds: a mode's orch/native ratio spans +-10% and more), so a
     median of a few rounds moves by several percent between runs. Whether a median under the
     goal says "orch loses that much" or "the rounds were noisy" is what this interval tells:
-    only an interval wholly under 0.97 is a measured miss."""
+    only an interval wholly under GOAL is a measured miss."""
     xs = sorted(values)
     n = len(xs)
 
@@ -225,7 +226,7 @@ def median_interval(values: list[float], level: float = 0.9) -> tuple[float, flo
     return xs[k - 1], xs[n - k], coverage(k)
 
 
-def verdict(ratio: float, low: float, high: float, goal: float = 0.97) -> str:
+def verdict(ratio: float, low: float, high: float, goal: float = GOAL) -> str:
     """The goal read with the median's interval (median_interval): met or not by the median,
     as the goal is stated, and whether the interval says so too or spans the goal."""
     said = "met" if ratio >= goal else "NOT met"
@@ -304,7 +305,7 @@ def main() -> None:
                       flush=True)
     print(f"\nfidelity, {a.nodes} ranks, batch {a.batch}/rank, site {a.site} ({base}):")
     print(f"{'mode':14} {'model':9} {'orch':>9} {'native':>9} {'ratio':>6}  spread       "
-          f"median's interval  {'step':>5}  load       goal >= 0.97 (ratio)")
+          f"median's interval  {'step':>5}  load       goal >= {GOAL} (ratio)")
     for r in summarize(rounds):
         step = f"{r['step_ratio']:5.3f}" if r["step_ratio"] is not None else "  -  "
         print(f"{r['mode']:14} {r['model']:9} {r['orch']:9.1f} {r['native']:9.1f} "
