@@ -63,6 +63,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
+GOAL = 0.97  # issue 14: orch/native >= this for every mode
 # Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
 # LeNet-5: 40 steps (0.5 s) varied 2x between rounds; 200 steps take 1.2-6 s by mode. 800
 # (session 30) did not narrow the rounds' spread (e.g. cntk 0.56-1.24, tf-allreduce
@@ -71,7 +72,6 @@ NATIVE_DIR = ROOT / "benchmarks" / "native"
 # rounds, not longer windows, narrow a median; see median_interval. ResNet-18, CIFAR: ~1.2 s a
 # step at 2 ranks, so 10 steps is a ~12 s window (6 steps left the first slow steps after
 # warm-up weighing on the rate).
-GOAL = 0.97  # issue 14: orch/native >= this for every mode
 DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (10, 2), "alexnet": (10, 3)}
 
 
