@@ -75,6 +75,7 @@ JOB_FILE = "job.json"
 JOB_TIMES_FILE = "job-times.json"
 PROVENANCE_FILE = "provenance.json"
 RANKS_DIR = "ranks"
+ATTEMPTS_DIR = "attempts"  # earlier attempts of the run, moved aside (rundir.py)
 TRACE_FILE = "trace.csv"  # layer-wise trace (second paper's format), in RANKS_DIR
 
 # Packed sweeps (orch sweep --pack/--array): the pack or array job scripts live in
@@ -96,6 +97,15 @@ PACK_PREFIX = "pack-"  # a pack's name (and Slurm job name): pack-<n>-<partition
 ARRAY_PREFIX = "array-"  # an array's: array-<n>-<partition>-<tag>
 
 _RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
+
+# ``--inject-failure RANK@ITER[:ACTION]``, a testing aid that makes a fault happen exactly where
+# a test wants it, instead of a signal raced against a log: ``fail`` (the default) raises in the
+# rank at that iteration, a program's fault, in every attempt; ``stop`` has the rank SIGSTOP
+# itself there (a frozen process: no iteration, no heartbeat, as a hung node looks), a machine's
+# fault, so in the run's first attempt only: a retry (the run directory holds ATTEMPTS_DIR) runs
+# clean and shows the recovery.
+FAILURE_ACTIONS = ("fail", "stop")
+FAILURE_SPEC = re.compile(r"^(\d+)@(\d+)(?::(" + "|".join(FAILURE_ACTIONS) + r"))?$")
 
 
 def rank_log_name(task):

@@ -207,13 +207,13 @@ def salvage(rdir: Path) -> int:
     """A run directory without a readable ledger: move whatever an earlier attempt left there
     (scripts, rank logs, job output, the damaged ledger) to attempts/<n>/, so nothing measured
     is ever overwritten. Returns the attempt number the new submission gets."""
-    leftovers = [c for c in rdir.iterdir() if c.name not in ("attempts", "run.json")] \
-        if rdir.is_dir() else []
-    done = [int(p.name) for p in (rdir / "attempts").glob("*") if p.name.isdigit()]
+    kept = (protocol.ATTEMPTS_DIR, protocol.RUN_FILE)
+    leftovers = [c for c in rdir.iterdir() if c.name not in kept] if rdir.is_dir() else []
+    done = [int(p.name) for p in (rdir / protocol.ATTEMPTS_DIR).glob("*") if p.name.isdigit()]
     n = max(done, default=0) + 1
     if not leftovers:
         return n
-    dest = rdir / "attempts" / str(n)
+    dest = rdir / protocol.ATTEMPTS_DIR / str(n)
     dest.mkdir(parents=True, exist_ok=False)
     for child in leftovers:
         shutil.move(str(child), dest / child.name)
@@ -245,12 +245,12 @@ def find_run(run_id: str, sweep_dir: Path | None = None, root: Path = Path("runs
 
 def archive_attempt(rdir: Path, record: JobRecord) -> int:
     """Move an earlier attempt's files to attempts/<n>/ and return the next attempt number."""
-    dest = rdir / "attempts" / str(record.attempt)
+    dest = rdir / protocol.ATTEMPTS_DIR / str(record.attempt)
     if dest.exists():  # a salvaged attempt took that number: keep both
         return salvage(rdir)
     dest.mkdir(parents=True, exist_ok=False)
     for child in list(rdir.iterdir()):
-        if child.name not in ("attempts", "run.json"):
+        if child.name not in (protocol.ATTEMPTS_DIR, protocol.RUN_FILE):
             shutil.move(str(child), dest / child.name)
     return record.attempt + 1
 
@@ -265,7 +265,7 @@ def next_attempt(rdir: Path, record: JobRecord, keep: tuple[str, ...] = (),
     import json
 
     n = archive_attempt(rdir, record)
-    src = rdir / "attempts" / str(n - 1)
+    src = rdir / protocol.ATTEMPTS_DIR / str(n - 1)
     try:
         prov = json.loads((src / protocol.PROVENANCE_FILE).read_text())
         scripts = list(prov.get("scripts", {}).get("files", {}))

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from . import backends, data, modes, zoo
+from . import backends, data, modes, protocol, zoo
 from .errors import UserError
 from .site import Partition, Site
 
@@ -200,8 +200,10 @@ def slurm_minutes(text: str) -> int:
 
 
 def _check_failure(text: str | None) -> None:
-    if text is not None and not re.fullmatch(r"\d+@\d+", text):
-        raise UserError(f"--inject-failure '{text}': expected RANK@ITER, e.g. 1@3")
+    if text is not None and not protocol.FAILURE_SPEC.match(text):
+        actions = "|".join(protocol.FAILURE_ACTIONS)
+        raise UserError(f"--inject-failure '{text}': expected RANK@ITER[:{actions}], e.g. 1@3 "
+                        "or 1@3:stop")
 
 
 def expand(spec: SweepSpec, site: Site) -> list[Run]:

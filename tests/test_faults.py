@@ -1,8 +1,8 @@
-"""Faults while a sweep waits: hangs, node failures, cancels from outside (issue 19).
+"""Faults while a sweep waits: hangs, node failures, cancels from outside.
 
 On the test cluster (real Slurm, real torch-ddp ranks; a "node" is a slurmd in its own
-hostname namespace on this machine, so a rank's pid from its log header can be signalled from
-here): a SIGSTOPped rank is cancelled as HUNG naming its task and node, and retried elsewhere;
+hostname namespace on this machine): a rank frozen by ``--inject-failure RANK@ITER:stop`` (it
+SIGSTOPs itself) is cancelled as HUNG naming its task and node, and retried elsewhere;
 a node set down mid-run is NODE_FAIL, retried with that node excluded; an external scancel is
 CANCELLED, said to come from outside orch, not retried. The hang watch's rules run on written
 rank logs with a fake clock (no cluster, no waiting).
@@ -160,17 +160,35 @@ def test_state_table_and_reasons():
 
 
 # --- on the test cluster ---------------------------------------------------------------------
+#
+# Each fault happens where the test wants it, whatever the machine's speed: rank 1 freezes
+# itself (``--inject-failure 1@ITER:stop``: SIGSTOP at that iteration, in the run's first
+# attempt only) instead of being signalled from here once its log showed progress, which a fast
+# machine outran. It freezes in the breakdown window, whose records are written as each
+# iteration ends (iterations are numbered on from the native window's ITERS + WARMUP), so both
+# ranks' logs show where they are: rank 0 waits in the all-reduce of the iteration rank 1 never
+# starts. With ``--hang-timeout 0`` the frozen run cannot end by itself (until its process
+# group's 5-minute timeout), so a test acting on it (scancel, a node set down) waits for a state
+# the run is sure to reach and keep.
+
+ITERS, WARMUP = 20, 1
+FROZEN_AT = ITERS + WARMUP + 3  # the breakdown window's fourth iteration
+STOP = f"1@{FROZEN_AT}:stop"
+
 
 def _sweep(out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
-                             "testcluster", "--nodes", "2", "--iters", "150", "--warmup", "1",
-                             "--hang-timeout", HANG_S, "--max-retries", "1", "--out", str(out),
+                             "testcluster", "--nodes", "2", "--iters", str(ITERS), "--warmup",
+                             str(WARMUP),
+                             "--inject-failure", STOP, "--max-retries", "1", "--out", str(out),
                              *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
 def _wait(what: str, check, proc: subprocess.Popen, timeout: float = 600):
-    """Poll ``check`` until it returns something; the cluster may be busy with other jobs."""
+    """Poll ``check`` until it returns something. Only for states the run is sure to reach
+    and stay in (a frozen run's RUNNING, its rank's header): the timeout is a bound on a busy
+    cluster's queueing, not a bet on how fast the run goes."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         found = check()
@@ -182,11 +200,15 @@ def _wait(what: str, check, proc: subprocess.Popen, timeout: float = 600):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _iterating(out: Path, tag: str, rank: int = 1) -> dict | None:
-    """The header of ``rank`` of the run whose id holds ``tag``, once it logged 3 iterations."""
-    for log in out.glob(f"*{tag}*/ranks/{protocol.rank_log_name(rank)}"):
+def _frozen(out: Path) -> dict | None:
+    """The header of rank 1 of the sweep's run once orch records the run RUNNING and rank 1
+    has stopped itself: its log ends at the iteration before FROZEN_AT, for good."""
+    for rdir in out.glob("*-r0-*"):
+        log = rdir / protocol.RANKS_DIR / protocol.rank_log_name(1)
+        if not (rdir / "job.json").exists() or not log.exists():
+            continue
         text = log.read_text()
-        if text.count('"type":"iter"') >= 3:
+        if _record(rdir)["state"] == "RUNNING" and f'"iter":{FROZEN_AT - 1},' in text:
             return json.loads(text.splitlines()[0])
     return None
 
@@ -200,54 +222,56 @@ def _headers(rdir: Path) -> list[dict]:
             for _, p in protocol.rank_logs(rdir / protocol.RANKS_DIR)]
 
 
-@pytest.fixture(scope="module")
-def hang_and_scancel(slurm_cluster, tmp_path_factory):
-    """One sweep, two runs: rank 1 of r0 is SIGSTOPped mid-run, r1's job is scancelled."""
-    out = tmp_path_factory.mktemp("faults") / "hang"
-    proc = _sweep(out, "--repeats", "2")
-    stopped: list[int] = []
+@contextlib.contextmanager
+def _cleanup(proc: subprocess.Popen, out: Path):
+    """Whatever the test saw: no stopped rank and no orch sweep left behind."""
     try:
-        header = _wait("r0's rank 1 to iterate", lambda: _iterating(out, "-r0-"), proc)
-        os.kill(header["pid"], signal.SIGSTOP)
-        stopped.append(header["pid"])
-
-        def r1_job():
-            recs = [_record(d) for d in out.glob("*-r1-*") if (d / "job.json").exists()]
-            return recs and recs[0]["state"] == "RUNNING" and recs[0]["job_id"]
-
-        job = _wait("r1 to run", r1_job, proc)
-        subprocess.run(["scancel", job], check=True, timeout=30)
-        _, err = proc.communicate(timeout=600)
+        yield
     finally:
-        for pid in stopped:
+        for log in out.glob(f"*/**/{protocol.RANKS_DIR}/{protocol.rank_log_name(1)}"):
+            pid = json.loads(log.read_text().splitlines()[0]).get("pid")
             for sig in (signal.SIGCONT, signal.SIGKILL):
-                with contextlib.suppress(ProcessLookupError):
+                with contextlib.suppress(ProcessLookupError, PermissionError, TypeError):
                     os.kill(pid, sig)
         if proc.poll() is None:
             proc.kill()
             run_orch("cancel", out)
+
+
+@pytest.fixture(scope="module")
+def hung(slurm_cluster, tmp_path_factory):
+    """One run whose rank 1 freezes at iteration 3 of its first attempt: the hang watch must
+    cancel it as HUNG, and the retry (which runs clean) complete on other nodes."""
+    out = tmp_path_factory.mktemp("faults") / "hang"
+    proc = _sweep(out, "--hang-timeout", HANG_S)
+    with _cleanup(proc, out):
+        _, err = proc.communicate(timeout=600)
     r0 = next(out.glob("*-r0-*"))
-    r1 = next(out.glob("*-r1-*"))
-    return out, r0, r1, header["node"], proc.returncode, err
+    node = json.loads((r0 / "attempts" / "1" / protocol.RANKS_DIR / protocol.rank_log_name(1))
+                      .read_text().splitlines()[0])["node"]
+    return out, r0, node, proc.returncode, err
 
 
 @pytest.mark.slurm
-def test_stopped_rank_is_hung_named_and_retried_elsewhere(hang_and_scancel):
-    out, r0, _, node, code, err = hang_and_scancel
-    assert code == 1, err  # r1 was cancelled
+def test_stopped_rank_is_hung_named_and_retried_elsewhere(hung):
+    out, r0, node, code, err = hung
+    assert code == 0, err
     first = json.loads((r0 / "attempts" / "1" / "job.json").read_text())
     assert first["state"] == "HUNG", first
     assert first["cancel_requested"] == "hang"
-    assert f"rank 1 on {node} stalled at iteration " in first["reason"], first["reason"]
-    assert "(no heartbeat for" in first["reason"] and "waiting at iteration" in first["reason"]
+    assert f"rank 1 on {node} stalled at iteration {FROZEN_AT - 1} (no heartbeat for" in \
+        first["reason"], first["reason"]
+    assert f"waiting at iteration {FROZEN_AT - 1} (heartbeat alive)" in first["reason"]
     now = _record(r0)
     assert now["state"] == "COMPLETED" and now["attempt"] == 2 and now["retries"] == 1, now
     assert now["excluded"] == [node] and node not in now["nodes"]
     assert node not in {h["node"] for h in _headers(r0)}
-    # both attempts' measurements kept, apart: the hung one's logs end without a footer
+    # both attempts' measurements kept, apart: the hung one's logs end without a footer, rank
+    # 1's at the iteration where it froze
     old_logs = [protocol.read_rank_log(p) for _, p in
                 protocol.rank_logs(r0 / "attempts" / "1" / protocol.RANKS_DIR)]
     assert len(old_logs) == 2 and all(log.iters and log.footer is None for log in old_logs)
+    assert [r["iter"] for r in old_logs[1].iters] == list(range(FROZEN_AT))
     assert all(log.footer for log in (protocol.read_rank_log(p) for _, p in
                                       protocol.rank_logs(r0 / protocol.RANKS_DIR)))
     states = [(e["attempt"], e["state"]) for e in now["history"]]
@@ -268,34 +292,40 @@ def test_stopped_rank_is_hung_named_and_retried_elsewhere(hang_and_scancel):
 
 
 @pytest.mark.slurm
-def test_scancel_from_outside_is_cancelled_and_not_retried(hang_and_scancel):
-    _, _, r1, _, _, err = hang_and_scancel
-    rec = _record(r1)
+def test_scancel_from_outside_is_cancelled_and_not_retried(slurm_cluster, tmp_path):
+    # frozen with no hang timeout, the run stays RUNNING until the scancel: it cannot end first
+    out = tmp_path / "scancel"
+    proc = _sweep(out, "--hang-timeout", "0")
+    with _cleanup(proc, out):
+        _wait("the run to freeze", lambda: _frozen(out), proc)
+        r0 = next(out.glob("*-r0-*"))
+        subprocess.run(["scancel", _record(r0)["job_id"]], check=True, timeout=30)
+        _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    rec = _record(r0)
     assert rec["state"] == "CANCELLED" and rec["attempt"] == 1, rec
     assert rec["reason"].startswith("cancelled outside orch"), rec["reason"]
-    assert "not retried" in rec["reason"] and not (r1 / "attempts").exists()
+    assert "not retried" in rec["reason"] and not (r0 / "attempts").exists()
     assert rec["cancel_requested"] is None
     assert "Traceback" not in err
 
 
 @pytest.mark.slurm
 def test_node_down_mid_run_is_node_fail_retried_without_that_node(slurm_cluster, tmp_path):
+    # frozen with no hang timeout, the run is still on its nodes when one is set down
     out = tmp_path / "down"
-    proc = _sweep(out)
+    proc = _sweep(out, "--hang-timeout", "0")
     node = None
-    try:
-        header = _wait("rank 1 to iterate", lambda: _iterating(out, "-r0-"), proc)
-        node = header["node"]
-        subprocess.run(["scontrol", "update", f"nodename={node}", "state=down",
-                        "reason=orch-test_faults"], check=True, timeout=30)
-        _, err = proc.communicate(timeout=600)
-    finally:
-        if node is not None:  # back to service (ReturnToService=2 may have done it already)
-            subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
-                           capture_output=True, timeout=30)
-        if proc.poll() is None:
-            proc.kill()
-            run_orch("cancel", out)
+    with _cleanup(proc, out):
+        try:
+            node = _wait("the run to freeze", lambda: _frozen(out), proc)["node"]
+            subprocess.run(["scontrol", "update", f"nodename={node}", "state=down",
+                            "reason=orch-test_faults"], check=True, timeout=30)
+            _, err = proc.communicate(timeout=600)
+        finally:
+            if node is not None:  # back to service (ReturnToService=2 may have done it already)
+                subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"],
+                               capture_output=True, timeout=30)
     assert proc.returncode == 0, err
     rdir = next(out.glob("*-r0-*"))
     first = json.loads((rdir / "attempts" / "1" / "job.json").read_text())

@@ -71,8 +71,9 @@ def sweep(
     = True,
     retry_failed: Annotated[bool, typer.Option(help="Submit failed/cancelled runs again (their "
                                                "files move to attempts/).")] = False,
-    inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK@ITER makes that "
-                                                       "rank fail at that iteration.")] = None,
+    inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK@ITER[:fail|stop] "
+        "makes that rank raise at that iteration (fail) or, in the run's first attempt, freeze "
+        "there with SIGSTOP (stop: a hung rank).")] = None,
     require_fabric: Annotated[bool, typer.Option(
         "--require-fabric", help="A run whose ranks did not use the partition's declared "
         "fabric (verdict 'mismatch') is FAILED.")] = False,

@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import socket
 import sys
 import time
@@ -89,7 +90,9 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, required=True, help="samples per rank")
     p.add_argument("--iters", type=int, required=True, help="measured iterations")
     p.add_argument("--warmup", type=int, default=5, help="iterations excluded from statistics")
-    p.add_argument("--inject-failure", default=None, help="RANK@ITER: that rank fails there")
+    p.add_argument("--inject-failure", default=None,
+                   help="RANK@ITER[:fail|stop]: that rank raises there (fail) or, in the run's "
+                   "first attempt, SIGSTOPs itself there (stop); a testing aid")
     p.add_argument("--data", default=None, help="on-disk data set in this mode's format; "
                    "default: synthetic batches in memory")
     p.add_argument("--classes", type=int, default=None,
@@ -140,11 +143,21 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def parse_failure(spec: "str | None") -> "tuple[int, int] | None":
+def parse_failure(spec: "str | None") -> "tuple[int, int, str] | None":
+    """``RANK@ITER[:ACTION]`` (protocol.FAILURE_SPEC) as (rank, iteration, action)."""
     if not spec:
         return None
-    rank, _, it = spec.partition("@")
-    return int(rank), int(it)
+    match = protocol.FAILURE_SPEC.match(spec)
+    if match is None:
+        raise ValueError(f"--inject-failure {spec!r}: expected RANK@ITER[:ACTION]")
+    return int(match.group(1)), int(match.group(2)), match.group(3) or "fail"
+
+
+def first_attempt(log_dir: str) -> bool:
+    """Whether this is the run's first attempt: no earlier one moved aside beside the ranks'
+    directory (rundir.py moves each to ATTEMPTS_DIR/<n>/ before a retry)."""
+    run_dir = os.path.dirname(os.path.abspath(log_dir))
+    return not os.path.isdir(os.path.join(run_dir, protocol.ATTEMPTS_DIR))
 
 
 class InjectedFailure(RuntimeError):
@@ -183,6 +196,8 @@ class Session:
         self.log = log
         self.footer: dict = {}
         self.failure = parse_failure(args.inject_failure)
+        if self.failure and self.failure[2] == "stop" and not first_attempt(args.log_dir):
+            self.failure = None  # a frozen node is a machine's fault: the retry runs clean
         # Samples one logged iteration stands for: this rank's batch, or the global batch when
         # one task times steps that others compute (a TensorFlow PS chief).
         self.samples = args.batch_size
@@ -204,6 +219,19 @@ class Session:
 
     def add(self, name: str, seconds: float) -> None:
         self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    def injects_at(self, it: int) -> bool:
+        """Whether ``--inject-failure`` names this rank and iteration."""
+        return bool(self.failure) and self.failure[:2] == (self.info.task, it)
+
+    def inject(self, it: int) -> None:
+        """The injected fault: raise (``fail``) or freeze this whole process (``stop``: its
+        heartbeat thread too), to be ended by whoever cancels the job (SIGKILL ends a
+        stopped process)."""
+        if self.failure[2] == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return  # only if someone sent SIGCONT: go on as if nothing happened
+        raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
 
     def native_iterations(self, drain=None):
         """Yield iteration numbers of the throughput window (``window: native``): the caller
@@ -252,9 +280,10 @@ class Session:
         try:
             for k in range(total):
                 it = base + k
-                if self.failure and self.failure == (self.info.task, it):
-                    raise InjectedFailure(
-                        f"injected failure on rank {self.info.task} at iter {it}")
+                if self.injects_at(it):
+                    self.log.write_many(pending + chunk)  # what it measured, before it stops
+                    pending, chunk = [], []
+                    self.inject(it)
                 if phases and k == self.args.warmup:  # the fabric's measured window starts
                     self._fabric_start = fabric.safe(fabric.Snapshot)
                 self._phases = {}
@@ -299,8 +328,8 @@ class Session:
         are warm-up. Numbers run on across epochs."""
         for k in range(steps):
             it = self._next_iter
-            if self.failure and self.failure == (self.info.task, it):
-                raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
+            if self.injects_at(it):
+                self.inject(it)
             wall = time.time()
             t0 = time.perf_counter()
             yield it

@@ -54,9 +54,9 @@ cover is ``t_iter - (t_io + t_f + t_b + t_comm)`` (``t_unaccounted`` in the resu
 coordinator's dispatch of the steps to the workers (an RPC each way), the wait for the slowest
 of the parallel steps, and fetching the results.
 
-Failure injection (``--inject-failure K@I``): when task K is the chief, the harness raises at its
-iteration I; when it is a worker or ps, that task raises once the chief has logged I
-iterations, and the launcher then stops the whole job.
+Failure injection (``--inject-failure K@I[:ACTION]``): when task K is the chief, the harness
+acts (raises or stops) at its iteration I; when it is a worker or ps, that task acts once the
+chief has logged I iterations, and the launcher then stops the whole job.
 """
 
 from __future__ import annotations
@@ -137,8 +137,7 @@ def serve(s, args) -> None:
         # Before the done checks: a fast chief may pass the failure's iteration and finish
         # between two polls, and the injected failure must still happen (seen under load).
         if failure and chief.iters >= failure[1]:
-            raise harness.InjectedFailure(
-                f"injected failure on rank {failure[0]} at iter {failure[1]}")
+            s.inject(failure[1])
         if os.path.exists(done):
             s.footer["stopped_by"] = "chief done"
             if s.info.role == "ps":
