@@ -13,6 +13,13 @@ class SubmitError(UserError):
     """Nothing could be submitted (scheduler unreachable, sbatch refused the script)."""
 
 
+class FabricBelowMinimum(UserError):
+    """The pre-flight measured a partition's fabric below the minimum its site declares
+    (``min_busbw``): the sweep stops before its runs. Not bad input, a failed check: exit 1."""
+
+    exit_code = 1
+
+
 # Control characters (C0 incl. tab and newline, DEL, C1): a newline in a value would end a
 # comment line of a rendered script and run the rest as shell; none has a use in a config value
 # or an argument. Checked on every site-config string (site.read_yaml) and every argument (cli).

@@ -13,16 +13,15 @@ The measured seconds of a size are the median over measured iterations of the sl
 mean all-reduce time (an all-reduce is done when its last rank is). The fit minimises relative
 errors, because the sizes span many decades (4 B .. 16 MiB by default).
 
-This module also parses the units the CLI accepts for what-if questions: bandwidths
-(``10Gb/s``, ``100Gbit``, ``12.5GB/s``, bytes/s) and latencies (``2us``, ``1.5e-6``).
+Beside the fit, each size's algorithm and bus bandwidth, as nccl-tests defines them for an
+all-reduce: ``algbw = bytes / seconds``; ``busbw = algbw · 2(N−1)/N``, what each rank's link
+carries in a ring, comparable across rank counts and with the link's rated speed.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-import re
 import statistics
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from . import __version__, gather, modes, rundir
 from .errors import UserError
 from .perfmodel import AlphaBeta, ModelInputError, allreduce_time, fit_alpha_beta
+from .units import format_bandwidth, format_seconds
 
 MODE = modes.network_benchmark().name  # allreduce-bench
 FIELD_PREFIX = "allreduce_"
@@ -67,10 +67,40 @@ class NetbenchResult(BaseModel):
         """The fitted model at every measured size."""
         return [allreduce_time(m, self.workers, self.alpha, self.bandwidth) for m in self.sizes]
 
+    def bus_bandwidths(self) -> list[float]:
+        """busbw (bytes/s) at every measured size (:func:`busbw`)."""
+        return [busbw(m, t, self.workers) for m, t in zip(self.sizes, self.seconds,
+                                                            strict=True)]
+
     def describe(self) -> str:
-        return (f"α = {format_seconds(self.alpha)}, B = {format_bandwidth(self.bandwidth)} "
+        return (f"α = {format_seconds(self.alpha)}, B = {format_bandwidth(self.bandwidth)}, "
+                f"{describe_busbw(self.sizes, self.seconds, self.workers)} "
                 f"({self.backend}, {self.workers} ranks on {self.nodes} node(s) of "
                 f"{self.site}/{self.partition}, run {self.run_id})")
+
+
+def algbw(size: int, seconds: float) -> float:
+    """An all-reduce's algorithm bandwidth, nccl-tests' ``algbw``: bytes / seconds."""
+    return size / seconds if seconds > 0 else 0.0
+
+
+def busbw(size: int, seconds: float, ranks: int) -> float:
+    """An all-reduce's bus bandwidth, nccl-tests' ``busbw``: ``algbw · 2(N−1)/N``, the bytes
+    each rank's link carries per second in a ring (a ring all-reduce sends and receives
+    2(N−1)/N of the buffer per rank), so it is comparable across rank counts and with the
+    hardware's rated link speed."""
+    return algbw(size, seconds) * 2 * (ranks - 1) / ranks if ranks > 1 else 0.0
+
+
+def peak_busbw(sizes: list[int], seconds: list[float], ranks: int) -> tuple[float, int]:
+    """(the highest busbw over the measured sizes, the size it was reached at): the largest
+    messages are bandwidth-bound, the smallest latency-bound; the peak is what a link gives."""
+    return max((busbw(m, t, ranks), m) for m, t in zip(sizes, seconds, strict=True))
+
+
+def describe_busbw(sizes: list[int], seconds: list[float], ranks: int) -> str:
+    value, size = peak_busbw(sizes, seconds, ranks)
+    return f"busbw {value / 1e9:.3g} GB/s (peak, at {size:,} B)"
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -211,65 +241,3 @@ def lookup(site: str, partition: str, sweep: Path | None = None,
     if path.exists():
         return load(path), f"netbench file {path}"
     return None, f"no netbench result for {site}/{partition} (looked for {path})"
-
-
-# --- units ---------------------------------------------------------------------------------
-
-_SI = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12, "ki": 2.0 ** 10, "mi": 2.0 ** 20,
-       "gi": 2.0 ** 30, "ti": 2.0 ** 40}
-_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d+))?"
-
-
-def parse_bandwidth(text: str, what: str = "--bandwidth") -> float:
-    """A bandwidth in bytes/s: ``12.5e9`` (bytes/s), ``10Gb/s``/``10Gbit``/``10Gbps`` (bits),
-    ``12.5GB/s`` (bytes), ``1GiB/s``. ``b``/``bit`` is bits, ``B``/``byte`` bytes; k, M, G, T
-    are powers of 1000, Ki, Mi, Gi, Ti of 1024."""
-    bad = UserError(f"{what} '{text}': expected a bandwidth such as 10Gb/s, 100Gbit, 12.5GB/s "
-                    "or a number of bytes/s")
-    match = re.fullmatch(rf"\s*{_NUMBER}\s*([A-Za-z/]*)\s*", text)
-    if match is None:
-        raise bad
-    value = float(match.group(1)) * 10.0 ** int(match.group(2) or 0)
-    unit = match.group(3)
-    for per_second in ("/sec", "/s", "ps"):
-        if unit.endswith(per_second):
-            unit = unit[: -len(per_second)]
-            break
-    unit_match = re.fullmatch(r"([kKmMgGtT]i?)?(b|bits?|B|[Bb]ytes?)", unit) if unit else None
-    if unit and unit_match is None:
-        raise bad
-    if unit_match:
-        value *= _SI[(unit_match.group(1) or "").lower()]
-        if unit_match.group(2) in ("b", "bit", "bits"):
-            value /= 8
-    if not math.isfinite(value) or value <= 0:
-        raise UserError(f"{what} '{text}': must be a positive bandwidth")
-    return value
-
-
-_PER_SECOND = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "μs": 1e6, "ns": 1e9}
-
-
-def parse_latency(text: str, what: str = "--latency") -> float:
-    """A latency in seconds: ``1.5e-6`` (seconds), ``2us``/``2µs``, ``500ns``, ``0.01ms``."""
-    match = re.fullmatch(rf"\s*{_NUMBER}\s*(s|ms|us|µs|μs|ns)?\s*", text)
-    if match is None:
-        raise UserError(f"{what} '{text}': expected a latency such as 2us, 500ns, 0.01ms or a "
-                        "number of seconds")
-    value = float(match.group(1)) * 10.0 ** int(match.group(2) or 0)
-    value /= _PER_SECOND[match.group(3) or ""]
-    if not math.isfinite(value) or value < 0:
-        raise UserError(f"{what} '{text}': must be a non-negative latency")
-    return value
-
-
-def format_seconds(value: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if abs(value) >= scale or unit == "ns":
-            return f"{value / scale:.3g} {unit}"
-    return f"{value} s"
-
-
-def format_bandwidth(value: float) -> str:
-    """Bytes/s as GB/s (and Gb/s, the unit NICs are sold in)."""
-    return f"{value / 1e9:.3g} GB/s ({value * 8 / 1e9:.3g} Gb/s)"

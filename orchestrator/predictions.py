@@ -26,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import __version__, execute, modes, perfmodel, protocol, results, rundir
-from .errors import UserError
+from .errors import FabricBelowMinimum, UserError
 from .preflight import Preflight
 from .report.predict import gradient_bytes, overlap_of
 from .report.select import config_of, training_runs
@@ -324,7 +324,9 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     """The pre-flight of a sweep about to run, or {} with the reason said: nothing to predict
     (one scale only, no training mode with a modelled pattern), ``--no-wait`` (predictions
     need the smaller runs' results), or ``never``. A pre-flight that fails costs the
-    predictions, never the sweep."""
+    predictions, never the sweep — except on a partition whose site declares ``min_busbw``
+    and that the sweep spans nodes of: there the pre-flight runs whatever the scales, and a
+    bus bandwidth below the minimum, or none measured, stops the sweep before its runs."""
     from . import preflight as pre
 
     if how not in pre.MODES:
@@ -332,27 +334,38 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     modelled = [r for r in runs if (m := _mode_of(r.mode)) is not None and m.trains
                 and m.pattern in perfmodel.PATTERN_MODELS]
     scales = {r.nodes * r.tasks_per_node for r in modelled}
+    gated = sorted({r.partition for r in runs if r.nodes > 1
+                    and site.partition(r.partition).min_busbw is not None})
     if how == "never":
         say("no pre-flight (--no-preflight): the sweep states no predictions and its report "
-            "has no scorecard")
+            "has no scorecard" + (f"; min_busbw of {', '.join(gated)} not checked"
+                                  if gated else ""))
         return {}
-    if len(scales) < 2:
-        return {}  # nothing larger to predict: no pre-flight needed
-    if not wait:
+    predict = len(scales) >= 2 and wait
+    if len(scales) >= 2 and not wait:
         say("no pre-flight: predictions need the smaller runs' results (--no-wait); the "
-            "report will have no scorecard")
-        return {}
-    partitions = sorted({r.partition for r in modelled})
-    first = modelled[0]
+            "report will have no scorecard" + (" (min_busbw still checked)" if gated else ""))
+    partitions = sorted(({r.partition for r in modelled} if predict else set()) | set(gated))
+    if not partitions:
+        return {}  # nothing larger to predict, no fabric to check: no pre-flight needed
+    first = (modelled or runs)[0]
     try:
-        return pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
-                             dataset=first.dataset, say=say, on_event=on_event,
-                             nodes=max(r.nodes for r in modelled))
+        networks = pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
+                                 dataset=first.dataset, say=say, on_event=on_event,
+                                 nodes=max(r.nodes for r in modelled or runs))
     except Exception as exc:  # a failed pre-flight costs the predictions only
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        if gated:
+            raise FabricBelowMinimum(
+                f"pre-flight failed ({type(exc).__name__}: {first_line}): the fabric of "
+                f"{', '.join(gated)} could not be checked against its site's min_busbw; the "
+                "sweep stops before its runs") from None
         say(f"pre-flight failed ({type(exc).__name__}: {first_line}); the sweep goes on "
             "without predictions")
         return {}
+    for line in pre.check_busbw(site, {p: networks[p] for p in gated}):
+        say(f"pre-flight {line}")
+    return networks if predict else {}
 
 
 def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import execute, gather, netbench, results, rundir
+from . import execute, gather, netbench, results, rundir, units
 from . import sweep as sweepmod
-from .errors import UserError
+from .errors import FabricBelowMinimum, UserError
 from .perfmodel import AlphaBeta, Network
 from .site import Site
 
@@ -72,12 +72,23 @@ class Level(BaseModel):
     def alpha_beta(self) -> AlphaBeta:
         return AlphaBeta(alpha=self.alpha, bandwidth=self.bandwidth)
 
+    @property
+    def busbw(self) -> float:
+        """The peak all-reduce bus bandwidth measured (netbench.peak_busbw), bytes/s."""
+        return netbench.peak_busbw(self.sizes, self.seconds, self.ranks)[0]
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
     def describe(self, now: float | None = None) -> str:
         age = format_age((now or time.time()) - self.measured_at)
         shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
                   f"{self.machine_cpus} cores" if self.machines else "")
-        return (f"{self.level}: α = {netbench.format_seconds(self.alpha)}, B = "
-                f"{netbench.format_bandwidth(self.bandwidth)}, R² = {self.r2:.3f}, worst "
+        return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
+                f"{units.format_bandwidth(self.bandwidth)}, "
+                f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
+                f"R² = {self.r2:.3f}, worst "
                 f"residual {self.max_rel_residual:.0%} ({self.nodes} node(s) x "
                 f"{self.tasks_per_node}{shared}, measured {age} ago, run {self.run_id})")
 
@@ -246,6 +257,29 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
     rundir.write_json_atomic(sweep_dir / "preflight.json",
                              {p: pf.model_dump(mode="json") for p, pf in out.items()})
     return out
+
+
+def check_busbw(site: Site, networks: dict[str, Preflight]) -> list[str]:
+    """Each partition's across-nodes bus bandwidth against the ``min_busbw`` its site declares:
+    a line per checked partition, or FabricBelowMinimum naming the partition, both figures and
+    the pre-flight run (the sweep then stops before its runs)."""
+    lines = []
+    for partition, pf in sorted(networks.items()):
+        part = site.partition(partition)
+        floor = part.min_busbw_bytes
+        if floor is None:
+            continue
+        got = pf.inter.busbw
+        verdict = (f"{site.name}/{partition}: all-reduce busbw across {pf.inter.nodes} nodes "
+                   f"{got / 1e9:.3g} GB/s, site minimum {part.min_busbw} "
+                   f"({floor / 1e9:.3g} GB/s), pre-flight run {pf.inter.run_id}")
+        if got < floor:
+            raise FabricBelowMinimum(
+                f"{verdict}: below the minimum, the sweep stops before its runs; check the "
+                f"link (orch netbench --site {site.name} --partition {partition}) or lower "
+                "min_busbw in the site config")
+        lines.append(f"{verdict}: ok")
+    return lines
 
 
 def load_sweep(sweep_dir: Path) -> dict[str, Preflight]:

@@ -25,7 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import backends
+from . import backends, units
 from .errors import CONTROL, UserError
 from .resources import data_dir
 
@@ -150,11 +150,30 @@ class Partition(_Strict):
         description="variables set after the interconnect's defaults, overriding them "
         "(e.g. OMPI_MCA_pml where UCX is missing)",
     )
+    min_busbw: str | None = Field(
+        None, description="the lowest all-reduce bus bandwidth across nodes (nccl-tests' busbw, "
+        "e.g. 20GB/s or 100Gb/s) a sweep's pre-flight must measure; below it the sweep stops "
+        "before its runs (a degraded link found in a minute, not after a night)")
 
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
         return _check_env_names(v)
+
+    @field_validator("min_busbw")
+    @classmethod
+    def _busbw(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                units.parse_bandwidth(v, "min_busbw")
+            except UserError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @property
+    def min_busbw_bytes(self) -> float | None:
+        """``min_busbw`` in bytes/s (None: not declared)."""
+        return units.parse_bandwidth(self.min_busbw) if self.min_busbw is not None else None
 
     @model_validator(mode="after")
     def _fabric(self) -> Partition:

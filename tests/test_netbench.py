@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from orchestrator import netbench
+from orchestrator import netbench, units
 from orchestrator.errors import UserError
 from orchestrator.modes.allreduce_bench.mode import parse_sizes
 from orchestrator.perfmodel import allreduce_time
@@ -134,21 +134,21 @@ def test_sweep_refuses_bad_sizes_clearly(tmp_path):
 def test_units():
     assert parse_sizes("4,1K,64KiB,1M,2MB") == (4, 1024, 65536, 1 << 20, 2_000_000)
     assert parse_sizes("1M:4:1M") == (4, 1 << 20)
-    assert netbench.parse_bandwidth("10Gb/s") == 1.25e9
-    assert netbench.parse_bandwidth("100Gbit") == 12.5e9
-    assert netbench.parse_bandwidth("12.5GB/s") == 12.5e9
-    assert netbench.parse_bandwidth("10Gbps") == 1.25e9
-    assert netbench.parse_bandwidth("1GiB/s") == 2 ** 30
-    assert netbench.parse_bandwidth("3e9") == 3e9
-    assert netbench.parse_latency("2us") == 2e-6
-    assert netbench.parse_latency("2µs") == 2e-6
-    assert netbench.parse_latency("1.5e-6") == 1.5e-6
-    assert netbench.parse_latency("500ns") == 5e-7
+    assert units.parse_bandwidth("10Gb/s") == 1.25e9
+    assert units.parse_bandwidth("100Gbit") == 12.5e9
+    assert units.parse_bandwidth("12.5GB/s") == 12.5e9
+    assert units.parse_bandwidth("10Gbps") == 1.25e9
+    assert units.parse_bandwidth("1GiB/s") == 2 ** 30
+    assert units.parse_bandwidth("3e9") == 3e9
+    assert units.parse_latency("2us") == 2e-6
+    assert units.parse_latency("2µs") == 2e-6
+    assert units.parse_latency("1.5e-6") == 1.5e-6
+    assert units.parse_latency("500ns") == 5e-7
     for bad in ("10G", "fast", "-1Gb/s", "0"):
         with pytest.raises(UserError):
-            netbench.parse_bandwidth(bad)
+            units.parse_bandwidth(bad)
     with pytest.raises(UserError):
-        netbench.parse_latency("2 parsecs")
+        units.parse_latency("2 parsecs")
 
 
 def test_store_location_follows_the_environment(monkeypatch, tmp_path):
@@ -183,3 +183,16 @@ def test_netbench_on_the_test_cluster(slurm_cluster, tmp_path):
     header = json.loads((tmp_path / "runs" / result["run_id"] / "ranks" / "rank-0.jsonl")
                         .read_text().splitlines()[0])
     assert header["env"]["NCCL_IB_DISABLE"] == "1"  # the eth partition's transport
+
+
+def test_bus_bandwidth_is_nccl_tests_busbw():
+    # nccl-tests: algbw = bytes / time; all-reduce busbw = algbw * 2(n-1)/n
+    assert netbench.algbw(1_000_000, 1e-3) == pytest.approx(1e9)
+    for ranks, factor in ((2, 1.0), (4, 1.5), (8, 1.75)):
+        assert netbench.busbw(1_000_000, 1e-3, ranks) == pytest.approx(1e9 * factor)
+    assert netbench.busbw(1_000_000, 1e-3, 1) == 0.0  # one rank sends nothing
+    sizes, seconds = [4, 1 << 20, 4 << 20], [1e-5, 2e-3, 1e-2]
+    value, size = netbench.peak_busbw(sizes, seconds, 4)
+    assert size == 1 << 20 and value == pytest.approx((1 << 20) / 2e-3 * 1.5)
+    assert netbench.describe_busbw(sizes, seconds, 4) == \
+        f"busbw {value / 1e9:.3g} GB/s (peak, at 1,048,576 B)"

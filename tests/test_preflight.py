@@ -211,3 +211,75 @@ def test_predictions_come_only_from_smaller_finished_runs_by_hand():
     # no pre-flight for the partition: said, not guessed
     _, notes = predictions.predict_runs(runs, {"n2"}, {}, now=5.0)
     assert notes and "no pre-flight network for partition p" in notes[0]
+
+
+def _site_with_min_busbw(tmp_path, value: str):
+    """The local site, its partition declaring ``min_busbw: value``."""
+    import yaml
+
+    from orchestrator.resources import data_dir
+
+    doc = yaml.safe_load((data_dir("site-configs") / "local.yaml").read_text())
+    doc["partitions"][0]["min_busbw"] = value
+    path = tmp_path / f"local-{len(list(tmp_path.glob('local-*.yaml')))}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_min_busbw_is_checked_against_the_preflight_and_stops_the_sweep_below_it(tmp_path):
+    # one scale (nothing to predict): the pre-flight still runs, for the fabric check
+    env = {"ORCH_NETBENCH_DIR": str(tmp_path / "store")}
+    out = tmp_path / "sweep"
+    args = ("--nodes", "2", "--mode", "torch-ddp", "--iters", ITERS, "--warmup", WARMUP,
+            "--out", out)
+    high = run_orch("sweep", "--site", _site_with_min_busbw(tmp_path, "1000TB/s"), *args,
+                    env=env)
+    assert high.returncode == 1, high.stderr
+    line = high.stderr.strip().splitlines()[-1]
+    assert "local/local: all-reduce busbw across 2 nodes " in line and \
+        "site minimum 1000TB/s (1e+06 GB/s), pre-flight run allreduce-bench-" in line
+    assert "below the minimum, the sweep stops before its runs" in line
+    (rdir,) = [p for p in out.iterdir() if p.name.startswith("torch-ddp")]  # prepared only
+    assert rundir.read_record(rdir).state == "NEW" and not (rdir / "ranks").exists()
+    # a minimum the link meets: checked (from the fresh cache: no second measurement), runs go on
+    low = run_orch("sweep", "--site", _site_with_min_busbw(tmp_path, "1kB/s"), *args, env=env)
+    assert low.returncode == 0, low.stderr
+    assert "site minimum 1kB/s (1e-06 GB/s), pre-flight run allreduce-bench-" in low.stderr
+    assert ": ok" in low.stderr and "measuring" not in low.stderr
+    assert rundir.read_record(rdir).state == "COMPLETED"
+    # without a pre-flight the minimum cannot be checked, and the sweep says so
+    never = run_orch("sweep", "--site", _site_with_min_busbw(tmp_path, "1kB/s"), *args,
+                     "--no-preflight", env=env)
+    assert "min_busbw of local not checked" in never.stderr
+
+
+def test_min_busbw_must_be_a_bandwidth(tmp_path):
+    path = _site_with_min_busbw(tmp_path, "fast")
+    bad = run_orch("site", "validate", path)
+    assert bad.returncode == 2
+    located = bad.stderr.strip().splitlines()[-1]  # under the site config's one-line heading
+    assert located.startswith(f"{path}:") and "partitions[0].min_busbw: " in located
+    assert "expected a bandwidth such as 10Gb/s" in located
+
+
+def test_check_busbw_names_the_partition_and_both_figures():
+    from orchestrator.errors import FabricBelowMinimum
+    from orchestrator.site import Site
+
+    inter = _level("inter", 2, 1, 2)  # 2 ranks: busbw = algbw = 8 B / 1 ms
+    site = Site.model_validate({
+        "name": "s", "scheduler": "slurm", "partitions": [
+            {"name": "p", "interconnect": "ethernet", "nodes": 2, "cpus_per_node": 2,
+             "socket_ifname": "eth0", "min_busbw": "100Gb/s"}], "environments": {}})
+    pf = preflight.Preflight(site="s", partition="p", inter=inter)
+    assert inter.busbw == pytest.approx(8e3)
+    with pytest.raises(FabricBelowMinimum) as exc:
+        preflight.check_busbw(site, {"p": pf})
+    assert exc.value.exit_code == 1
+    assert str(exc.value).startswith("s/p: all-reduce busbw across 2 nodes 8e-06 GB/s, site "
+                                     "minimum 100Gb/s (12.5 GB/s), pre-flight run inter: below")
+    slow = site.model_copy(update={"partitions": [
+        site.partitions[0].model_copy(update={"min_busbw": "1kB/s"})]})
+    assert preflight.check_busbw(slow, {"p": pf}) == [
+        "s/p: all-reduce busbw across 2 nodes 8e-06 GB/s, site minimum 1kB/s (1e-06 GB/s), "
+        "pre-flight run inter: ok"]

@@ -186,6 +186,7 @@ def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | N
                 sweep: Path | None, bandwidth: str | None, latency: str | None):
     """(AlphaBeta or None, description): netbench result, then the what-if overrides."""
     from .. import netbench as nb
+    from .. import units
     from ..perfmodel import AlphaBeta
 
     result, source = None, "no netbench result given (--netbench FILE, or --site and --partition)"
@@ -204,11 +205,11 @@ def _alpha_beta(netbench_file: Path | None, site: str | None, partition: str | N
     bandwidth_v = result.bandwidth if result else None
     what_if = []
     if bandwidth is not None:
-        bandwidth_v = nb.parse_bandwidth(bandwidth)
-        what_if.append(f"B = {nb.format_bandwidth(bandwidth_v)}")
+        bandwidth_v = units.parse_bandwidth(bandwidth)
+        what_if.append(f"B = {units.format_bandwidth(bandwidth_v)}")
     if latency is not None:
-        alpha = nb.parse_latency(latency)
-        what_if.append(f"α = {nb.format_seconds(alpha)}")
+        alpha = units.parse_latency(latency)
+        what_if.append(f"α = {units.format_seconds(alpha)}")
     if alpha is None and bandwidth_v is None:
         return None, source
     if alpha is None or bandwidth_v is None:
@@ -456,8 +457,8 @@ def _network(sweep: Path | None, partition: str | None, site: str | None,
              two: TwoLevel):
     """(Network, description): the sweep's pre-flight (both levels), else a netbench result
     (inter-node only), then the what-ifs."""
-    from .. import netbench as nb
     from .. import preflight as pf
+    from .. import units
     from ..perfmodel import AlphaBeta, Network
 
     pre = pf.load_sweep(sweep).get(partition or "") if sweep is not None else None
@@ -475,20 +476,20 @@ def _network(sweep: Path | None, partition: str | None, site: str | None,
         intra, desc = None, [f"inter: {src}"]
         bandwidth = latency = None  # already applied
     if bandwidth is not None or latency is not None:
-        inter = AlphaBeta(alpha=nb.parse_latency(latency) if latency else inter.alpha,
-                          bandwidth=nb.parse_bandwidth(bandwidth) if bandwidth
+        inter = AlphaBeta(alpha=units.parse_latency(latency) if latency else inter.alpha,
+                          bandwidth=units.parse_bandwidth(bandwidth) if bandwidth
                           else inter.bandwidth)
-        desc.append(f"what-if inter: α = {nb.format_seconds(inter.alpha)}, B = "
-                    f"{nb.format_bandwidth(inter.bandwidth)}")
+        desc.append(f"what-if inter: α = {units.format_seconds(inter.alpha)}, B = "
+                    f"{units.format_bandwidth(inter.bandwidth)}")
     if two.intra_bandwidth is not None or two.intra_latency is not None:
         base = intra or inter
         intra = AlphaBeta(
-            alpha=nb.parse_latency(two.intra_latency, "--intra-latency")
+            alpha=units.parse_latency(two.intra_latency, "--intra-latency")
             if two.intra_latency else base.alpha,
-            bandwidth=nb.parse_bandwidth(two.intra_bandwidth, "--intra-bandwidth")
+            bandwidth=units.parse_bandwidth(two.intra_bandwidth, "--intra-bandwidth")
             if two.intra_bandwidth else base.bandwidth)
-        desc.append(f"what-if intra: α = {nb.format_seconds(intra.alpha)}, B = "
-                    f"{nb.format_bandwidth(intra.bandwidth)}")
+        desc.append(f"what-if intra: α = {units.format_seconds(intra.alpha)}, B = "
+                    f"{units.format_bandwidth(intra.bandwidth)}")
     if intra is None:
         desc.append("intra: none measured, the inter-node α–β is used inside nodes too")
     return Network(inter=inter, intra=intra), "; ".join(desc), pre
@@ -779,11 +780,13 @@ def netbench_cmd(
                           title=f"all-reduce over {result.workers} ranks ({result.backend}), "
                           f"median of {result.iterations} iterations, slowest rank",
                           title_justify="left")
-        for c in ("bytes", "measured µs", "model µs", "model / measured"):
+        for c in ("bytes", "measured µs", "algbw GB/s", "busbw GB/s", "model µs",
+                  "model / measured"):
             table.add_column(c, justify="right")
-        for size, t, m in zip(result.sizes, result.seconds, result.model_seconds(),
-                              strict=True):
-            table.add_row(f"{size:,}", f"{t * 1e6:,.1f}", f"{m * 1e6:,.1f}", f"{m / t:.2f}")
+        for size, t, m, bus in zip(result.sizes, result.seconds, result.model_seconds(),
+                                   result.bus_bandwidths(), strict=True):
+            table.add_row(f"{size:,}", f"{t * 1e6:,.1f}", f"{nb.algbw(size, t) / 1e9:.3f}",
+                          f"{bus / 1e9:.3f}", f"{m * 1e6:,.1f}", f"{m / t:.2f}")
         out_console.print(table)
         out_console.print(f"{site_obj.name}/{part.name}: {result.describe()}", markup=False,
                           highlight=False)
