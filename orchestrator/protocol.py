@@ -13,8 +13,22 @@ A rank log, ``<run dir>/ranks/rank-<task>.jsonl``, is one JSON object per line:
   ``t_start``, ``t_epoch`` (seconds of training, evaluation excluded), ``t_eval``,
   ``train_loss`` and ``train_acc`` (over the samples this rank trained on), ``test_acc``
   (held-out accuracy of the whole held-out split, the same on every rank), ``samples``,
-* a ``footer`` (status ``ok`` or ``error``, peak memory, parameter checksum, versions, and
-  ``fabric``: the evidence of which interfaces the rank's bytes crossed, see below).
+* a ``footer`` (status ``ok`` or ``error``, peak memory, parameter checksum, versions,
+  ``fabric``: the evidence of which interfaces the rank's bytes crossed, see below, and
+  ``device_metrics``: what its device did in the measured native window, see below).
+
+The header's ``binding``: ``cuda_visible_devices``, ``gpu_index``, ``gpu_pci_bus_id``,
+``gpu_uuid``, ``gpu_name`` (NVML, where the rank sees a GPU), ``cpu_affinity`` (a cpulist such
+as ``0-3,8``) and ``numa_nodes`` (those CPUs' NUMA nodes). The footer's ``device_metrics``
+(rankside.devmetrics.aggregate): ``source`` (``nvml``, ``rapl`` or null), ``device_id`` (ranks
+with the same one on a host share the device), ``samples``, ``seconds``, ``window_samples``
+(training samples of the window), ``gpu_util_mean``, ``mem_util_mean``, ``cpu_util_mean``,
+``sm_clock_mean_mhz``, ``mem_used_max_bytes``, ``power_mean_w``, ``power_max_w``,
+``temp_max_c``, ``pcie_tx_mean_kb_s``/``pcie_rx_mean_kb_s``, ``nvlink_tx_kib``/
+``nvlink_rx_kib``, ``energy_j`` with ``energy_basis`` (``counter``: the energy counter's
+difference; ``integrated power``), ``throttle_reasons`` (names seen), ``reason`` (why a part is
+missing) and ``unread`` (NVML calls that failed, and why). ``device_metrics_reason`` in the
+footer says why nothing of the device could be read.
 
 The footer's ``fabric`` object (``rankside.fabric.record``; absent where it could not be read):
 ``schema``, ``basis`` (``window``: the measured window; ``lifetime``: a task without one, from
@@ -66,6 +80,11 @@ WINDOWS = (WINDOW_NATIVE, WINDOW_BREAKDOWN)
 COMM_TOTAL_REASON = "comm_total_reason"  # footer: why no t_comm_total is recorded
 STATUS_OK = "ok"
 FABRIC = "fabric"  # the footer field holding a rank's fabric evidence
+# What the device did in the measured window (rankside.devmetrics.aggregate: means, maxima,
+# energy and its basis, throttle reasons) and, where nothing could be read, why.
+DEVICE_METRICS = "device_metrics"
+DEVICE_METRICS_REASON = "device_metrics_reason"
+BINDING = "binding"  # the header field: CUDA_VISIBLE_DEVICES, GPU, CPU affinity, NUMA nodes
 STATUS_ERROR = "error"
 
 # Files of a run directory (DESIGN.md): the Run record, the ledger entry, the job's timing,
@@ -130,6 +149,13 @@ def heartbeat_name(task):
 def heartbeat_line(seq, when):
     """One heartbeat, always the same width (31 bytes)."""
     return f"{int(seq) % 10 ** 12:012d} {when:017.3f}\n".encode()
+
+
+def device_log_name(task):
+    """``rank-<task>.device.jsonl``: the task's device samples in its measured window (a
+    ``meta`` line, then one ``sample`` line every rankside.devmetrics.SAMPLE_PERIOD_S), kept
+    apart from its rank log so that log's timing is untouched."""
+    return f"rank-{int(task)}.device.jsonl"
 
 
 def rank_out_name(task):

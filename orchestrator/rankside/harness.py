@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from orchestrator import protocol
 from orchestrator.protocol import LOG_SCHEMA, PHASES
-from orchestrator.rankside import fabric
+from orchestrator.rankside import devmetrics, fabric
 
 # Environment variables worth keeping beside every measurement: they change what is measured.
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
@@ -277,6 +277,7 @@ class Session:
         chunk = []  # a queued window's iterations since its last drain
         limit = chunk_limit(None)  # how many measured ones the current chunk queues
         written = time.perf_counter()
+        sampler = None  # the device sampler, over the native window's measured iterations
         try:
             for k in range(total):
                 it = base + k
@@ -286,6 +287,9 @@ class Session:
                     self.inject(it)
                 if phases and k == self.args.warmup:  # the fabric's measured window starts
                     self._fabric_start = fabric.safe(fabric.Snapshot)
+                if not phases and k == self.args.warmup:  # before this iteration's clock
+                    sampler = devmetrics.start_sampler(self.args.log_dir, self.info.task,
+                                                       self.info.local_rank)
                 self._phases = {}
                 wall = time.time()
                 t0 = time.perf_counter()
@@ -321,6 +325,17 @@ class Session:
                     pending, written = [], time.perf_counter()
         finally:
             self.log.write_many(pending + chunk)  # a chunk cut short keeps its queueing times
+            if sampler is not None:
+                self._device_footer(devmetrics.stop_sampler(
+                    sampler, max(0, self._next_iter - base - self.args.warmup) * self.samples))
+
+    def _device_footer(self, metrics: "dict | None") -> None:
+        """The device sampler's aggregates into the footer; why, where nothing was read."""
+        if metrics is None:
+            return
+        self.footer[protocol.DEVICE_METRICS] = metrics
+        if metrics.get("source") is None:
+            self.footer[protocol.DEVICE_METRICS_REASON] = metrics.get("reason")
 
     def epoch_steps(self, steps: int, epoch: int):
         """Yield the step numbers of one training epoch (``--epochs``), each logged as a
@@ -456,6 +471,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         "started_at": time.time(), "argv": sys.argv, "env": interesting_env(),
         "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
         "container": container_facts(),
+        protocol.BINDING: devmetrics.process_probe(info.local_rank).binding,
     }
     log.write(header)
     start_heartbeat(os.path.join(args.log_dir, protocol.heartbeat_name(info.task)))

@@ -1,0 +1,510 @@
+"""What the device did during a rank's measured window, and where the rank was bound.
+
+A daemon thread samples the rank's device every SAMPLE_PERIOD_S while the measured (native)
+window runs, into the rank's own ``rank-<task>.device.jsonl`` (protocol.device_log_name): the
+iteration log and its timing are untouched, and the training loop does no work for it (the
+thread sleeps between samples; NVML's calls release the GIL). The footer gets the aggregates
+(:func:`aggregate`), the header the binding (:func:`binding`).
+
+On a GPU the samples come from NVML (``nvidia-ml-py``, ``import pynvml``, imported lazily and
+only used when importable and a GPU is visible to the rank); on a CPU host from RAPL's energy
+counters (``/sys/class/powercap/intel-rapl:*``) where readable; else a sample carries only the
+process's CPU use and the footer says why (``reason``).
+
+Same rules as :mod:`orchestrator.rankside.harness`: stdlib only, valid Python 3.6 (CNTK),
+annotations as strings. The pure parts (decoding, wraparound, aggregation, CPU lists) are
+small functions the tests call directly.
+"""
+
+import contextlib
+import json
+import os
+import threading
+import time
+
+# At least once a second (the brief is "per second or better"); NVML's PCIe reading itself
+# spends ~20 ms per counter inside the driver, so twice a second stays cheap.
+SAMPLE_PERIOD_S = 0.5
+DEVICE_SCHEMA = 1
+POWERCAP = "/sys/class/powercap"
+NODE_SYSFS = "/sys/devices/system/node"
+
+# NVML's clock event ("throttle") reason bits (nvml.h, nvmlClocksEventReason* /
+# nvmlClocksThrottleReason*): bit -> name.
+THROTTLE_BITS = (
+    (0x1, "gpu_idle"), (0x2, "applications_clocks_setting"), (0x4, "sw_power_cap"),
+    (0x8, "hw_slowdown"), (0x10, "sync_boost"), (0x20, "sw_thermal_slowdown"),
+    (0x40, "hw_thermal_slowdown"), (0x80, "hw_power_brake_slowdown"),
+    (0x100, "display_clock_setting"), (0x200, "board_limit"), (0x400, "reliability"),
+)
+# nvmlFieldValue ids: NVLink data throughput counters in KiB (NVML_FI_DEV_NVLINK_THROUGHPUT_*).
+NVLINK_TX_FIELD, NVLINK_RX_FIELD = 138, 139
+
+
+# --- pure parts -----------------------------------------------------------------------------
+
+def throttle_names(mask: "int | None") -> list:
+    """The reason names of a clock-event bitmask; an unknown bit as its hex value."""
+    if not mask:
+        return []
+    names, known = [], 0
+    for bit, name in THROTTLE_BITS:
+        known |= bit
+        if mask & bit:
+            names.append(name)
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append(hex(bit))
+            rest &= ~bit
+        bit <<= 1
+    return names
+
+
+def counter_delta(first: int, last: int, max_range: "int | None") -> int:
+    """How far a counter moved from ``first`` to ``last``, past at most one wraparound at
+    ``max_range`` (RAPL's ``max_energy_range_uj``: its energy_uj starts again from 0)."""
+    if last >= first or not max_range:
+        return last - first
+    return last + max_range - first
+
+
+def counter_total(samples: list, key: str, scale: float, ranges: "dict | None" = None):
+    """How far a cumulative counter moved over the samples, times ``scale`` (``key``: a
+    number, or a dict of zones summed), interval by interval so that each may wrap once
+    (``ranges``: a zone's wrap value). None when a sample lacks it or there is one sample."""
+    total = 0.0
+    for i in range(1, len(samples)):  # no zip(strict=)/pairwise: Python 3.6
+        va, vb = samples[i - 1].get(key), samples[i].get(key)
+        if va is None or vb is None:
+            return None
+        if isinstance(va, dict):
+            if set(va) != set(vb):
+                return None
+            total += sum(counter_delta(va[z], vb[z], (ranges or {}).get(z)) for z in va)
+        else:
+            total += counter_delta(va, vb, None)
+    return total * scale if len(samples) > 1 else None
+
+
+def integrated_energy_j(samples: list) -> "float | None":
+    """Power integrated over time (trapezoids between samples with ``power_w``), in J."""
+    points = [(s["t"], s["power_w"]) for s in samples if s.get("power_w") is not None]
+    if len(points) < 2:
+        return None
+    return sum((points[i][0] - points[i - 1][0]) * (points[i - 1][1] + points[i][1]) / 2
+               for i in range(1, len(points)))
+
+
+def _mean(values: list) -> "float | None":
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _max(values: list) -> "float | None":
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def window_energy(samples: list, ranges: "dict | None" = None) -> tuple:
+    """(joules, basis) over the samples: the energy counter's difference where every sample
+    has it (NVML's mJ, RAPL's µJ), else power integrated over time, else (None, None)."""
+    for key, scale in (("energy_mj", 1e-3), ("rapl_uj", 1e-6)):
+        joules = counter_total(samples, key, scale, ranges)
+        if joules is not None:
+            return joules, "counter"
+    joules = integrated_energy_j(samples)
+    return (joules, "integrated power") if joules is not None else (None, None)
+
+
+def aggregate(samples: list, meta: dict) -> dict:
+    """A rank's footer ``device_metrics`` from its samples and the sampler's ``meta`` (source,
+    device, reason, RAPL ranges): means and maxima over the window, its energy and basis,
+    every throttle reason seen."""
+    energy, basis = window_energy(samples, meta.get("rapl_ranges"))
+    seen = []
+    for s in samples:
+        for name in s.get("throttle_reasons") or ():
+            if name not in seen:
+                seen.append(name)
+    col = lambda key: [s.get(key) for s in samples]  # noqa: E731 - a one-line column picker
+    seconds = samples[-1]["t"] - samples[0]["t"] if len(samples) > 1 else 0.0
+    out = {"schema": DEVICE_SCHEMA, "source": meta.get("source"),
+           "device_id": meta.get("device_id"), "samples": len(samples), "seconds": seconds,
+           "gpu_util_mean": _mean(col("gpu_util")), "mem_util_mean": _mean(col("mem_util")),
+           "cpu_util_mean": _mean(col("cpu_util")),
+           "sm_clock_mean_mhz": _mean(col("sm_clock_mhz")),
+           "mem_used_max_bytes": _max(col("mem_used_bytes")),
+           "power_mean_w": _mean(col("power_w")), "power_max_w": _max(col("power_w")),
+           "temp_max_c": _max(col("temp_c")),
+           "pcie_tx_mean_kb_s": _mean(col("pcie_tx_kb_s")),
+           "pcie_rx_mean_kb_s": _mean(col("pcie_rx_kb_s")),
+           "nvlink_tx_kib": counter_total(samples, "nvlink_tx_kib", 1.0),
+           "nvlink_rx_kib": counter_total(samples, "nvlink_rx_kib", 1.0),
+           "energy_j": energy, "energy_basis": basis, "throttle_reasons": seen,
+           "reason": meta.get("reason")}
+    if energy is None and out["reason"] is None:
+        out["reason"] = "no energy: neither an energy counter nor power was read"
+    return out
+
+
+def parse_cpulist(text: str) -> list:
+    """``0-3,8`` (the kernel's cpulist format) -> [0, 1, 2, 3, 8]."""
+    cpus = set()
+    for part in text.strip().split(","):
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return sorted(cpus)
+
+
+def compact_cpus(cpus) -> str:
+    """[0, 1, 2, 3, 8] -> ``0-3,8``."""
+    out, run = [], []
+    for cpu in sorted(set(cpus)):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [cpu]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+def numa_nodes(cpus, root: str = NODE_SYSFS) -> "list | None":
+    """The NUMA nodes whose CPUs (``node<n>/cpulist``) hold any of ``cpus``; None where the
+    kernel shows no NUMA topology."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return None
+    wanted, found = set(cpus), []
+    for name in names:
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        try:
+            with open(os.path.join(root, name, "cpulist")) as fh:
+                if wanted & set(parse_cpulist(fh.read())):
+                    found.append(int(name[4:]))
+        except (OSError, ValueError):
+            continue
+    return sorted(found) if any(n.startswith("node") for n in names) else None
+
+
+def visible_gpu(env_value: "str | None", local_rank: int, count: int) -> tuple:
+    """Which NVML device the rank uses: ("index", n) or ("uuid", s), or (None, reason).
+
+    As torch_common.rank_device: the rank takes visible device ``local_rank % visible``.
+    CUDA_VISIBLE_DEVICES lists indices or UUIDs; its indices are NVML's where the CUDA
+    order is PCI's (CUDA_DEVICE_ORDER=PCI_BUS_ID, and on every one-GPU machine)."""
+    if env_value is None:
+        if count < 1:
+            return None, "NVML sees no GPU"
+        return "index", local_rank % count
+    entries = [e.strip() for e in env_value.split(",") if e.strip()]
+    # CUDA stops at the first invalid entry: "-1" or "" hides every GPU.
+    usable = []
+    for entry in entries:
+        if entry.startswith(("GPU-", "MIG-")) or entry.isdigit():
+            usable.append(entry)
+        else:
+            break
+    if not usable:
+        return None, f"CUDA_VISIBLE_DEVICES={env_value!r} hides every GPU"
+    entry = usable[local_rank % len(usable)]
+    return ("index", int(entry)) if entry.isdigit() else ("uuid", entry)
+
+
+def cpu_util(prev: "tuple | None", now: tuple, ncpus: int) -> "float | None":
+    """Percent of the rank's CPUs its process kept busy between two (wall, cpu seconds)."""
+    if prev is None or now[0] <= prev[0] or ncpus < 1:
+        return None
+    return 100.0 * (now[1] - prev[1]) / (now[0] - prev[0]) / ncpus
+
+
+# --- sources: what one sample reads ---------------------------------------------------------
+
+class NvmlSource:
+    """One GPU through NVML. A call that fails (not supported on this GPU or driver, no
+    permission) is not asked again: its fields stay null and ``unread`` says why."""
+
+    name = "nvml"
+
+    def __init__(self, nvml, handle) -> None:
+        self.nvml = nvml
+        self.handle = handle
+        self.unread: dict = {}
+        self._binding = None
+        # Newer drivers name them clock *event* reasons; older bindings only have throttle.
+        self._reasons = [getattr(nvml, n) for n in ("nvmlDeviceGetCurrentClocksEventReasons",
+                                                    "nvmlDeviceGetCurrentClocksThrottleReasons")
+                         if hasattr(nvml, n)]
+
+    def _read(self, what: str, call):
+        if what in self.unread:
+            return None
+        try:
+            return call()
+        except Exception as exc:  # pynvml.NVMLError and its per-code subclasses
+            self.unread[what] = str(exc) or type(exc).__name__
+            return None
+
+    def device_id(self) -> str:
+        """The device's identity on its host (ranks sharing a GPU share it): its bus id."""
+        bound = self.binding()
+        return "gpu:" + str(bound.get("gpu_pci_bus_id") or bound.get("gpu_uuid"))
+
+    def binding(self) -> dict:
+        if self._binding is None:
+            self._binding = self._identify()
+        return self._binding
+
+    def _identify(self) -> dict:
+        n, h = self.nvml, self.handle
+        pci = self._read("pci_info", lambda: n.nvmlDeviceGetPciInfo(h))
+        return {"gpu_index": self._read("index", lambda: n.nvmlDeviceGetIndex(h)),
+                "gpu_pci_bus_id": _text(getattr(pci, "busId", None)),
+                "gpu_uuid": _text(self._read("uuid", lambda: n.nvmlDeviceGetUUID(h))),
+                "gpu_name": _text(self._read("name", lambda: n.nvmlDeviceGetName(h)))}
+
+    def sample(self) -> dict:
+        n, h, read = self.nvml, self.handle, self._read
+        util = read("utilization", lambda: n.nvmlDeviceGetUtilizationRates(h))
+        mem = read("memory", lambda: n.nvmlDeviceGetMemoryInfo(h))
+        power = read("power", lambda: n.nvmlDeviceGetPowerUsage(h))  # mW
+        mask = read("throttle", self._throttle)
+        out = {"gpu_util": getattr(util, "gpu", None), "mem_util": getattr(util, "memory", None),
+               "sm_clock_mhz": read("sm_clock", lambda: n.nvmlDeviceGetClockInfo(
+                   h, n.NVML_CLOCK_SM)),
+               "mem_used_bytes": getattr(mem, "used", None),
+               "power_w": power / 1000.0 if power is not None else None,
+               "temp_c": read("temperature", lambda: n.nvmlDeviceGetTemperature(
+                   h, n.NVML_TEMPERATURE_GPU)),
+               "energy_mj": read("energy", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h)),
+               "pcie_tx_kb_s": read("pcie_tx", lambda: n.nvmlDeviceGetPcieThroughput(
+                   h, n.NVML_PCIE_UTIL_TX_BYTES)),
+               "pcie_rx_kb_s": read("pcie_rx", lambda: n.nvmlDeviceGetPcieThroughput(
+                   h, n.NVML_PCIE_UTIL_RX_BYTES)),
+               "throttle": mask, "throttle_reasons": throttle_names(mask)}
+        out.update(read("nvlink", self._nvlink) or {})
+        return out
+
+    def _throttle(self) -> int:
+        for call in self._reasons:
+            try:
+                return call(self.handle)
+            except Exception:  # this binding or driver lacks it: the older name next
+                if call is self._reasons[-1]:
+                    raise
+        raise RuntimeError("this pynvml has no clock reason call")
+
+    def _nvlink(self) -> dict:
+        values = self.nvml.nvmlDeviceGetFieldValues(self.handle,
+                                                    [NVLINK_TX_FIELD, NVLINK_RX_FIELD])
+        if any(v.nvmlReturn != 0 for v in values):
+            raise RuntimeError("NVLink throughput fields not supported")
+        return {"nvlink_tx_kib": values[0].value.ullVal, "nvlink_rx_kib": values[1].value.ullVal}
+
+
+def _text(value) -> "str | None":
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RaplSource:
+    """A CPU host's package energy counters (``<powercap>/intel-rapl:<n>/energy_uj``, AMD's
+    too), the zones' sum; ``ranges`` their wrap values (``max_energy_range_uj``)."""
+
+    name = "rapl"
+
+    def __init__(self, root: str, zones: list, ranges: dict) -> None:
+        self.root, self.zones, self.ranges = root, zones, ranges
+        self.unread: dict = {}
+
+    def device_id(self) -> str:
+        return "rapl:" + ",".join(self.zones)
+
+    def binding(self) -> dict:
+        return {}
+
+    def sample(self) -> dict:
+        try:
+            return {"rapl_uj": {z: read_int(os.path.join(self.root, z, "energy_uj"))
+                                for z in self.zones}}
+        except (OSError, ValueError) as exc:
+            self.unread.setdefault("rapl", str(exc))
+            return {"rapl_uj": None}
+
+
+def read_int(path: str) -> int:
+    with open(path) as fh:
+        return int(fh.read().strip())
+
+
+def open_rapl(root: str = POWERCAP) -> tuple:
+    """(RaplSource, None), or (None, why not): absent, no package zone, not readable."""
+    if not os.path.isdir(root):
+        return None, f"no RAPL: {root} absent"
+    zones = sorted(n for n in os.listdir(root) if n.startswith("intel-rapl:") and n.count(":") == 1)
+    if not zones:
+        return None, f"no RAPL: no intel-rapl package zone in {root}"
+    ranges = {}
+    for zone in zones:
+        try:
+            read_int(os.path.join(root, zone, "energy_uj"))
+            ranges[zone] = read_int(os.path.join(root, zone, "max_energy_range_uj"))
+        except PermissionError:
+            return None, f"no RAPL: permission denied reading {root}/{zone}/energy_uj"
+        except (OSError, ValueError) as exc:
+            return None, f"no RAPL: {exc}"
+    return RaplSource(root, zones, ranges), None
+
+
+def open_nvml(local_rank: int, env: dict, nvml=None) -> tuple:
+    """(NvmlSource of the rank's GPU, None), or (None, why not)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None, "no NVML: pynvml (nvidia-ml-py) is not installed"
+    try:
+        nvml.nvmlInit()
+        count = nvml.nvmlDeviceGetCount()
+        kind, which = visible_gpu(env.get("CUDA_VISIBLE_DEVICES"), local_rank, count)
+        if kind is None:
+            return None, "no GPU: " + which
+        handle = (nvml.nvmlDeviceGetHandleByIndex(which) if kind == "index"
+                  else nvml.nvmlDeviceGetHandleByUUID(which))
+    except Exception as exc:  # NVMLError: no driver, no library, a device it cannot open
+        return None, f"no NVML: {str(exc) or type(exc).__name__}"
+    return NvmlSource(nvml, handle), None
+
+
+# --- the probe (once per process) and the sampler -------------------------------------------
+
+class Probe:
+    """What a rank can sample and where it is bound, found once per process."""
+
+    def __init__(self, source, reason: "str | None", binding: dict) -> None:
+        self.source, self.reason, self.binding = source, reason, binding
+
+
+def probe(local_rank: int, env: "dict | None" = None, nvml=None,
+          powercap: str = POWERCAP, node_root: str = NODE_SYSFS) -> Probe:
+    """The rank's device source (NVML where it sees a GPU, else RAPL) and its binding: the
+    header's ``binding`` (CUDA_VISIBLE_DEVICES, GPU index, PCI bus id, CPU affinity as a
+    cpulist, the NUMA nodes of those CPUs)."""
+    env = dict(os.environ if env is None else env)
+    source, why_gpu = open_nvml(local_rank, env, nvml)
+    reason = None
+    if source is None:
+        source, why_cpu = open_rapl(powercap)
+        reason = None if source is not None else f"{why_gpu}; {why_cpu}"
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    bound = {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "gpu_index": None,
+             "gpu_pci_bus_id": None, "gpu_uuid": None, "gpu_name": None,
+             "cpu_affinity": compact_cpus(cpus) if cpus else None,
+             "numa_nodes": numa_nodes(cpus, node_root) if cpus else None}
+    if source is not None:
+        bound.update(source.binding())
+    return Probe(source, reason, bound)
+
+
+_PROBE = []  # the process's Probe, once found (NVML initialised once per process)
+
+
+def process_probe(local_rank: int) -> Probe:
+    """:func:`probe` of this process, found on first use; never raises."""
+    if not _PROBE:
+        try:
+            _PROBE.append(probe(local_rank))
+        except Exception as exc:  # a device metric must never fail a rank
+            _PROBE.append(Probe(None, f"device probe failed: {exc!r}", {}))
+    return _PROBE[0]
+
+
+class Sampler:
+    """A daemon thread writing one sample every ``period`` s to ``path``: the first at once,
+    the last when stopped (so a window has >= 2). Each sample: ``t`` (epoch s), ``cpu_util``
+    (the process's busy share of its CPUs) and what the source reads."""
+
+    def __init__(self, path: str, found: Probe, period: float = SAMPLE_PERIOD_S) -> None:
+        self.path, self.probe, self.period = path, found, period
+        self.samples: list = []  # kept for the footer's aggregates (~0.5 KB each)
+        self._stop = threading.Event()
+        self._ncpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+        self._cpu_prev = None
+        self._fh = None
+        self._thread = None
+
+    def meta(self) -> dict:
+        src = self.probe.source
+        return {"type": "meta", "schema": DEVICE_SCHEMA, "period_s": self.period,
+                "source": src.name if src else None,
+                "device_id": src.device_id() if src else None,
+                "reason": self.probe.reason,
+                "rapl_ranges": getattr(src, "ranges", None)}
+
+    def start(self) -> "Sampler":
+        self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed by stop()
+        self._fh.write(json.dumps(self.meta(), separators=(",", ":")) + "\n")
+        self._thread = threading.Thread(target=self._run, name="orch-devmetrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while True:
+            self._take()
+            if self._stop.wait(self.period):
+                return
+
+    def _take(self) -> None:
+        now = (time.time(), sum(os.times()[:2]))
+        sample = {"type": "sample", "t": now[0],
+                  "cpu_util": cpu_util(self._cpu_prev, now, self._ncpus)}
+        self._cpu_prev = now
+        if self.probe.source is not None:
+            try:
+                sample.update(self.probe.source.sample())
+            except Exception as exc:  # a source that breaks mid-window: say so, go on
+                sample["error"] = repr(exc)
+        self.samples.append(sample)
+        with contextlib.suppress(OSError, ValueError):  # a full disk loses samples, not the rank
+            self._fh.write(json.dumps(sample, separators=(",", ":")) + "\n")
+
+    def stop(self, window_samples: "int | None" = None) -> dict:
+        """Stop, take the last sample, close the file; the footer's aggregates."""
+        self._stop.set()
+        self._thread.join()
+        self._take()
+        self._fh.close()
+        out = aggregate(self.samples, self.meta())
+        out["window_samples"] = window_samples
+        src = self.probe.source
+        if src is not None and src.unread:
+            out["unread"] = dict(src.unread)
+        return out
+
+
+def start_sampler(log_dir: str, task: int, local_rank: int) -> "Sampler | None":
+    """Sample this rank's device into its device log from now on; None if it cannot start."""
+    from orchestrator import protocol
+
+    try:
+        path = os.path.join(log_dir, protocol.device_log_name(task))
+        return Sampler(path, process_probe(local_rank)).start()
+    except Exception:  # a device metric must never fail a rank
+        return None
+
+
+def stop_sampler(sampler: "Sampler | None", window_samples: int) -> "dict | None":
+    """The footer's ``device_metrics`` of a started sampler; None if there is none."""
+    if sampler is None:
+        return None
+    try:
+        return sampler.stop(window_samples)
+    except Exception as exc:  # a device metric must never fail a rank
+        return {"schema": DEVICE_SCHEMA, "samples": 0, "reason": f"sampler failed: {exc!r}"}
