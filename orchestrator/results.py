@@ -20,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import analyze, convergence, fabric, files, gather, protocol, rundir, verdict
+from . import analyze, convergence, devices, fabric, files, gather, protocol, rundir, verdict
 from .rundir import TERMINAL, JobRecord
 from .sweep import Run
 
@@ -128,6 +128,7 @@ def merge(out: Path) -> pd.DataFrame:
             logs = entry["logs"]
             info.update(entry["metrics"])
             info.update(gather.footer_facts(logs))
+            info.update(devices.run_facts(logs))  # device metrics and binding
             info.update(fabric.attest(entry["run"], entry["rdir"], logs))
     finally:
         if writing is not None:

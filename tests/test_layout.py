@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "orchestrator.fabric", "orchestrator.progress", "orchestrator.pack",
               "orchestrator.watch", "orchestrator.faults", "orchestrator.execute")),
     ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze",
-                 "orchestrator.convergence")),
+                 "orchestrator.convergence", "orchestrator.devices")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
                   "orchestrator.preflight", "orchestrator.predictions",
                   "orchestrator.zoo_counts")),
@@ -54,7 +54,7 @@ RANK_FLOOR = ("orchestrator", "orchestrator.errors", "orchestrator.protocol", "o
 PY36 = ("__init__.py", "errors.py", "protocol.py", "modes/__init__.py", "modes/base.py",
         "modes/cntk/mode.py", "modes/cntk/rank.py", "modes/cntk/__init__.py",
         "rankside/__init__.py", "rankside/harness.py", "rankside/models_cntk.py",
-        "rankside/epochs_common.py", "rankside/epochs_cntk.py")
+        "rankside/epochs_common.py", "rankside/epochs_cntk.py", "rankside/devmetrics.py")
 
 
 def module_name(path: Path) -> str:

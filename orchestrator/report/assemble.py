@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from .. import analyze
-from . import convergence, plots
+from . import convergence, devices, plots
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
@@ -81,6 +81,9 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     fab = fabric_table(runs)
     if fab is not None:
         tables.append(fab)
+    dev = devices.table(runs)
+    if dev is not None:
+        tables.append(dev)
     failed = runs[runs["state"] != "COMPLETED"] if not runs.empty else runs
     if not failed.empty:
         tables.append(Table(
@@ -100,6 +103,10 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
             report.figures["accuracy.png"] = png
             report.figure_titles["accuracy.png"] = ("Held-out accuracy against wall time and "
                                                     "epochs (dashed: asynchronous)")
+        png = devices.figure(runs)
+        if png is not None:
+            report.figures["energy.png"] = png
+            report.figure_titles["energy.png"] = "Energy per training sample by run"
     return report
 
 

@@ -1,0 +1,144 @@
+"""Per-run device columns of the result set: what the devices did in the measured window
+(the ranks' footers' ``device_metrics``, rankside.devmetrics) and where each rank was bound
+(the headers' ``binding``).
+
+Every column is declared once, in :data:`COLUMNS`: its name, how the ranks' values make the
+run's, the footer or header key it reads, and what it means. Ranks that share a device (two
+ranks on one GPU, every rank of a host on its RAPL package counters) are one device here: a
+device is (node, ``device_id``), read from its lowest task, so its energy is counted once.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from . import protocol
+
+
+class Column(NamedTuple):
+    name: str
+    how: str  # a key of COMBINE
+    key: str  # the footer's device_metrics key, or the header's binding key
+    means: str
+
+
+COLUMNS = (
+    Column("device_source", "distinct", "source",
+           "where the samples came from: nvml (a GPU), rapl (CPU package counters), or null"),
+    Column("gpu_util_mean", "device_mean", "gpu_util_mean",
+           "GPU utilisation % (NVML), mean over the window and the run's devices"),
+    Column("gpu_mem_util_mean", "device_mean", "mem_util_mean",
+           "GPU memory-controller utilisation %, mean over the window and devices"),
+    Column("cpu_util_mean", "rank_mean", "cpu_util_mean",
+           "% of its CPUs (affinity) a rank's process kept busy, mean over ranks"),
+    Column("sm_clock_mean_mhz", "device_mean", "sm_clock_mean_mhz",
+           "SM clock MHz, mean over the window and devices"),
+    Column("power_mean_w", "device_mean", "power_mean_w",
+           "power draw W of one device, mean over the window and the run's devices"),
+    Column("power_max_w", "device_max", "power_max_w", "highest power draw W of any device"),
+    Column("temp_max_c", "device_max", "temp_max_c", "highest GPU temperature °C"),
+    Column("energy_j", "device_sum", "energy_j",
+           "J the run's devices used in the measured window (each device once); null unless "
+           "every sampled rank's device has it"),
+    Column("energy_basis", "distinct", "energy_basis",
+           "counter (the energy counter's difference) or integrated power"),
+    Column("throttle_reasons", "union", "throttle_reasons",
+           "clock event (throttle) reasons NVML reported in the window, comma-separated"),
+    Column("device_samples", "rank_sum", "samples", "device samples the ranks took"),
+    Column("device_metrics_reason", "distinct", "reason",
+           "why a device metric is missing (no NVML, no RAPL, ...), per distinct reason"),
+    Column("cpu_affinity", "per_rank", "cpu_affinity",
+           "each rank's CPU affinity: task:cpulist, space-separated"),
+    Column("numa_nodes", "binding_union", "numa_nodes", "NUMA nodes of the ranks' CPUs"),
+    Column("cuda_visible_devices", "per_rank", "cuda_visible_devices",
+           "each rank's CUDA_VISIBLE_DEVICES: task:value, space-separated"),
+    Column("gpu_pci_bus_ids", "binding_union", "gpu_pci_bus_id",
+           "PCI bus ids of the GPUs the ranks used"),
+)
+# Derived from the columns above and the ranks' window samples.
+ENERGY_PER_SAMPLE = Column(
+    "energy_per_sample_j", "derived", "window_samples",
+    "energy_j over the training samples of the ranks' measured windows (J per sample)")
+RUN_COLUMNS = (*(c.name for c in COLUMNS), ENERGY_PER_SAMPLE.name)
+
+
+def _present(values: list) -> list:
+    return [v for v in values if v is not None]
+
+
+def _mean(values: list) -> float | None:
+    values = _present(values)
+    return sum(values) / len(values) if values else None
+
+
+def _sum_all(values: list) -> float | None:
+    """The sum, or None if any value is missing (a partial energy would mislead)."""
+    return sum(values) if values and all(v is not None for v in values) else None
+
+
+def _join(values) -> str | None:
+    values = sorted({str(v) for v in values if v is not None and v != ""})
+    return ",".join(values) if values else None
+
+
+def _union(lists: list) -> str | None:
+    return _join(x for values in lists if values for x in values)
+
+
+COMBINE = {
+    "device_mean": lambda devices, ranks, key: _mean([d.get(key) for d in devices]),
+    "device_max": lambda devices, ranks, key: max(_present([d.get(key) for d in devices]),
+                                                  default=None),
+    "device_sum": lambda devices, ranks, key: _sum_all([d.get(key) for d in devices]),
+    "rank_mean": lambda devices, ranks, key: _mean([m.get(key) for _, m, _ in ranks]),
+    "rank_sum": lambda devices, ranks, key: _sum_all([m.get(key) for _, m, _ in ranks]),
+    "distinct": lambda devices, ranks, key: _join(m.get(key) for _, m, _ in ranks),
+    "union": lambda devices, ranks, key: _union([m.get(key) for _, m, _ in ranks]),
+    "per_rank": lambda devices, ranks, key: " ".join(
+        f"{task}:{b[key] or chr(34) * 2}" for task, _, b in ranks if b.get(key) is not None)
+    or None,  # an empty value ("": CUDA_VISIBLE_DEVICES hiding every GPU) shown as ""
+    "binding_union": lambda devices, ranks, key: _union(
+        [b.get(key) if isinstance(b.get(key), list) else [b.get(key)] for _, _, b in ranks]),
+}
+
+
+def rank_entries(logs: list) -> list[tuple[int, dict, dict]]:
+    """(task, device_metrics, binding) per rank log, by task; {} where a log has none."""
+    out = []
+    for log in sorted(logs, key=lambda lg: lg.rank):
+        footer, header = log.footer or {}, log.header or {}
+        metrics = footer.get(protocol.DEVICE_METRICS)
+        binding = header.get(protocol.BINDING)
+        out.append((log.rank, metrics if isinstance(metrics, dict) else {},
+                    binding if isinstance(binding, dict) else {}))
+    return out
+
+
+def distinct_devices(logs: list) -> list[dict]:
+    """The device_metrics of each distinct device (node, device_id), from its lowest task."""
+    seen: dict = {}
+    for log in sorted(logs, key=lambda lg: lg.rank):
+        metrics = (log.footer or {}).get(protocol.DEVICE_METRICS)
+        if not isinstance(metrics, dict) or not metrics.get("device_id"):
+            continue
+        header = log.header or {}
+        seen.setdefault((header.get("node") or header.get("host"), metrics["device_id"]),
+                        metrics)
+    return list(seen.values())
+
+
+def run_facts(logs: list) -> dict:
+    """Every column of :data:`RUN_COLUMNS` of one run, from its parsed rank logs."""
+    ranks = rank_entries(logs)
+    sampled = [r for r in ranks if r[1]]  # the ranks whose footer has device_metrics
+    devices = distinct_devices(logs)
+    out = {}
+    for c in COLUMNS:  # the binding's columns read every rank, sampled or not
+        binding = c.how in ("per_rank", "binding_union")
+        out[c.name] = COMBINE[c.how](devices, ranks if binding else sampled, c.key)
+    if any(not m.get("device_id") for _, m, _ in sampled):
+        out["energy_j"] = None  # a sampled rank whose device was not read: energy partial
+    samples = _sum_all([m.get(ENERGY_PER_SAMPLE.key) for _, m, _ in sampled])
+    out[ENERGY_PER_SAMPLE.name] = (out["energy_j"] / samples
+                                   if out["energy_j"] is not None and samples else None)
+    return out
