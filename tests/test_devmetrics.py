@@ -1,0 +1,337 @@
+"""Device metrics and binding (rankside.devmetrics, orchestrator.devices), on this CPU machine.
+
+NVML's answers come from a recording made on one NVIDIA H200 (tests/fake_pynvml.py replays
+tests/fixtures/nvml/h200.json); tests/fixtures/gpu-h200-devmetrics holds two runs whose ranks
+sampled that GPU for real. RAPL is a fake sysfs tree in tmp_path. No assertion depends on how
+fast this machine is: the sampler takes a sample when it starts and one when it stops, so a
+window has at least two whatever the period, and nothing counts samples per second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from orchestrator import devices, protocol
+from orchestrator.rankside import devmetrics as dm
+
+from .conftest import run_orch
+from .fake_pynvml import FakeNvml
+
+RECORDED_RUNS = Path(__file__).parent / "fixtures" / "gpu-h200-devmetrics"
+
+
+# --- pure parts -----------------------------------------------------------------------------
+
+def test_throttle_bitmask_decodes_to_names():
+    assert dm.throttle_names(0) == [] and dm.throttle_names(None) == []
+    assert dm.throttle_names(0x1) == ["gpu_idle"]  # what the recorded H200 said when idle
+    assert dm.throttle_names(0x4) == ["sw_power_cap"]  # ... and under load
+    assert dm.throttle_names(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
+    assert dm.throttle_names(0x800 | 0x8) == ["hw_slowdown", "0x800"]  # a bit NVML adds later
+
+
+def test_counter_delta_wraps_once_at_its_range():
+    assert dm.counter_delta(100, 250, 1000) == 150
+    assert dm.counter_delta(990, 15, 1000) == 25  # past max_energy_range_uj and on from 0
+    assert dm.counter_delta(990, 15, None) == -975  # no range known: never guessed
+
+
+def test_energy_from_the_counter_else_from_integrated_power():
+    # NVML's counter (mJ) wins where every sample has it: 3.5 J, whatever the power says.
+    samples = [{"t": 0.0, "energy_mj": 1000, "power_w": 100.0},
+               {"t": 1.0, "energy_mj": 2500, "power_w": 100.0},
+               {"t": 2.0, "energy_mj": 4500, "power_w": 300.0}]
+    assert dm.window_energy(samples) == (pytest.approx(3.5), "counter")
+    # One sample without it: trapezoids of power over time, 100 W for 1 s + 100→300 W for 1 s.
+    samples[1]["energy_mj"] = None
+    assert dm.window_energy(samples) == (pytest.approx(300.0), "integrated power")
+    assert dm.window_energy([{"t": 0.0}, {"t": 1.0}]) == (None, None)
+    assert dm.window_energy([{"t": 0.0, "energy_mj": 5}]) == (None, None)  # one sample: none
+
+
+def test_rapl_energy_sums_packages_and_survives_a_wraparound():
+    ranges = {"intel-rapl:0": 1000, "intel-rapl:1": 1000}
+    samples = [{"t": 0.0, "rapl_uj": {"intel-rapl:0": 900, "intel-rapl:1": 10}},
+               {"t": 1.0, "rapl_uj": {"intel-rapl:0": 100, "intel-rapl:1": 60}},  # 0 wrapped
+               {"t": 2.0, "rapl_uj": {"intel-rapl:0": 300, "intel-rapl:1": 160}}]
+    joules, basis = dm.window_energy(samples, ranges)
+    assert basis == "counter" and joules == pytest.approx((200 + 200 + 50 + 100) * 1e-6)
+
+
+def test_aggregate_says_why_when_nothing_was_read():
+    out = dm.aggregate([{"t": 1.0, "cpu_util": None}, {"t": 2.0, "cpu_util": 50.0}],
+                       {"source": None, "reason": "no NVML: x; no RAPL: y"})
+    assert out["samples"] == 2 and out["cpu_util_mean"] == 50.0
+    assert out["energy_j"] is None and out["energy_basis"] is None
+    assert out["reason"] == "no NVML: x; no RAPL: y"
+
+
+def test_cpulists_and_numa_nodes(tmp_path):
+    assert dm.parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert dm.compact_cpus([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
+    assert dm.compact_cpus([5]) == "5"
+    for node, cpus in (("node0", "0-3"), ("node1", "4-7")):
+        (tmp_path / node).mkdir()
+        (tmp_path / node / "cpulist").write_text(cpus + "\n")
+    (tmp_path / "possible").write_text("0-1\n")  # not a node
+    assert dm.numa_nodes([0, 1], str(tmp_path)) == [0]
+    assert dm.numa_nodes([3, 4], str(tmp_path)) == [0, 1]
+    assert dm.numa_nodes([0], str(tmp_path / "absent")) is None
+
+
+@pytest.mark.parametrize("env,local_rank,count,expected", [
+    (None, 3, 2, ("index", 1)),  # no CUDA_VISIBLE_DEVICES: round-robin over NVML's devices
+    ("2,5", 1, 8, ("index", 5)),
+    ("GPU-b2895d9d-ff0f-948b-82b4-aaff32f4a8b8", 0, 1,
+     ("uuid", "GPU-b2895d9d-ff0f-948b-82b4-aaff32f4a8b8")),
+    ("1,-1,0", 1, 2, ("index", 1)),  # CUDA stops at the first invalid entry
+])
+def test_visible_gpu_follows_cuda_visible_devices(env, local_rank, count, expected):
+    assert dm.visible_gpu(env, local_rank, count) == expected
+
+
+@pytest.mark.parametrize("env,count", [("", 1), ("-1", 1), (None, 0)])
+def test_visible_gpu_none_says_why(env, count):
+    kind, why = dm.visible_gpu(env, 0, count)
+    assert kind is None and ("hides every GPU" in why or "no GPU" in why)
+
+
+# --- NVML, replayed from the H200 recording ------------------------------------------------
+
+def test_nvml_samples_replay_the_recorded_h200():
+    nvml = FakeNvml()
+    recorded = nvml.samples
+    source, why = dm.open_nvml(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml)
+    assert why is None and nvml.initialised
+    samples = [dict(source.sample(), t=float(i)) for i in range(len(recorded))]
+    out = dm.aggregate(samples, {"source": "nvml", "device_id": source.device_id()})
+    assert out["device_id"] == "gpu:00000000:00:06.0"
+    util = [c["nvmlDeviceGetUtilizationRates"]["gpu"] for c in recorded]
+    assert out["gpu_util_mean"] == pytest.approx(sum(util) / len(util))
+    assert out["power_max_w"] == pytest.approx(
+        max(c["nvmlDeviceGetPowerUsage"] for c in recorded) / 1000)  # mW -> W
+    energy = [c["nvmlDeviceGetTotalEnergyConsumption"] for c in recorded]
+    assert out["energy_basis"] == "counter"
+    assert out["energy_j"] == pytest.approx((energy[-1] - energy[0]) / 1000)  # mJ -> J
+    assert out["throttle_reasons"] == ["gpu_idle", "sw_power_cap"]  # idle, then power-capped
+    assert out["sm_clock_mean_mhz"] > 0 and out["temp_max_c"] >= 39
+    assert source.unread == {"nvlink": "NVLink throughput fields not supported"}
+    assert out["nvlink_tx_kib"] is None  # the recorded GPU answered NOT_SUPPORTED
+
+
+def test_nvml_without_an_energy_counter_integrates_power():
+    # The recording, with the energy counter answering as GPUs before Volta do (NVML's docs:
+    # nvmlDeviceGetTotalEnergyConsumption is Volta and newer): "Not Supported".
+    nvml = FakeNvml(answers={"nvmlDeviceGetTotalEnergyConsumption": [{"error": "Not Supported"}]})
+    source, _ = dm.open_nvml(0, {}, nvml)
+    samples = [dict(source.sample(), t=float(i)) for i in range(4)]
+    out = dm.aggregate(samples, {"source": "nvml"})
+    assert out["energy_basis"] == "integrated power" and out["energy_j"] > 0
+    assert source.unread["energy"] == "Not Supported"
+    assert nvml.cursor.get("nvmlDeviceGetTotalEnergyConsumption") == 1  # not asked again
+
+
+def test_probe_binds_the_rank_to_its_gpu_and_cpus(tmp_path):
+    found = dm.probe(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml=FakeNvml(),
+                     powercap=str(tmp_path / "none"))
+    assert found.source.name == "nvml" and found.reason is None
+    b = found.binding
+    assert (b["cuda_visible_devices"], b["gpu_index"], b["gpu_pci_bus_id"], b["gpu_name"]) == \
+        ("0", 0, "00000000:00:06.0", "NVIDIA H200")
+    assert dm.parse_cpulist(b["cpu_affinity"]) == sorted(os.sched_getaffinity(0))
+    hidden = dm.probe(0, {"CUDA_VISIBLE_DEVICES": ""}, nvml=FakeNvml(),
+                      powercap=str(tmp_path / "none"))
+    assert hidden.source is None and hidden.binding["gpu_index"] is None
+    assert "hides every GPU" in hidden.reason and "no RAPL" in hidden.reason
+
+
+# --- RAPL on a fake sysfs tree --------------------------------------------------------------
+
+def _powercap(root: Path, zones: dict) -> Path:
+    for zone, (energy, top) in zones.items():
+        (root / zone).mkdir(parents=True, exist_ok=True)
+        (root / zone / "energy_uj").write_text(f"{energy}\n")
+        (root / zone / "max_energy_range_uj").write_text(f"{top}\n")
+    return root
+
+
+def test_rapl_source_reads_package_zones_only(tmp_path):
+    root = _powercap(tmp_path / "powercap", {"intel-rapl:0": (900, 1000),
+                                             "intel-rapl:0:0": (5, 1000),  # a part of it
+                                             "intel-rapl:1": (10, 1000)})
+    source, why = dm.open_rapl(str(root))
+    assert why is None and source.zones == ["intel-rapl:0", "intel-rapl:1"]
+    first = dict(source.sample(), t=0.0)
+    _powercap(root, {"intel-rapl:0": (100, 1000), "intel-rapl:1": (60, 1000)})
+    last = dict(source.sample(), t=1.0)
+    joules, basis = dm.window_energy([first, last], source.ranges)
+    assert basis == "counter" and joules == pytest.approx(250e-6)
+
+
+def test_rapl_absent_or_unreadable_says_why(tmp_path, monkeypatch):
+    assert dm.open_rapl(str(tmp_path / "nope")) == (
+        None, f"no RAPL: {tmp_path / 'nope'} absent")
+    root = _powercap(tmp_path / "powercap", {"intel-rapl:0": (1, 1000)})
+    real = dm.read_int
+
+    def denied(path):  # root reads a mode-000 file anyway: the kernel's refusal, simulated
+        if path.endswith("energy_uj"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path)
+
+    monkeypatch.setattr(dm, "read_int", denied)
+    source, why = dm.open_rapl(str(root))
+    assert source is None and why.startswith("no RAPL: permission denied")
+
+
+# --- the sampler thread ---------------------------------------------------------------------
+
+class _CountingSource:
+    name, unread = "fake", {}
+
+    def __init__(self):
+        self.n = 0
+
+    def device_id(self):
+        return "fake:0"
+
+    def sample(self):
+        self.n += 1
+        return {"power_w": 100.0, "energy_mj": 1000 * self.n}
+
+
+def test_sampler_writes_a_sample_at_start_and_stop(tmp_path):
+    path = tmp_path / protocol.device_log_name(3)
+    found = dm.Probe(_CountingSource(), None, {})
+    sampler = dm.Sampler(str(path), found, period=3600.0).start()  # one, then waits
+    out = sampler.stop(window_samples=640)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert lines[0]["type"] == "meta" and lines[0]["source"] == "fake"
+    samples = [rec for rec in lines if rec["type"] == "sample"]
+    assert len(samples) >= 2 and out["samples"] == len(samples) == found.source.n
+    assert out["energy_basis"] == "counter" and out["energy_j"] > 0
+    assert out["window_samples"] == 640 and out["source"] == "fake"
+    assert not sampler._thread.is_alive()
+
+
+def test_sampler_never_fails_its_rank(tmp_path):
+    assert dm.start_sampler(str(tmp_path / "no" / "such" / "dir"), 0, 0) is None
+    assert dm.stop_sampler(None, 10) is None
+
+
+# --- the result set: from written logs, from the recorded GPU runs, from a real local run -----
+
+def _log(task, node, metrics, binding):
+    return protocol.RankLog(rank=task, header={"type": "header", "node": node,
+                                               protocol.BINDING: binding},
+                            footer={"type": "footer", "status": "ok",
+                                    protocol.DEVICE_METRICS: metrics})
+
+
+def _metrics(device, energy, samples, **extra):
+    return {"source": "nvml", "device_id": device, "energy_j": energy, "energy_basis": "counter",
+            "window_samples": samples, "power_mean_w": 300.0, "power_max_w": 400.0,
+            "gpu_util_mean": 80.0, "samples": 5, "throttle_reasons": ["sw_power_cap"],
+            "reason": None, **extra}
+
+
+def test_run_columns_count_a_shared_device_once():
+    gpu = {"cpu_affinity": "0-3", "numa_nodes": [0], "cuda_visible_devices": "0",
+           "gpu_pci_bus_id": "00000000:00:06.0"}
+    logs = [_log(0, "n1", _metrics("gpu:A", 1000.0, 6400), gpu),
+            _log(1, "n1", _metrics("gpu:A", 1010.0, 6400), dict(gpu, cpu_affinity="4-7")),
+            _log(2, "n2", _metrics("gpu:A", 500.0, 6400,  # same bus id, another node
+                                   throttle_reasons=["gpu_idle"]), dict(gpu, numa_nodes=[1]))]
+    out = devices.run_facts(logs)
+    assert set(out) == set(devices.RUN_COLUMNS)
+    assert out["energy_j"] == 1500.0  # n1's GPU once (its lowest task's), n2's
+    assert out["energy_per_sample_j"] == pytest.approx(1500.0 / (3 * 6400))
+    assert out["power_max_w"] == 400.0 and out["energy_basis"] == "counter"
+    assert out["throttle_reasons"] == "gpu_idle,sw_power_cap"
+    assert out["cpu_affinity"] == "0:0-3 1:4-7 2:0-3" and out["numa_nodes"] == "0,1"
+    assert out["gpu_pci_bus_ids"] == "00000000:00:06.0"
+
+
+def test_run_columns_without_energy_stay_null():
+    cpu = {"source": None, "device_id": None, "energy_j": None, "window_samples": 640,
+           "samples": 2, "cpu_util_mean": 40.0,
+           "reason": "no NVML: pynvml (nvidia-ml-py) is not installed; no RAPL: x absent"}
+    out = devices.run_facts([_log(0, "n1", cpu, {"cpu_affinity": "0-1"}),
+                             _log(1, "n1", dict(cpu, cpu_util_mean=60.0), {})])
+    assert out["energy_j"] is None and out["energy_per_sample_j"] is None
+    assert out["cpu_util_mean"] == 50.0 and out["device_samples"] == 4
+    assert out["device_metrics_reason"].startswith("no NVML")
+    partial = devices.run_facts([_log(0, "n1", _metrics("gpu:A", 10.0, 64), {}),
+                                 _log(1, "n2", cpu, {})])
+    assert partial["energy_j"] is None  # one rank's device unread: no partial energy
+    assert devices.run_facts([_log(0, "n1", {}, {})])["device_source"] is None  # old logs
+
+
+@pytest.fixture(scope="module")
+def recorded_rows(tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("dm") / "gpu"
+    shutil.copytree(RECORDED_RUNS, sweep)
+    rows = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
+    return {r["ranks"]: r for r in rows}, sweep
+
+
+def test_recorded_h200_runs_give_energy_per_sample(recorded_rows):
+    rows, sweep = recorded_rows
+    for ranks, row in rows.items():
+        assert row["state"] == "COMPLETED" and row["device_source"] == "nvml"
+        assert row["energy_basis"] == "counter" and row["energy_j"] > 0
+        assert row["power_max_w"] >= row["power_mean_w"] > 80  # above the idle 80 W
+        assert 0 < row["gpu_util_mean"] <= 100 and row["device_samples"] >= 2 * ranks
+        assert row["gpu_pci_bus_ids"] == "00000000:00:06.0" and row["numa_nodes"] == "0"
+        logs = [protocol.read_rank_log(p) for _, p in protocol.rank_logs(
+            sweep / row["run_id"] / protocol.RANKS_DIR)]
+        footers = [log.footer[protocol.DEVICE_METRICS] for log in logs]
+        window = sum(f["window_samples"] for f in footers)
+        assert window == row["iterations_measured"] * row["batch_size"] * ranks
+        # Two ranks on one GPU: its energy once, over both ranks' samples.
+        assert row["energy_j"] == pytest.approx(footers[0]["energy_j"])
+        assert row["energy_per_sample_j"] == pytest.approx(row["energy_j"] / window)
+    assert rows[2]["cuda_visible_devices"] == "0:0 1:0"
+
+
+def test_report_shows_device_energy_and_survives_cpu_runs(recorded_rows, tmp_path):
+    from orchestrator.report import devices as report_devices
+
+    rows, _ = recorded_rows
+    runs = pd.DataFrame(list(rows.values()))
+    table = report_devices.table(runs)
+    assert table is not None and len(table.rows) == 2
+    assert report_devices.figure(runs)[:4] == b"\x89PNG"
+    cpu = runs.assign(energy_j=None, energy_per_sample_j=None, device_source=None,
+                      power_mean_w=None, power_max_w=None, gpu_util_mean=None)
+    assert report_devices.figure(cpu) is None
+    assert report_devices.table(cpu) is not None  # the why is worth a row
+    assert report_devices.table(pd.DataFrame()) is None
+
+
+@pytest.mark.ranks
+def test_local_run_records_binding_and_device_log(tmp_path):
+    out = tmp_path / "sweep"
+    run_orch("sweep", "--nodes", "2", "--iters", 4, "--warmup", 1, "--out", out, check=True)
+    [row] = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    ranks = out / row["run_id"] / protocol.RANKS_DIR
+    for task in range(2):
+        log = protocol.read_rank_log(ranks / protocol.rank_log_name(task))
+        binding = log.header[protocol.BINDING]
+        assert set(binding) >= {"cuda_visible_devices", "gpu_index", "gpu_pci_bus_id",
+                                "cpu_affinity", "numa_nodes"}
+        assert dm.parse_cpulist(binding["cpu_affinity"])  # a cpulist, not empty
+        metrics = log.footer[protocol.DEVICE_METRICS]
+        assert metrics["samples"] >= 2 and metrics["window_samples"] == 4 * row["batch_size"]
+        lines = (ranks / protocol.device_log_name(task)).read_text().splitlines()
+        assert len(lines) == 1 + metrics["samples"]  # the meta line, then every sample
+        if metrics["energy_j"] is None:
+            assert log.footer[protocol.DEVICE_METRICS_REASON] or metrics["reason"]
+    assert row["cpu_affinity"].startswith("0:") and " 1:" in row["cpu_affinity"]
+    assert row["device_samples"] >= 4
