@@ -8,6 +8,8 @@ that says why, and no bar in the figure.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from .fmt import as_float, fmt_num
@@ -56,6 +58,15 @@ def table(runs: pd.DataFrame) -> Table | None:
                  "busy, mean over ranks", key_columns=1, text_columns=(1, 7, 8, 9, 10, 11))
 
 
+def _options(options) -> str:
+    """A run's options (the runs table's JSON) as ``k=v,...``: what tells two bars apart."""
+    try:
+        opts = json.loads(options) if isinstance(options, str) else dict(options or {})
+    except (TypeError, ValueError):
+        return ""
+    return ",".join(f"{k}={v}" for k, v in sorted(opts.items()))
+
+
 def figure(runs: pd.DataFrame) -> bytes | None:
     """Energy per training sample by run (mJ), where a run has it; None where none has."""
     done = _sampled(runs)
@@ -69,8 +80,9 @@ def figure(runs: pd.DataFrame) -> bytes | None:
     fig = _figure(min(24.0, max(6.0, 0.6 * len(done) + 3.0)), 4.8)
     ax = fig.subplots()
     values = [as_float(v) * 1e3 for v in done["energy_per_sample_j"]]
-    labels = [f"{r['mode']} {r['model']}\n{int(r['ranks'])} rank(s), "
-              f"{fmt_num(r.get('power_mean_w'), '.0f')} W" for _, r in done.iterrows()]
+    labels = [f"{r['mode']} {r['model']} {_options(r.get('options'))}\n"
+              f"{int(r['ranks'])} rank(s), {fmt_num(r.get('power_mean_w'), '.0f')} W"
+              for _, r in done.iterrows()]
     bars = ax.bar(range(len(values)), values, color="#2ca02c", width=0.7)
     for bar, value in zip(bars, values, strict=True):
         ax.text(bar.get_x() + bar.get_width() / 2, value, f"{value:.1f}", ha="center",
