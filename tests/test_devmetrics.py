@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -161,7 +162,9 @@ def _powercap(root: Path, zones: dict) -> Path:
     return root
 
 
-def test_rapl_source_reads_package_zones_only(tmp_path):
+def test_rapl_source_reads_package_zones_only(tmp_path, monkeypatch):
+    clock = iter([100.0, 102.0])  # two readings 2 s apart, whatever this machine's clock does
+    monkeypatch.setattr(dm, "time", SimpleNamespace(time=lambda: next(clock)))
     root = _powercap(tmp_path / "powercap", {"intel-rapl:0": (900, 1000),
                                              "intel-rapl:0:0": (5, 1000),  # a part of it
                                              "intel-rapl:1": (10, 1000)})
@@ -172,6 +175,10 @@ def test_rapl_source_reads_package_zones_only(tmp_path):
     last = dict(source.sample(), t=1.0)
     joules, basis = dm.window_energy([first, last], source.ranges)
     assert basis == "counter" and joules == pytest.approx(250e-6)
+    assert first["power_w"] is None  # power: the slope since the last reading
+    assert last["power_w"] == pytest.approx(250e-6 / 2)
+    assert dm.rapl_power_w((10.0, {"z": 990}), (12.0, {"z": 10}), {"z": 1000}) == \
+        pytest.approx(10e-6)  # 20 µJ across the wrap in 2 s
 
 
 def test_rapl_absent_or_unreadable_says_why(tmp_path, monkeypatch):

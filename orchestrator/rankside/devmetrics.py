@@ -323,6 +323,7 @@ class RaplSource:
     def __init__(self, root: str, zones: list, ranges: dict) -> None:
         self.root, self.zones, self.ranges = root, zones, ranges
         self.unread: dict = {}
+        self._last = None  # (time, zones' µJ) of the last reading: power is their slope
 
     def device_id(self) -> str:
         return "rapl:" + ",".join(self.zones)
@@ -332,11 +333,21 @@ class RaplSource:
 
     def sample(self) -> dict:
         try:
-            return {"rapl_uj": {z: read_int(os.path.join(self.root, z, "energy_uj"))
-                                for z in self.zones}}
+            now = (time.time(), {z: read_int(os.path.join(self.root, z, "energy_uj"))
+                                 for z in self.zones})
         except (OSError, ValueError) as exc:
             self.unread.setdefault("rapl", str(exc))
             return {"rapl_uj": None}
+        power, self._last = rapl_power_w(self._last, now, self.ranges), now
+        return {"rapl_uj": now[1], "power_w": power}
+
+
+def rapl_power_w(prev: "tuple | None", now: tuple, ranges: dict) -> "float | None":
+    """Package power (W) between two (time, {zone: µJ}) readings, across a wraparound."""
+    if prev is None or now[0] <= prev[0] or set(prev[1]) != set(now[1]):
+        return None
+    joules = sum(counter_delta(prev[1][z], now[1][z], ranges.get(z)) for z in now[1]) * 1e-6
+    return joules / (now[0] - prev[0])
 
 
 def read_int(path: str) -> int:
