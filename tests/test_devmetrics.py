@@ -227,6 +227,26 @@ def test_sampler_writes_a_sample_at_start_and_stop(tmp_path):
     assert not sampler._thread.is_alive()
 
 
+def test_a_long_window_is_folded_into_the_same_aggregates(tmp_path, monkeypatch):
+    samples = [{"t": float(i), "power_w": 100.0 + 10 * (i % 3), "energy_mj": 1000 * i,
+                "gpu_util": 50, "throttle_reasons": ["sw_power_cap"] if i == 1 else []}
+               for i in range(7)]
+    whole = dm.aggregate(samples, {})
+    folded = dm.combine(dm.aggregate(samples[:3], {}), dm.aggregate(samples[2:], {}))
+    for key in ("samples", "seconds", "energy_j", "energy_basis", "power_max_w",
+                "throttle_reasons", "gpu_util_mean"):
+        assert folded[key] == whole[key], key
+    assert folded["power_mean_w"] == pytest.approx(whole["power_mean_w"], rel=0.05)
+    # The sampler folds every MAX_KEPT samples; its footer still counts every sample once.
+    monkeypatch.setattr(dm, "MAX_KEPT", 2)
+    path = tmp_path / protocol.device_log_name(0)
+    sampler = dm.Sampler(str(path), dm.Probe(_CountingSource(), None, {}), period=3600.0)
+    sampler.start()
+    out = sampler.stop(window_samples=1)
+    written = [line for line in path.read_text().splitlines() if '"sample"' in line]
+    assert out["samples"] == len(written) >= 2 and out["energy_j"] > 0
+
+
 def test_sampler_never_fails_its_rank(tmp_path):
     assert dm.start_sampler(str(tmp_path / "no" / "such" / "dir"), 0, 0) is None
     assert dm.stop_sampler(None, 10) is None

@@ -25,6 +25,9 @@ import time
 # At least once a second (the brief is "per second or better"); NVML's PCIe reading itself
 # spends ~20 ms per counter inside the driver, so twice a second stays cheap.
 SAMPLE_PERIOD_S = 0.5
+# Samples held in memory (~1 KB each; ~17 min at SAMPLE_PERIOD_S): a longer window folds them
+# into its aggregates as it goes (combine), so a rank's memory does not grow with its window.
+MAX_KEPT = 2048
 DEVICE_SCHEMA = 1
 POWERCAP = "/sys/class/powercap"
 NODE_SYSFS = "/sys/devices/system/node"
@@ -146,6 +149,36 @@ def aggregate(samples: list, meta: dict) -> dict:
            "reason": meta.get("reason")}
     if energy is None and out["reason"] is None:
         out["reason"] = "no energy: neither an energy counter nor power was read"
+    return out
+
+
+# aggregate()'s keys by how two consecutive spans' values make the whole's (combine).
+MEAN_KEYS = ("gpu_util_mean", "mem_util_mean", "cpu_util_mean", "sm_clock_mean_mhz",
+             "power_mean_w", "pcie_tx_mean_kb_s", "pcie_rx_mean_kb_s")
+MAX_KEYS = ("mem_used_max_bytes", "power_max_w", "temp_max_c")
+SUM_KEYS = ("seconds", "nvlink_tx_kib", "nvlink_rx_kib", "energy_j")
+
+
+def combine(a: dict, b: dict) -> dict:
+    """The aggregates of two consecutive spans, ``b`` starting at ``a``'s last sample (so
+    that sample is counted once in ``samples``, and no interval of a counter is lost): means
+    weighted by samples, maxima, sums (null if either is), throttle reasons of both."""
+    out = dict(b)
+    na, nb = a["samples"], b["samples"]
+    for key in MEAN_KEYS:
+        parts = [(v, n) for v, n in ((a.get(key), na), (b.get(key), nb)) if v is not None]
+        out[key] = sum(v * n for v, n in parts) / sum(n for _, n in parts) if parts else None
+    for key in MAX_KEYS:
+        out[key] = _max([a.get(key), b.get(key)])
+    for key in SUM_KEYS:
+        both = (a.get(key), b.get(key))
+        out[key] = None if None in both else both[0] + both[1]
+    if a.get("energy_basis") != b.get("energy_basis") and out["energy_j"] is not None:
+        out["energy_basis"] = "{} + {}".format(a["energy_basis"], b["energy_basis"])
+    out["throttle_reasons"] = a["throttle_reasons"] + [
+        r for r in b["throttle_reasons"] if r not in a["throttle_reasons"]]
+    out["samples"] = na + nb - 1
+    out["reason"] = b.get("reason") or a.get("reason")
     return out
 
 
@@ -444,7 +477,8 @@ class Sampler:
 
     def __init__(self, path: str, found: Probe, period: float = SAMPLE_PERIOD_S) -> None:
         self.path, self.probe, self.period = path, found, period
-        self.samples: list = []  # kept for the footer's aggregates (~0.5 KB each)
+        self.samples: list = []  # since the last fold (MAX_KEPT), for the footer's aggregates
+        self._folded = None  # the aggregates of the samples before them
         self._stop = threading.Event()
         self._ncpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
         self._cpu_prev = None
@@ -483,8 +517,18 @@ class Sampler:
             except Exception as exc:  # a source that breaks mid-window: say so, go on
                 sample["error"] = repr(exc)
         self.samples.append(sample)
+        if len(self.samples) >= MAX_KEPT:  # fold; the last one starts the next span
+            self._folded = self._aggregate()
+            self.samples = self.samples[-1:]
         with contextlib.suppress(OSError, ValueError):  # a full disk loses samples, not the rank
             self._fh.write(json.dumps(sample, separators=(",", ":")) + "\n")
+
+    def _aggregate(self) -> dict:
+        """The aggregates of every sample so far: the folded ones' and those held."""
+        if self._folded is not None and len(self.samples) < 2:
+            return self._folded  # the one held is the folded span's last
+        held = aggregate(self.samples, self.meta())
+        return held if self._folded is None else combine(self._folded, held)
 
     def stop(self, window_samples: "int | None" = None) -> dict:
         """Stop, take the last sample, close the file; the footer's aggregates."""
@@ -492,7 +536,7 @@ class Sampler:
         self._thread.join()
         self._take()
         self._fh.close()
-        out = aggregate(self.samples, self.meta())
+        out = self._aggregate()
         out["window_samples"] = window_samples
         src = self.probe.source
         if src is not None and src.unread:
