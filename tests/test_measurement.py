@@ -150,12 +150,18 @@ def test_native_window_drains_a_queued_framework_inside_its_clock(tmp_path, monk
     """MXNet's and TF-PS's native windows only queue their steps (as their own loops do); the
     harness drains the queue inside the last warm-up iteration, every NATIVE_CHUNK measured
     ones and the last one, so the measured window holds all of its own work and none of the
-    warm-up's, and each iteration of a chunk records an equal share of the chunk's wall time."""
-    import time
+    warm-up's, and each iteration of a chunk records an equal share of the chunk's wall time.
 
+    The harness reads a fake clock that moves only when a step is queued or the queue drained:
+    a real sleep's length is the machine's (a loaded one overslept the bound on a share), and
+    the chunk sizes follow the measured pace."""
     from orchestrator import modes
     from orchestrator.rankside import harness
 
+    # Binary fractions: every sum and difference of the clock's readings is exact.
+    queue_s, drain_s = 2.0 ** -10, 2.0 ** -5  # ~1 ms to queue a step, ~31 ms of queued work
+    clock = FakeClock(wall=1.7e9, perf=1000.0)
+    monkeypatch.setattr(harness, "time", clock)
     monkeypatch.setattr(harness, "NATIVE_CHUNK", 2)
     args = harness.mode_parser(modes.get("mxnet-kvstore")).parse_args(
         ["--run-id", "r", "--log-dir", str(tmp_path), "--model", "lenet5", "--batch-size", "4",
@@ -164,13 +170,14 @@ def test_native_window_drains_a_queued_framework_inside_its_clock(tmp_path, monk
     s = harness.Session(args, harness.RankInfo({}), log)
     drained, bodies = [], []
 
-    def drain():  # the queued work: 30 ms, seen only by whoever waits for it
+    def drain():  # the queued work, seen only by whoever waits for it
         drained.append(bodies[-1])
-        time.sleep(0.03)
+        clock.advance(drain_s)
 
-    started = time.time()
+    started = clock.time()
     for it in s.native_iterations(drain=drain):
         bodies.append(it)
+        clock.advance(queue_s)
     assert bodies == list(range(8))
     log.close()
     # Inside iterations 2 (last warm-up), 4 and 6 (every 2 measured), 7 (last).
@@ -181,15 +188,37 @@ def test_native_window_drains_a_queued_framework_inside_its_clock(tmp_path, monk
     chunks = [(0, 1, 2), (3, 4), (5, 6), (7,)]
     for chunk in chunks:
         share = rows[chunk[0]]["t_iter"]
-        assert 0.03 / len(chunk) <= share < 0.03 / len(chunk) + 0.01
+        assert share == (len(chunk) * queue_s + drain_s) / len(chunk)  # all of its own work
+        assert drain_s / len(chunk) <= share < drain_s / len(chunk) + 0.01
         for i, k in enumerate(chunk):  # equal shares, spaced by them from the chunk's start
             assert rows[k]["t_iter"] == share
             assert rows[k]["t_start"] == pytest.approx(rows[chunk[0]]["t_start"] + i * share)
-    assert started <= rows[0]["t_start"] and rows[3]["t_start"] >= rows[0]["t_start"] + 0.03
+    assert started <= rows[0]["t_start"] and rows[3]["t_start"] >= rows[0]["t_start"] + drain_s
     # The throughput analysis sees every measured second: the window's span is the sum.
     measured = rows[3:]
     span = measured[-1]["t_start"] + measured[-1]["t_iter"] - measured[0]["t_start"]
     assert span == pytest.approx(sum(r["t_iter"] for r in measured), abs=2e-3)
+
+
+class FakeClock:
+    """Stands in for the ``time`` module where a test reads a clock: ``time()`` (wall) and
+    ``perf_counter()`` move together, by ``advance`` only."""
+
+    def __init__(self, wall: float, perf: float) -> None:
+        self.wall, self.perf = wall, perf
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.perf += seconds
+
+    def time(self) -> float:
+        return self.wall
+
+    def perf_counter(self) -> float:
+        return self.perf
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
 
 
 def test_a_gpu_native_window_queues_its_steps_as_pytorchs_loop_does(tmp_path, monkeypatch):
@@ -203,6 +232,9 @@ def test_a_gpu_native_window_queues_its_steps_as_pytorchs_loop_does(tmp_path, mo
     from orchestrator.rankside import harness, torch_common
 
     monkeypatch.setattr(harness, "NATIVE_CHUNK", 2)
+    # A clock that never moves: the chunks' sizes follow the measured pace (a step slower than
+    # NATIVE_CHUNK_S / 2 would shrink them), which here is the machine's, not the test's.
+    monkeypatch.setattr(harness, "time", FakeClock(wall=1.7e9, perf=1000.0))
     for gpu in (True, False):
         log_dir = tmp_path / str(gpu)
         log_dir.mkdir()

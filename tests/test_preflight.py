@@ -85,12 +85,15 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert (out / predictions.FILE).read_bytes() == stated
 
 
-def test_preflight_cache_is_used_when_fresh_and_damage_is_named(tmp_path):
+def test_preflight_cache_is_used_when_fresh_and_damage_is_named(tmp_path, monkeypatch):
     from orchestrator import site as sitemod
 
     site, _ = sitemod.load("testcluster")
     store = tmp_path / "store"
     now = time.time()
+    # pre-flight's clock stays at ``now``: the entries are 60 s old when it reads them, not
+    # 60 s plus however long a loaded machine took to get there ("1.1 min ago" after 3 s)
+    monkeypatch.setattr(preflight, "time", _Pinned(now))
     for level, (nodes, tasks) in preflight.layouts(site, "eth").items():
         path = preflight.cache_path(site.name, "eth", level, nodes, tasks, store)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -108,6 +111,19 @@ def test_preflight_cache_is_used_when_fresh_and_damage_is_named(tmp_path):
     bad.write_text(json.dumps({"level": "inter", "alpha": "fast"}))
     with pytest.raises(UserError, match=r"preflight-testcluster-eth-inter-2x1\.json: field "):
         preflight.preflight(site, ["eth"], tmp_path / "sweep", store=store)
+
+
+class _Pinned:
+    """The time module, with time() pinned at ``t``."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def time(self) -> float:
+        return self.t
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
 
 
 @pytest.mark.parametrize(("line", "match"), [
