@@ -6,10 +6,12 @@ is a test failure, never a skip: CI must prove the Slurm paths for real.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +64,68 @@ def processes_matching(text: str) -> list[str]:
         if text in cmd and state != "Z":
             found.append(f"{proc.name}: {cmd}")
     return found
+
+
+def wait_until(what, check, timeout: float = 600, proc: subprocess.Popen | None = None,
+               every: float = 0.2):
+    """Poll ``check`` until it returns something true, and return that. Only for a state the
+    run is sure to reach and stay in (a frozen rank, a lock its sweep holds while a rank is
+    frozen, a cancelled job gone from the queue): ``timeout`` bounds a busy shared cluster's
+    queueing so that a broken run fails instead of hanging, it is no bet on the run's pace.
+    ``what``: words for the failure (or a callable returning them); ``proc``: a process whose
+    end before the state is a failure."""
+    deadline = time.time() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the process ended before {_words(what)}: "
+                                 f"{proc.communicate() if proc.stdout else proc.returncode}")
+        if time.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {_words(what)}")
+        time.sleep(every)
+
+
+def _words(what) -> str:
+    return what() if callable(what) else what
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP: state T in /proc), as a rank frozen by
+    ``--inject-failure RANK@ITER:stop`` is once it froze, until it is continued or killed."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] == "T"
+    except (OSError, IndexError):
+        return False
+
+
+def frozen_rank(out: Path, rank: int) -> int | None:
+    """The pid of ``rank`` of a sweep's run once it has stopped itself
+    (``--inject-failure RANK@ITER:stop``: its records so far written first), else None. The
+    sweep in ``out`` has one run; the rank stays stopped until continued or killed."""
+    for log in out.glob(f"*/ranks/rank-{rank}.jsonl") if out.exists() else ():
+        lines = log.read_text().splitlines()
+        pid = json.loads(lines[0]).get("pid") if lines else None
+        if pid and is_stopped(pid):
+            return pid
+    return None
+
+
+def wait_processes_gone(text: str, timeout: float = 300) -> None:
+    """Until no live process mentions ``text`` (a run id): a cancelled or failed job's
+    processes end, Slurm's kill or orch's own (its job script's group: SIGTERM, a grace of
+    jobscript.KILL_GRACE_S, SIGKILL) whatever the machine's load, and stay gone. What
+    outlives the job for good (an orphan nobody kills) fails here; ``timeout`` only bounds the
+    wait for that, it is no claim about how fast the kill is."""
+    left: list[str] = []
+
+    def gone() -> bool:
+        left[:] = processes_matching(text)
+        return not left
+
+    wait_until(lambda: f"the processes of {text} to end: {left}", gone, timeout=timeout,
+               every=0.5)
 
 
 def assert_two_windows(records: list[dict], iters: int, warmup: int) -> list[dict]:

@@ -18,17 +18,21 @@ from orchestrator.backends.local import LocalScheduler
 
 def submit_and_wait(rdir: Path, script: str, gpus: int = 0) -> tuple[str, list[int | None]]:
     """Run ``script`` as a local job; what it wrote to ``seen``, and the scheduling policy
-    of submitit's controller sampled every 0.1 s while the job ran."""
-    (rdir / "job.sbatch").write_text(script)
+    of submitit's controller sampled every 0.1 s while the job ran. The job waits for the test
+    to sample once before it runs ``script``: at least one sample is of a running job, however
+    slow or fast the machine (a job that slept 1 s could end before a loaded test looked)."""
+    (rdir / "job.sbatch").write_text("until [ -e go ]; do sleep 0.05; done\n" + script)
     sched = LocalScheduler()
     try:
         job_id = sched.submit(SimpleNamespace(time_limit_min=1), rdir,
                               SimpleNamespace(gpus_per_node=gpus), {})
         job = sched._jobs[job_id]
         controller = job._process.pid
-        policies = []
-        deadline = time.monotonic() + 60
-        while not job.done() and time.monotonic() < deadline:
+        policies = [_policy(controller)]  # the job waits for "go": the controller is there
+        (rdir / "go").touch()
+        deadline = time.monotonic() + 300  # bounds a broken job's wait, not the job's pace
+        while not job.done():
+            assert time.monotonic() < deadline, "the local job did not end"
             policies.append(_policy(controller))
             time.sleep(0.1)
         return (rdir / "seen").read_text(), policies
@@ -56,6 +60,6 @@ def test_orch_and_submitit_yield_to_the_ranks_and_the_job_runs_normally(tmp_path
     """orch's follow loop and submitit's controller (24 polls a second) run SCHED_BATCH, so
     their wake-ups never preempt a rank; the job script, and so the ranks, SCHED_OTHER."""
     seen, policies = submit_and_wait(
-        tmp_path, 'sleep 1; python3 -c "import os; print(os.sched_getscheduler(0))" > seen\n')
+        tmp_path, 'python3 -c "import os; print(os.sched_getscheduler(0))" > seen\n')
     assert int(seen) == os.SCHED_OTHER
     assert os.SCHED_BATCH in policies and os.SCHED_OTHER not in policies

@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -25,7 +24,16 @@ from orchestrator import site as sitemod
 from orchestrator.gather import PHASES
 from orchestrator.sweep import Run
 
-from .conftest import IN_CI, ROOT, assert_two_windows, processes_matching, run_orch
+from .conftest import (
+    IN_CI,
+    ROOT,
+    assert_two_windows,
+    frozen_rank,
+    processes_matching,
+    run_orch,
+    wait_processes_gone,
+    wait_until,
+)
 
 pytestmark = pytest.mark.ranks
 ITERS, WARMUP = 4, 1
@@ -272,28 +280,30 @@ def test_local_failed_worker_fails_the_run_in_time(mxnet_python, tmp_path):
 
 
 def test_local_killed_worker_is_named_in_the_reason(mxnet_python, tmp_path):
-    """A worker killed by a signal writes no footer itself: its launch.sh records the death."""
+    """A worker killed by a signal writes no footer itself: its launch.sh records the death.
+
+    Worker 1 freezes itself at iteration 2 (no hang timeout) and is killed once it has: surely
+    mid-training (a worker watched for two logged iterations could be past them by then)."""
     out = tmp_path / "kill"
     cmd = [sys.executable, "-m", "orchestrator", "sweep", "--mode", "mxnet-kvstore", "--nodes",
-           "2", "--iters", "100000", "--warmup", "1", "--time-limit", "3", "--out", str(out)]
+           "2", "--iters", "100000", "--warmup", "1", "--time-limit", "3",
+           "--inject-failure", "4@2:stop", "--hang-timeout", "0", "--out", str(out)]
     orch = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        log = None
-        deadline = time.time() + 150
-        while time.time() < deadline:
-            logs = list(out.glob("*/ranks/rank-4.jsonl"))
-            if logs and logs[0].read_text().count('"type":"iter"') >= 2:
-                log = logs[0]
-                break
-            time.sleep(0.5)
-        assert log is not None, "worker 1 never trained"
-        os.kill(json.loads(log.read_text().splitlines()[0])["pid"], signal.SIGKILL)
+        pid = wait_until("worker 1 to freeze", lambda: frozen_rank(out, 4), timeout=300,
+                         proc=orch)
+        log = next(out.glob("*/ranks/rank-4.jsonl")).read_text()
+        assert log.count('"type":"iter"') >= 2, log  # it trained, and wrote so before freezing
+        os.kill(pid, signal.SIGKILL)
         orch.communicate(timeout=150)
     finally:
         if orch.poll() is None:
             orch.kill()
             orch.communicate()
+        stuck = frozen_rank(out, 4)  # the test failed before it killed the worker
+        if stuck:
+            os.kill(stuck, signal.SIGKILL)
     assert orch.returncode == 1
     rec = results(out)[0]
     assert rec["state"] == "FAILED"
@@ -364,8 +374,7 @@ def test_cluster_failed_worker_fails_the_run_in_time(slurm_cluster, mxnet_python
     assert rec["state"] == "FAILED"  # srun --kill-on-bad-exit stopped the others
     assert "rank 4: " in rec["reason"]
     assert "injected failure on rank 4 at iter 2" in rec["reason"]
-    # Slurm signals, waits KillWait (5 s here), then kills: nothing may outlive that.
-    deadline = time.time() + 30
-    while processes_matching(rec["run_id"]) and time.time() < deadline:
-        time.sleep(1)
+    # Slurm signals, waits KillWait (5 s here), then kills; the job script's group gets orch's
+    # own SIGTERM, grace and SIGKILL: nothing may outlive that.
+    wait_processes_gone(rec["run_id"])
     assert processes_matching(rec["run_id"]) == []

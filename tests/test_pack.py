@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,7 @@ from orchestrator.render import render_run
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import run_orch
+from .conftest import run_orch, wait_until
 from .test_render import check_golden
 
 ITERS, WARMUP = 3, 1
@@ -49,28 +48,57 @@ def by_nodes(out: Path) -> dict[int, Path]:
             for d in out.iterdir() if (d / "run.json").exists()}
 
 
+# srun's prolog (SLURM_PROLOG, which sbatch passes on from the sweep's environment to the pack
+# and every srun in it) in the first packed sweep: the run's step waits there, before any rank
+# starts, until the test removes the hold file, so the allocation is cancelled while its first
+# run is surely running and before any other has started. (Cancelled once its log showed it
+# started, the run, whose rank 1 fails at iteration 1, could end first and the next one start.)
+# The prolog's wait is bounded too, so that a test killed outright leaves no job waiting long.
+HOLD_PROLOG = """#!/bin/sh
+touch "$ORCH_TEST_HOLD.reached"
+n=0
+while [ -e "$ORCH_TEST_HOLD" ] && [ $n -lt 6000 ]; do sleep 0.1; n=$((n + 1)); done
+"""
+
+
 @pytest.fixture(scope="module")
 def packed(slurm_cluster, tmp_path_factory):
     """The packed sweep, cut off once and resubmitted sharing nodes: (out, first ledger,
     second run)."""
     out = tmp_path_factory.mktemp("packed")
-    run_orch(*SWEEP, "--pack", "--out", out, "--no-wait", check=True)
-    job = {r["job_id"] for r in ledger(out).values()}
-    assert len(job) == 1, job  # one allocation for the three runs
-    first = by_nodes(out)[3]  # the largest run starts first
-    deadline = time.time() + 300  # its queue wait included: a shared cluster
-    while not (first / protocol.STEP_STARTED_FILE).exists():
-        assert time.time() < deadline, "the pack's first run did not start in 300 s"
-        time.sleep(0.5)
-    subprocess.run(["scancel", job.pop()], check=True, timeout=30)
-    deadline = time.time() + 90
-    while True:  # status (from another process) finalizes the ledger
+    held = tmp_path_factory.mktemp("hold")
+    prolog, hold = held / "prolog.sh", held / "hold"
+    prolog.write_text(HOLD_PROLOG)
+    prolog.chmod(0o755)
+    hold.touch()
+    job = set()
+    try:
+        run_orch(*SWEEP, "--pack", "--out", out, "--no-wait", check=True,
+                 env={"SLURM_PROLOG": str(prolog), "ORCH_TEST_HOLD": str(hold)})
+        job = {r["job_id"] for r in ledger(out).values()}
+        assert len(job) == 1, job  # one allocation for the three runs
+        first = by_nodes(out)[3]  # the largest run starts first
+        wait_until("the pack's first run to start", lambda: (  # its queue wait included
+            first / protocol.STEP_STARTED_FILE).exists() and Path(f"{hold}.reached").exists(),
+            timeout=300, every=0.5)
+    finally:
+        if job:  # also when the test failed: no pack left on the shared cluster
+            subprocess.run(["scancel", *job], check=True, timeout=30)
+            # Held until Slurm has ended the allocation (killed its processes): a step let go
+            # before would fail to start in it and the next run could start in its place.
+            wait_until("the cancelled allocation to end", lambda: not subprocess.run(
+                ["squeue", "-h", "-j", *job], capture_output=True, text=True,
+                timeout=30).stdout.strip(), timeout=120, every=0.5)
+        hold.unlink()
+    cut = {}
+
+    def finalized():  # status (from another process) finalizes the ledger
         run_orch("status", out, check=True)
-        cut = ledger(out)
-        if all(r["state"] in ("CANCELLED", "TIMEOUT", "FAILED") for r in cut.values()):
-            break
-        assert time.time() < deadline, cut
-        time.sleep(2)
+        cut.update(ledger(out))
+        return all(r["state"] in ("CANCELLED", "TIMEOUT", "FAILED") for r in cut.values())
+
+    wait_until(lambda: f"the cancelled pack's runs to end: {cut}", finalized, timeout=90,
+               every=2)
     second = run_orch(*SWEEP, "--pack-shared", "--out", out)
     return out, cut, second
 
@@ -253,9 +281,14 @@ def test_partition_time_limits(text, want):
 @pytest.mark.parametrize("kind", ["pack", "pack-shared"])
 def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
     """The pack script itself, outside Slurm (scontrol and squeue stubbed, each run's
-    job.sbatch a short sleep): --pack runs n3 alone, then n2 beside n1 on other nodes;
+    job.sbatch a barrier): --pack runs n3 alone, then n2 beside n1 on other nodes;
     --pack-shared (2 CPUs a node, one a rank) runs all three at once, sharing n3's nodes, and
-    each run's job-times.json names its co-tenants."""
+    each run's job-times.json names its co-tenants.
+
+    Each run's job.sbatch waits until the runs it should run beside have started too, so those
+    overlap in time whatever the machine's speed (a short sleep did not: on a loaded machine
+    n3 could end before n1 started), and a placement that never starts them together ends
+    the run with status 1."""
     site = sitemod.load("testcluster")[0]
     runs = expand(SweepSpec(nodes=(1, 2, 3), iters=ITERS, warmup=WARMUP), site)
     prepared = [Prepared(r, tmp_path / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
@@ -265,9 +298,20 @@ def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
     pack_dir.mkdir(parents=True)
     script = pack_dir / "pack.sbatch"
     script.write_text(pack.render(group, site, tmp_path, pack_dir, "p"))
-    for p in prepared:
-        p.rdir.mkdir()
-        (p.rdir / "job.sbatch").write_text("sleep 1\n")
+    nodes = {p.run.nodes: p.rdir for p in prepared}
+    together = {3: (), 2: (1,), 1: (2,)} if kind == "pack" else {3: (2, 1), 2: (3, 1), 1: (3, 2)}
+    arrived = tmp_path / "arrived"
+    arrived.mkdir()
+    for n, rdir in nodes.items():
+        rdir.mkdir()
+        peers = " ".join(f"{arrived}/n{m}" for m in together[n])
+        (rdir / "job.sbatch").write_text(
+            f"touch {arrived}/n{n}\n"
+            f"for _ in $(seq 1000); do\n"  # a bound: a wrong placement fails, never hangs
+            f"  ok=1; for p in {peers}; do [ -e $p ] || ok=0; done\n"
+            f"  [ $ok = 1 ] && exit 0; sleep 0.1\n"
+            f"done\n"
+            f"echo 'the runs beside it never started' >&2; exit 1\n")
     stubs = tmp_path / "bin"
     stubs.mkdir()
     (stubs / "scontrol").write_text('#!/bin/sh\necho "$3" | tr , "\\n"\n')  # show hostnames
@@ -276,8 +320,7 @@ def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
         stub.chmod(0o755)
     env = {"PATH": f"{stubs}:/usr/bin:/bin", "SLURM_JOB_ID": "7",
            "SLURM_JOB_NODELIST": "a,b,c", "SLURM_JOB_CPUS_PER_NODE": "2(x3)"}
-    subprocess.run(["bash", str(script)], env=env, check=True, timeout=60, capture_output=True)
-    nodes = {p.run.nodes: p.rdir for p in prepared}
+    subprocess.run(["bash", str(script)], env=env, check=True, timeout=300, capture_output=True)
     times = {n: json.loads((d / protocol.JOB_TIMES_FILE).read_text()) for n, d in nodes.items()}
     hosts = {n: t["hosts"] for n, t in times.items()}
     rid = {n: d.name for n, d in nodes.items()}

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,7 @@ import pytest
 import yaml
 
 from orchestrator import cli
-from tests.conftest import ROOT, run_orch
+from tests.conftest import ROOT, frozen_rank, run_orch, wait_until
 
 LOCAL = yaml.safe_load((ROOT / "site-configs" / "local.yaml").read_text())
 
@@ -446,23 +447,36 @@ def test_fuzz_has_at_least_150_cases():
 # --- 3. one execution per attempt, never mixed -----------------------------------------------
 
 def test_second_sweep_on_same_out_is_refused(tmp_path):
+    # The first sweep's rank freezes itself at its first measured iteration (no hang timeout):
+    # its sweep surely holds the lock while the second one tries (a 3-iteration run could end
+    # before a second orch had started), and goes on to complete once the test continues it.
     out = tmp_path / "sweep"
-    first = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--nodes", "1",
-                              "--iters", "3", "--warmup", "1", "--out", str(out)],
+    args = ("sweep", "--nodes", "1", "--iters", "3", "--warmup", "1", "--inject-failure",
+            "0@1:stop", "--hang-timeout", "0", "--out", str(out))
+    first = subprocess.Popen([sys.executable, "-m", "orchestrator", *args],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
+    pid = None
     try:
         lock = out / ".orch" / "lock"
-        deadline = time.time() + 60
-        while not (lock.exists() and lock.read_text().startswith("pid")):
-            assert time.time() < deadline, "first sweep never took the lock"
-            time.sleep(0.2)
-        second = run_orch("sweep", "--nodes", "1", "--iters", "3", "--warmup", "1",
-                          "--out", out)
+        wait_until("the first sweep to take the lock", lambda: lock.exists()
+                   and lock.read_text().startswith("pid"), proc=first)
+        pid = wait_until("the first sweep's rank to freeze", lambda: frozen_rank(out, 0),
+                         proc=first)
+        second = run_orch(*args)
         assert second.returncode == 2, second.stderr
         assert f"another orch sweep (pid {first.pid})" in second.stderr
         assert len(second.stderr.strip().splitlines()) == 1
     finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)  # the rank goes on as if nothing happened
+        else:  # the test failed before: no sweep and no stopped rank left behind
+            first.kill()
+            for log in out.glob("*/ranks/rank-0.jsonl"):
+                with contextlib.suppress(ProcessLookupError, PermissionError, TypeError,
+                                         IndexError, ValueError):
+                    os.kill(json.loads(log.read_text().splitlines()[0]).get("pid"),
+                            signal.SIGKILL)
         _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     logs = list(out.glob("*/ranks/rank-0.jsonl"))
@@ -530,22 +544,44 @@ def test_second_execution_of_an_attempt_is_refused(tmp_path):
 def test_job_function_waits_without_polling_and_still_times_out(tmp_path):
     """job_function waits for job.sbatch in a blocking wait (no 50 ms polls beside the ranks):
     a script within the limit returns at once with its status, one past it is stopped (its
-    whole process group) at the limit, and both leave job-times.json."""
+    whole process group) at the limit, and both leave job-times.json.
+
+    Neither script would end in the test's time by itself: the quick one's limit is a day, the
+    slow one's child sleeps a day. So that each call returns at all shows it returned on the
+    script's exit, or stopped the script's group at the limit, with no bound on how long it
+    took (a loaded machine is slow); an alarm only turns a broken wait into a failure."""
     from orchestrator import jobscript
 
+    day = 86400
     quick, slow = tmp_path / "quick", tmp_path / "slow"
-    for d, body in ((quick, "exit 0\n"), (slow, f"sleep 30 & echo $! > {tmp_path}/child\nwait\n")):
+    for d, body in ((quick, "exit 0\n"),
+                    (slow, f"sleep {day} & echo $! > {tmp_path}/child\nwait\n")):
         d.mkdir()
         (d / "job.sbatch").write_text(body)
-    start = time.monotonic()
-    assert jobscript.job_function(str(quick), 30) == 0
-    with pytest.raises(jobscript.JobTimeout, match="time limit of 1 s"):
-        jobscript.job_function(str(slow), 1)
-    assert time.monotonic() - start < 10
+    with _alarm(600, "job_function did not return: it waited for the limit or the child"):
+        assert jobscript.job_function(str(quick), day) == 0
+        with pytest.raises(jobscript.JobTimeout, match="time limit of 1 s"):
+            jobscript.job_function(str(slow), 1)
     child = int((tmp_path / "child").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(child, 0)
     assert (quick / "job-times.json").is_file() and (slow / "job-times.json").is_file()
+
+
+@contextlib.contextmanager
+def _alarm(seconds: int, what: str):
+    """Fail (SIGALRM interrupts the main thread's wait) if the block runs past ``seconds``:
+    a bound on a wait that a correct program ends, so that a broken one fails, not hangs."""
+    def fail(_signum, _frame):
+        raise AssertionError(f"{what} (after {seconds} s)")
+
+    previous = signal.signal(signal.SIGALRM, fail)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.slurm
@@ -566,33 +602,32 @@ def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
 # --- 4. Ctrl-C on orch sweep -----------------------------------------------------------------
 
 def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[int, str, Path]:
-    """orch sweep of one long run; SIGINT to orch alone once the job runs; (exit code, stderr,
-    run directory). Its output goes to files, not pipes: the test waits for orch to exit,
-    not for every process that may have inherited a pipe to close it."""
-    import signal
-
+    """orch sweep of one run that cannot end by itself; SIGINT to orch alone once the job runs;
+    (exit code, stderr, run directory). Its rank freezes itself at iteration 2 (no hang
+    timeout), so the job is still running when orch has exited and the test looks, however
+    fast the machine runs its iterations; the test's cancel ends it. Its output goes to files,
+    not pipes: the test waits for orch to exit, not for every process that may have inherited
+    a pipe to close it."""
     err_file = out.parent / f"{out.name}.stderr"
     with open(err_file, "w") as err_fh:
         proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
                                  slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup",
-                                 "1", "--out", str(out), *extra], cwd=ROOT,
+                                 "1", "--inject-failure", "0@2:stop", "--hang-timeout", "0",
+                                 "--out", str(out), *extra], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
     try:
-        deadline = time.time() + 120
-        rdir = None
-        while time.time() < deadline:
+        def running():
             rdirs = [p for p in out.glob("*") if (p / "job.json").exists()] if out.exists() else []
-            if rdirs and '"RUNNING"' in (rdirs[0] / "job.json").read_text():
-                rdir = rdirs[0]
-                break
-            time.sleep(0.5)
-        assert rdir is not None, "the job never ran"
+            return rdirs[0] if rdirs and '"RUNNING"' in (rdirs[0] / "job.json").read_text() \
+                else None
+
+        rdir = wait_until("the job to run", running, timeout=300, proc=proc, every=0.5)
         proc.send_signal(signal.SIGINT)  # to orch only: the job runs on the cluster
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:  # say where orch is stuck: its threads' stacks
             proc.send_signal(signal.SIGUSR1)
-            time.sleep(3)
+            time.sleep(3)  # only the failure's report waits: for the stacks to be written
             pytest.fail("orch did not exit within 120 s of SIGINT; its stderr and stacks:\n"
                         + err_file.read_text())
     finally:
@@ -629,31 +664,33 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
 
 def _kill_rank_when_running(out: Path, rank: int, sig: int, nodes: str = "2",
                             site: str = "local") -> dict:
-    """A 2-rank run; SIGKILL one rank mid-training; the run's result record."""
+    """A 2-rank run; signal one rank mid-training; the run's result record. The rank freezes
+    itself at iteration 3 (no hang timeout) and is signalled once it has: surely mid-training,
+    three iterations logged (a run watched for three logged iterations could be past them, or
+    done, by the time the signal came)."""
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site", site,
                              "--nodes", nodes,
                              "--iters", "100000", "--warmup", "1", "--time-limit", "3",
+                             "--inject-failure", f"{rank}@3:stop", "--hang-timeout", "0",
                              "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            logs = list(out.glob(f"*/ranks/rank-{rank}.jsonl")) if out.exists() else []
-            if logs and logs[0].read_text().count('"type":"iter"') >= 3:
-                break
-            time.sleep(0.3)
-        header = json.loads(logs[0].read_text().splitlines()[0])
-        os.kill(header["pid"], sig)
+        pid = wait_until(f"rank {rank} to freeze", lambda: frozen_rank(out, rank), timeout=300,
+                         proc=proc)
+        log = next(out.glob(f"*/ranks/rank-{rank}.jsonl")).read_text()
+        assert log.count('"type":"iter"') == 3, log  # its records, written before it froze
+        os.kill(pid, sig)
         proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
+        stuck = frozen_rank(out, rank)  # the test failed before it signalled the rank
+        if stuck:
+            os.kill(stuck, signal.SIGKILL)
     return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
 
 
 def test_sigkilled_rank_is_the_reason_not_rank_0(tmp_path):
-    import signal
-
     rec = _kill_rank_when_running(tmp_path / "kill", 1, signal.SIGKILL)
     assert rec["state"] == "FAILED"
     first_line = rec["reason"].splitlines()[0]
@@ -686,8 +723,6 @@ def test_gather_reverifies_changed_logs(tmp_path, finished_sweep, damage):
 @pytest.mark.slurm
 def test_sigkilled_rank_is_the_reason_on_slurm(slurm_cluster, tmp_path):
     """srun's first 'task N:' error line names the rank that died first."""
-    import signal
-
     rec = _kill_rank_when_running(tmp_path / "kill", 1, signal.SIGKILL, site=slurm_cluster)
     assert rec["state"] == "FAILED"
     first_line = rec["reason"].splitlines()[0]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,13 @@ from orchestrator import site as sitemod
 from orchestrator.render import render_run
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import processes_matching, run_orch
+from .conftest import (
+    frozen_rank,
+    processes_matching,
+    run_orch,
+    wait_processes_gone,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ranks]
 ITERS, WARMUP = 6, 2
@@ -86,26 +91,31 @@ def test_failed_rank_fails_its_run_only(slurm_cluster, tmp_path):
 
 
 def test_no_wait_then_status_gather_and_cancel(slurm_cluster, tmp_path):
+    # Rank 1 freezes itself at iteration 2 (rank 0 then waits for it in the all-reduce): the
+    # run is RUNNING until cancelled, however fast the machine (a run of many iterations is
+    # only long on a slow one).
     out = tmp_path / "cancel"
     run_orch("sweep", "--site", slurm_cluster, "--nodes", "2", "--iters", 100000, "--warmup",
-             1, "--out", out, "--no-wait", check=True)
+             1, "--inject-failure", "1@2:stop", "--out", out, "--no-wait", check=True)
     rdir = next(p for p in out.iterdir() if (p / "run.json").exists())
     # Another process, later: status follows the job until it is running.
-    deadline = time.time() + 60
-    while time.time() < deadline:
+    status = ""
+
+    def running():
+        nonlocal status
         status = run_orch("status", out, check=True).stdout
-        if "RUNNING" in status and (rdir / "ranks" / "rank-1.jsonl").exists():
-            break
-        time.sleep(1)
+        return "RUNNING" in status and frozen_rank(out, 1)
+
+    wait_until(lambda: f"the run to freeze while RUNNING; status:\n{status}", running,
+               timeout=600, every=1)
     assert "RUNNING" in status
     cancelled = run_orch("cancel", out, check=True)
     assert "cancelled 1 run(s)" in cancelled.stderr
     rec = results(out)[0]
     assert rec["state"] == "CANCELLED"
-    # Slurm signals, waits KillWait (5 s here), then kills: nothing of the job may outlive that.
-    deadline = time.time() + 30
-    while processes_matching(rdir.name) and time.time() < deadline:
-        time.sleep(1)
+    # Slurm signals, waits KillWait (5 s here), then kills; the job script's group gets orch's
+    # own SIGTERM, grace and SIGKILL: nothing of the job may outlive that.
+    wait_processes_gone(rdir.name)
     assert processes_matching(rdir.name) == []
     merged = run_orch("gather", out, check=True)
     assert "merged 1 run(s)" in merged.stderr
@@ -182,7 +192,5 @@ def test_time_limit_gives_timeout_not_failed(slurm_cluster, tmp_path):
     rdir = out / rec["run_id"]
     script = next((rdir / "submitit").glob("*_submission.sh")).read_text()
     assert "#SBATCH --signal=B:URG@90" in script
-    deadline = time.time() + 30
-    while processes_matching(rdir.name) and time.time() < deadline:
-        time.sleep(1)
+    wait_processes_gone(rdir.name)  # nothing of the job outlives it
     assert processes_matching(rdir.name) == []
