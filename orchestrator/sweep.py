@@ -274,8 +274,11 @@ def _check_models(models: tuple[str, ...], dataset: str) -> None:
 def _check_options(spec: SweepSpec, mode_list: list[modes.Mode]) -> None:
     for opt_name in spec.options:
         if not any(opt_name in {o.name for o in m.options} for m in mode_list):
+            having = [m.name for m in modes.registry().values()
+                      if opt_name in {o.name for o in m.options}]
             raise UserError(
                 f"--option {opt_name}: none of the modes {', '.join(spec.modes)} has it"
+                + (f" (modes with it: {', '.join(having)})" if having else "")
             )
 
 

@@ -31,17 +31,20 @@ class Option:
     With ``choices`` the value must be one of them; without, it is a whole number of at least
     ``minimum`` (e.g. a bucket size). ``default=None``: decided per partition (the first
     choice on GPU partitions, the last on CPU ones), see :meth:`Mode.resolve_options`.
+    ``omit_default``: a run at the default leaves the option out of its options (the rank
+    takes the default), so the runs from before the option existed keep their ids.
     """
 
-    __slots__ = ("choices", "default", "help", "minimum", "name")
+    __slots__ = ("choices", "default", "help", "minimum", "name", "omit_default")
     numeric = True  # without choices: a whole number (the rank parses it as int)
 
-    def __init__(self, name, choices=(), help="", default=None, minimum=1):
+    def __init__(self, name, choices=(), help="", default=None, minimum=1, omit_default=False):
         self.name = name
         self.choices = tuple(choices)
         self.help = help
         self.default = default
         self.minimum = minimum
+        self.omit_default = omit_default
 
     def __repr__(self):
         return f"Option({self.name!r}, choices={self.choices!r}, default={self.default!r})"
@@ -206,7 +209,8 @@ class Mode:
 
     def resolve_options(self, given, gpus_per_node):
         """Fill defaults and check values. A default of None is decided by the partition:
-        GPU partitions take the first choice (e.g. nccl), CPU partitions the last (gloo)."""
+        GPU partitions take the first choice (e.g. nccl), CPU partitions the last (gloo). An
+        ``omit_default`` option at its default is left out, given or not."""
         out = {}
         for name, value in given.items():
             out[name] = self.option(name).check(self.name, value)
@@ -218,6 +222,9 @@ class Mode:
                     out[opt.name] = opt.choices[0] if gpus_per_node else opt.choices[-1]
         if self.resolve is not None:
             out = self.resolve(self, given, out)
+        for opt in self.options:
+            if opt.omit_default and out.get(opt.name) == opt.default:
+                del out[opt.name]
         return out
 
     def overlap_for(self, options, grad_bytes=None):

@@ -2,6 +2,7 @@
 (MPI controller), ranks started by mpirun or srun (PMIx)."""
 
 from ..base import Mode
+from ..torch_options import RUN_DIMENSIONS
 
 MODE = Mode(
     name="horovod",
@@ -13,4 +14,5 @@ MODE = Mode(
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
     epochs=True,
     overlap="wfbp",  # tensor fusion sends gradients from a background thread during backward
+    options=RUN_DIMENSIONS,
 )

@@ -2,6 +2,7 @@
 wait-free back-propagation (each bucket sent while backward goes on)."""
 
 from ..base import Mode, Option
+from ..torch_options import RUN_DIMENSIONS
 
 MODE = Mode(
     name="mpi-ssgd",
@@ -32,5 +33,6 @@ MODE = Mode(
             help="bytes of gradients merged into one all-reduce (default 25 MiB, as DDP); "
             "a parameter larger than this is a bucket of its own",
         ),
+        *RUN_DIMENSIONS,
     ),
 )

@@ -1,6 +1,7 @@
 """PyTorch DistributedDataParallel: one process per rank, all-reduce over NCCL (GPU) or Gloo."""
 
 from ..base import Mode, Option
+from ..torch_options import RUN_DIMENSIONS
 
 MODE = Mode(
     name="torch-ddp",
@@ -27,5 +28,6 @@ MODE = Mode(
             default="no",
             help="after the measured window, write a layer-wise trace (ranks/trace.csv)",
         ),
+        *RUN_DIMENSIONS,
     ),
 )

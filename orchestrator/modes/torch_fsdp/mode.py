@@ -9,6 +9,7 @@ checksum of the unsharded parameters across ranks.
 """
 
 from ..base import Mode, Option
+from ..torch_options import RUN_DIMENSIONS
 
 MODE = Mode(
     name="torch-fsdp",
@@ -43,5 +44,6 @@ MODE = Mode(
             "them again for its backward (FSDP2's default, ZeRO-3); no: keep them until "
             "backward (fewer all-gathers, more memory)",
         ),
+        *RUN_DIMENSIONS,
     ),
 )

@@ -1,0 +1,60 @@
+"""The run dimensions every PyTorch mode takes (torch-ddp, torch-fsdp, mpi-ssgd, horovod): how
+GPU users run a training step beyond the plain fp32 loop. Declared once here; each torch
+``mode.py`` adds :data:`RUN_DIMENSIONS` to its options, and the rank side applies them in
+:mod:`orchestrator.rankside.torch_common` (:class:`~orchestrator.rankside.torch_common.Dims`).
+
+* ``precision``: ``fp32`` (TF32 off everywhere: cuDNN's own default would run convolutions in
+  TF32), ``tf32`` (fp32 tensors, TF32 matmuls and convolutions on GPUs; on a CPU it is fp32),
+  ``bf16`` / ``fp16`` (automatic mixed precision: ``torch.autocast`` around forward and loss;
+  fp16 also scales the loss with ``torch.amp.GradScaler``). torch 2.13 autocasts both on the
+  CPU too, so every value runs on CPU partitions.
+* ``memory_format``: ``nchw`` (PyTorch's default) or ``nhwc`` (``torch.channels_last``, model
+  and input batches).
+* ``compile``: ``no``, or ``torch.compile`` with mode ``default`` / ``max-autotune``; the
+  compile step runs before the measured window and its time is the footer's ``t_compile``.
+* ``pin_memory``: host batches in pinned memory, copied with ``non_blocking=True`` (a no-op on
+  a CPU, where nothing is copied).
+
+Each is ``omit_default``: a run at the default leaves it out of its options, so its run id is
+the one it had before these options existed. Imported by the control plane only, but kept
+valid Python 3.6 like :mod:`.base` (the registry loads every mode descriptor).
+"""
+
+from .base import Option
+
+RUN_DIMENSIONS = (
+    Option(
+        name="precision",
+        choices=("fp32", "tf32", "bf16", "fp16"),
+        default="fp32",
+        omit_default=True,
+        help="fp32; tf32 (TF32 matmuls/convolutions on GPUs, fp32 on CPUs); bf16 or fp16 "
+        "automatic mixed precision (torch.autocast; fp16 with a GradScaler)",
+    ),
+    Option(
+        name="memory_format",
+        choices=("nchw", "nhwc"),
+        default="nchw",
+        omit_default=True,
+        help="nhwc: model and input batches in torch.channels_last",
+    ),
+    Option(
+        name="compile",
+        choices=("no", "default", "max-autotune"),
+        default="no",
+        omit_default=True,
+        help="torch.compile the model with this mode; compile time is timed apart "
+        "(t_compile) before the measured window",
+    ),
+    Option(
+        name="pin_memory",
+        choices=("yes", "no"),
+        default="yes",
+        omit_default=True,
+        help="on a GPU: input batches in pinned host memory, copied with non_blocking=True "
+        "(a no-op on CPUs)",
+    ),
+)
+
+# The dimensions the result set gives a column each (the runs table), beside ``options``.
+COLUMNS = tuple(o.name for o in RUN_DIMENSIONS)
