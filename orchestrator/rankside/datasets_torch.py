@@ -69,14 +69,16 @@ def records(root: str, dataset: str) -> Dataset:
 
 
 def loader(root: str, dataset: str, batch_size: int, rank: int, world: int,
-           prefetch: bool) -> DataLoader:
+           prefetch: bool, pin_memory: bool = False) -> DataLoader:
+    """``pin_memory``: the DataLoader puts each batch in pinned memory (only where CUDA is:
+    the rank then copies it with ``non_blocking=True``)."""
     data = records(root, dataset)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0,
                                  drop_last=True)
     dl = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True,
                     num_workers=1 if prefetch else 0,
                     prefetch_factor=4 if prefetch else None,
-                    persistent_workers=prefetch)
+                    persistent_workers=prefetch, pin_memory=pin_memory)
     if len(dl) == 0:  # batches() would loop for ever without yielding one
         raise ValueError(f"--batch-size {batch_size} x {world} ranks is more than the "
                          f"{len(data)} images of {root}: not one batch per epoch")

@@ -21,8 +21,9 @@ import os
 import time
 
 
-def loaders(args, info):
-    """(training DataLoader with its DistributedSampler, this rank's held-out Subset)."""
+def loaders(args, info, pin_memory: bool = False):
+    """(training DataLoader with its DistributedSampler, this rank's held-out Subset);
+    ``pin_memory``: training batches in pinned memory (a GPU run's ``pin_memory=yes``)."""
     from torch.utils.data import DataLoader, DistributedSampler, Subset
 
     from orchestrator.rankside.datasets_torch import records
@@ -34,7 +35,7 @@ def loaders(args, info):
     prefetch = args.prefetch == "yes"
     dl = DataLoader(train, batch_size=args.batch_size, sampler=sampler, drop_last=True,
                     num_workers=1 if prefetch else 0, prefetch_factor=4 if prefetch else None,
-                    persistent_workers=prefetch)
+                    persistent_workers=prefetch, pin_memory=pin_memory)
     if len(dl) == 0:
         raise ValueError(f"--batch-size {args.batch_size} x {info.world_size} ranks is more than "
                          f"the {len(train)} training images: not one step per epoch")
@@ -75,11 +76,14 @@ def evaluate(model, share, device, world_size: int, batch_size: int = 256,
     return float(counts[0] / counts[1]) if counts[1] else 0.0
 
 
-def train(s, args, info, step, model, device, reduce=None) -> None:
+def train(s, args, info, step, model, device, reduce=None, dims=None) -> None:
     """Train ``--epochs`` epochs (or until ``--target-accuracy``) with ``step(x, y) -> (loss,
     logits)``, the mode's own training step; evaluate ``model`` after each epoch (held-out
-    counts summed with ``reduce``, see :func:`evaluate`)."""
-    dl, share = loaders(args, info)
+    counts summed with ``reduce``, see :func:`evaluate`). ``dims``: the run's
+    :class:`~orchestrator.rankside.torch_common.Dims` pins and moves the training batches
+    (a compiled step compiles in the first epoch's first steps: time to accuracy holds it)."""
+    dl, share = loaders(args, info, pin_memory=dims is not None and dims.pin)
+    move = dims.to_device if dims is not None else (lambda x, y: (x.to(device), y.to(device)))
     steps = len(dl)
     for epoch in range(1, args.epochs + 1):
         dl.sampler.set_epoch(epoch - 1)
@@ -88,7 +92,7 @@ def train(s, args, info, step, model, device, reduce=None) -> None:
         wall, t0 = time.time(), time.perf_counter()
         for _ in s.epoch_steps(steps, epoch):
             x, y = next(batches)
-            loss, logits = step(x.to(device), y.to(device))
+            loss, logits = step(*move(x, y))
             loss_sum += float(loss) * len(y)
             correct += int((logits.argmax(dim=1).cpu() == y).sum())
             seen += len(y)

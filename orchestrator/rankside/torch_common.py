@@ -68,57 +68,217 @@ def parameter_checksum(model) -> float:
         return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
-def input_batches(args, info, models_torch):
+def input_batches(args, info, models_torch, dims=None):
     """Batches from disk (--data: the framework's own loader, prefetch on or off) or, by
-    default, a few synthetic batches in host memory cycled, where t_io is only taking one."""
+    default, a few synthetic batches in host memory cycled, where t_io is only taking one.
+    With ``dims`` pinning (``pin_memory=yes`` on a GPU) the batches are in pinned memory: the
+    synthetic pool pinned once, the loader's batches pinned by the DataLoader."""
     import itertools
 
     import torch
 
+    pin = dims is not None and dims.pin
     if args.data:
         from orchestrator.rankside import datasets_torch
 
         dl = datasets_torch.loader(args.data, args.dataset, args.batch_size, info.rank,
-                                   info.world_size, prefetch=args.prefetch == "yes")
+                                   info.world_size, prefetch=args.prefetch == "yes",
+                                   pin_memory=pin)
         return datasets_torch.batches(dl)
     gen = torch.Generator().manual_seed(1000 + info.rank)
     shape = (args.batch_size, *models_torch.input_shape(args.dataset))
     classes = models_torch.num_classes(args.dataset)
     pool = [(torch.randn(shape, generator=gen),
              torch.randint(0, classes, (shape[0],), generator=gen)) for _ in range(4)]
+    if pin:
+        pool = [(x.pin_memory(), y.pin_memory()) for x, y in pool]
     return itertools.cycle(pool)
 
 
-def native_window(s, source, device, step, sync=None):
+# Autocast's dtype per precision; fp32 and tf32 compute without autocast.
+AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
+
+
+class Dims:
+    """This rank's run dimensions (``precision``, ``memory_format``, ``compile``,
+    ``pin_memory``: declared once in :mod:`orchestrator.modes.torch_options`), applied the way
+    PyTorch's own documentation writes them:
+
+    * :meth:`autocast` around forward and loss (``torch.autocast(device_type, dtype)``; a
+      disabled one for fp32/tf32), and :attr:`scaler`, a ``torch.amp.GradScaler`` enabled for
+      fp16 only (a disabled scaler passes ``scale``/``step``/``update`` through, so one step
+      serves every precision, as PyTorch's AMP recipe writes it);
+    * ``tf32``: ``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32`` on; every
+      other precision sets both off (cuDNN's default is on: fp32 convolutions would silently
+      run in TF32). The flags only act on CUDA: on a CPU tf32 is fp32 (the footer says so);
+    * :meth:`prepare` the model (``channels_last`` for nhwc), :meth:`compiled` a module
+      (``torch.compile(module, mode=...)``), :meth:`to_device` a batch (non-blocking from
+      pinned memory, channels_last for nhwc).
+
+    What the rank did is written to ``footer`` as it becomes known: the four values, where a
+    value changed nothing here (``*_note``), the compile time (``t_compile``) and what the
+    forward really computed in (``activation_dtype``, ``input_channels_last``)."""
+
+    def __init__(self, args, device, footer: dict) -> None:
+        import torch
+
+        self.device = device
+        self.footer = footer
+        self.precision = args.precision
+        name = AUTOCAST_DTYPES.get(args.precision)
+        self.dtype = getattr(torch, name) if name else None
+        self.channels_last = args.memory_format == "nhwc"
+        self.compile_mode = None if args.compile == "no" else args.compile
+        cuda = device.type == "cuda"
+        self.pin = args.pin_memory == "yes" and cuda
+        self.scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
+        tf32 = args.precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        self._seen = False
+        footer.update(precision=args.precision, memory_format=args.memory_format,
+                      compile=args.compile, pin_memory=args.pin_memory,
+                      autocast_dtype=str(self.dtype).replace("torch.", "") if name else None,
+                      grad_scaler=self.scaler.is_enabled())
+        if tf32 and not cuda:
+            footer["precision_note"] = "tf32 is fp32 on a CPU (TF32 is a GPU tensor-core format)"
+        if args.pin_memory == "yes" and not cuda:
+            footer["pin_memory_note"] = "no-op on a CPU: batches are not copied to a device"
+
+    @property
+    def amp(self) -> bool:
+        """Mixed precision: the step needs autocast (and, for fp16, the scaler)."""
+        return self.dtype is not None
+
+    @property
+    def moves(self) -> bool:
+        """A batch's copy to the device differs from a plain ``.to(device)``."""
+        return self.pin or self.channels_last
+
+    def autocast(self):
+        """The forward + loss context: autocast to bf16/fp16, or a disabled one."""
+        import torch
+
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype is not None)
+
+    def prepare(self, model, nchw_weights: str | None = None):
+        """The model in the run's memory format (before any wrapper: DDP, fully_shard).
+        ``nchw_weights``: why the framework needs contiguous parameters (FSDP2 shards,
+        Horovod sends only contiguous tensors): the weights then stay NCHW and only the
+        batches are channels_last. A convolution follows its input's format (PyTorch picks
+        channels_last when input or weight is), so it still runs NHWC; its weight gradient
+        takes the weight's strides (autograd's gradient layout contract)."""
+        import torch
+
+        if not self.channels_last:
+            return model
+        if nchw_weights:
+            self.footer["memory_format_note"] = (
+                f"weights NCHW ({nchw_weights}), batches channels_last")
+            return model
+        return model.to(memory_format=torch.channels_last)
+
+    def compiled(self, module):
+        """``torch.compile(module, mode=...)`` when the run compiles, else the module."""
+        if self.compile_mode is None:
+            return module
+        import torch
+
+        return torch.compile(module, mode=self.compile_mode)
+
+    def to_device(self, x, y):
+        """A batch on the device: non-blocking from pinned memory, channels_last for nhwc."""
+        import torch
+
+        fmt = torch.channels_last if self.channels_last and x.dim() == 4 else (
+            torch.preserve_format)
+        return (x.to(self.device, non_blocking=self.pin, memory_format=fmt),
+                y.to(self.device, non_blocking=self.pin))
+
+    def compile_step(self, step, source, sync=None, key: str = "t_compile") -> None:
+        """When compiling: one step outside every window, timed (``footer[key]``, seconds).
+        The first call of a compiled module compiles its forward and backward, so no window,
+        warm-up or measured, holds the compilation, whatever ``--warmup`` is. Every rank
+        runs it (a training step: its collectives must match)."""
+        if self.compile_mode is None:
+            return
+        import time
+
+        x, y = self.to_device(*next(source))
+        start = time.perf_counter()
+        step(x, y)
+        if sync is not None:
+            sync()
+        self.footer[key] = time.perf_counter() - start
+
+    def saw(self, x, logits) -> None:
+        """Record, once, what the forward computed in: the logits' dtype (bfloat16 under bf16
+        autocast) and whether the input batch was channels_last."""
+        if self._seen or logits is None:
+            return
+        import torch
+
+        self._seen = True
+        self.footer["activation_dtype"] = str(logits.dtype).replace("torch.", "")
+        if x is not None:
+            self.footer["input_channels_last"] = bool(
+                x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last))
+
+
+def native_window(s, source, device, step, sync=None, dims=None):
     """The throughput window (``window: native``) of a PyTorch mode: per iteration, take the
     next batch, move it to the device and run ``step(x, y)`` — the mode's plain training step
     as the framework's documentation writes it (forward, ``loss.backward()``,
     ``optimizer.step()``), with no hook, timer or phase inside. Only the harness' wall clock
     surrounds it. ``step(x, y)`` returns ``(loss, logits)`` (an epoch run reads both);
-    returns the last loss.
+    returns the last loss. ``dims``: the run's :class:`Dims` moves the batches (pinned,
+    channels_last) and, after the window, records the last forward's dtypes.
 
     ``sync`` (on a GPU, ``torch.cuda.synchronize``): the window is a queued one
     (harness ``drain``). PyTorch's loop never waits for its kernels, so the host queues the
     next step while the GPU still runs the last; a synchronize after every step, as here
     before, would take that overlap away and report less than the framework gets. The harness
     synchronizes at the warm-up's end, after every chunk and at the window's end instead."""
-    loss = None
-    for _ in s.native_iterations(drain=sync):
-        x, y = next(source)
-        loss, _ = step(x.to(device), y.to(device))
+    loss = logits = x = None
+    if dims is None or not dims.moves:  # the plain copy: nothing pinned, nothing reordered
+        for _ in s.native_iterations(drain=sync):
+            x, y = next(source)
+            loss, logits = step(x.to(device), y.to(device))
+    else:
+        for _ in s.native_iterations(drain=sync):
+            x, y = dims.to_device(*next(source))
+            loss, logits = step(x, y)
+    if dims is not None:
+        dims.saw(x, logits)
     return loss
 
 
-def plain_step(model, optimizer, loss_fn):
+def plain_step(model, optimizer, loss_fn, dims=None):
     """The plain loop's step: ``zero_grad``, forward + loss, ``backward``, ``step``; returns
-    ``(loss, logits)``, detached (the throughput window and epoch runs step the same way)."""
+    ``(loss, logits)``, detached (the throughput window and epoch runs step the same way).
+    With ``dims``, PyTorch's AMP recipe: forward + loss under autocast, then
+    ``scaler.scale(loss).backward()``, ``scaler.step(optimizer)``, ``scaler.update()`` (a
+    disabled scaler, every precision but fp16, makes these backward and ``optimizer.step()``)."""
+    if dims is None or not dims.amp:  # fp32/tf32: the loop exactly as the docs write it
+        def step(x, y):
+            optimizer.zero_grad(set_to_none=True)
+            logits = model(x)
+            loss = loss_fn(logits, y)
+            loss.backward()
+            optimizer.step()
+            return loss.detach(), logits.detach()
 
-    def step(x, y):
+        return step
+    scaler = dims.scaler
+
+    def amp_step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = loss_fn(logits, y)
-        loss.backward()
-        optimizer.step()
+        with dims.autocast():
+            logits = model(x)
+            loss = loss_fn(logits, y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
         return loss.detach(), logits.detach()
 
-    return step
+    return amp_step

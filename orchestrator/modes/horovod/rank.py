@@ -17,6 +17,13 @@ all-reduce's duration to the rank (its timeline, HOROVOD_TIMELINE, has it, as a 
 whole process, not per iteration), so ``t_comm_total`` is not recorded and the footer's
 ``comm_total_reason`` says why.
 
+Run dimensions (``torch_common.Dims``): forward + loss under autocast; fp16 follows Horovod's
+AMP recipe (``scaler.scale(loss).backward()``, ``optimizer.synchronize()``,
+``scaler.unscale_``, ``scaler.step`` under ``optimizer.skip_synchronize()``, ``scaler.update()``:
+the averaged gradients are unscaled, never ones still in flight). nhwc: channels_last batches,
+NCHW weights (Horovod broadcasts and all-reduces only contiguous tensors); compile:
+``torch.compile`` of the model (Horovod's gradient hooks stay eager).
+
 World size 1: Horovod still passes every gradient through its background thread (a one-member
 all-reduce, a copy) and ``synchronize()`` waits for its next cycle (HOROVOD_CYCLE_TIME): that
 wait is Horovod's overhead, not communication. It is recorded as ``t_sync`` and counted in
@@ -42,6 +49,7 @@ def main(argv=None) -> None:
 
         from orchestrator.rankside import models_torch
         from orchestrator.rankside.torch_common import (
+            Dims,
             input_batches,
             native_window,
             note_device_memory,
@@ -59,12 +67,16 @@ def main(argv=None) -> None:
                                "start the ranks with mpirun or srun --mpi=pmix")
         device = rank_device(hvd.local_rank())  # GPU ops: Horovod's NCCL
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        dims = Dims(args, device, s.footer)
+        scaler = dims.scaler
         torch.manual_seed(0)
         s.footer["versions"] = harness.versions(torch=torch.__version__,
                                                 horovod=horovod.__version__)
         s.footer["threads"] = torch.get_num_threads()
         s.footer["controller"] = "mpi"
-        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
+        model = dims.prepare(models_torch.build(args.model, args.dataset, args.classes).to(device),
+                             nchw_weights="Horovod sends only contiguous tensors")
+        net = dims.compiled(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         # Everyone starts from rank 0's weights and optimizer state.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -76,17 +88,33 @@ def main(argv=None) -> None:
 
         def documented_step(x, y):  # Horovod's own example loop (logits kept for epochs)
             optimizer.zero_grad()
-            logits = model(x)
+            logits = net(x)
             loss = loss_fn(logits, y)
             loss.backward()
             optimizer.step()
             return loss.detach(), logits.detach()
 
+        def amp_step(x, y):  # the same under autocast; fp16 as Horovod's AMP recipe writes it
+            optimizer.zero_grad()
+            with dims.autocast():
+                logits = net(x)
+                loss = loss_fn(logits, y)
+            scaler.scale(loss).backward()
+            optimizer.synchronize()  # every gradient averaged before it is unscaled
+            scaler.unscale_(optimizer)
+            with optimizer.skip_synchronize():
+                scaler.step(optimizer)
+            scaler.update()
+            return loss.detach(), logits.detach()
+
+        step = amp_step if dims.amp else documented_step
+
         if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as Horovod's
             from orchestrator.rankside import epochs_torch  # examples shard an epoch
 
-            epochs_torch.train(s, args, info, documented_step, model, device,
-                               reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"))
+            epochs_torch.train(s, args, info, step, model, device,
+                               reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"),
+                               dims=dims)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             hvd.join()
@@ -94,27 +122,28 @@ def main(argv=None) -> None:
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, models_torch)
+        source = input_batches(args, info, models_torch, dims)
         alone = info.world_size == 1
         if not alone:  # one rank: none to see (t_comm_total = 0)
             s.footer[protocol.COMM_TOTAL_REASON] = (
                 "Horovod runs its all-reduces in a background thread that reports no "
                 "per-tensor durations to the rank (only its process-wide timeline has them)")
 
-        native_window(s, source, device, documented_step,
-                      sync if device.type == "cuda" else None)
+        dims.compile_step(step, source, sync)
+        native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
 
         for _ in s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
-                x, y = x.to(device), y.to(device)
+                x, y = dims.to_device(x, y)
                 sync()
             with s.phase("t_f"):
-                loss = loss_fn(model(x), y)
+                with dims.autocast():
+                    loss = loss_fn(net(x), y)
                 sync()
             with s.phase("t_b"):
-                loss.backward()
+                scaler.scale(loss).backward()
                 sync()
             start = time.perf_counter()
             optimizer.synchronize()
@@ -123,8 +152,11 @@ def main(argv=None) -> None:
             # One rank: no communication; Horovod's cycle wait is update overhead (t_sync).
             s.add("t_sync" if alone else "t_comm", waited)
             with s.phase("t_u"):
+                if scaler.is_enabled():
+                    scaler.unscale_(optimizer)
                 with optimizer.skip_synchronize():
-                    optimizer.step()
+                    scaler.step(optimizer)
+                scaler.update()
                 # Horovod's zero_grad() takes no set_to_none (torch's default is True anyway).
                 optimizer.zero_grad()
                 sync()

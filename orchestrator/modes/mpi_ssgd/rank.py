@@ -29,6 +29,13 @@ completion and the intervals after backward cover that span, so ``t_comm`` <= ``
 
 World size 1: there is nothing to all-reduce; the reducer is not used and ``t_comm`` =
 ``t_comm_total`` = 0.
+
+Run dimensions (``torch_common.Dims``): forward + loss under autocast; under fp16 the scaled
+gradients are all-reduced (their average is the scaled average) and the GradScaler unscales,
+checks and steps after the exchange: an inf on any rank is in every rank's average, so all
+skip the step alike. nhwc: channels_last weights and batches (the buckets copy gradients in
+logical order, whatever their strides). compile: ``torch.compile`` of the model; the gradient
+hooks stay eager.
 """
 
 from __future__ import annotations
@@ -221,6 +228,7 @@ def main(argv=None) -> None:
 
         from orchestrator.rankside import models_torch
         from orchestrator.rankside.torch_common import (
+            Dims,
             input_batches,
             native_window,
             note_device_memory,
@@ -237,6 +245,8 @@ def main(argv=None) -> None:
         # reference implementation: no CUDA-aware MPI assumed), so t_comm includes the copies.
         device = rank_device(info.local_rank)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        dims = Dims(args, device, s.footer)
+        scaler = dims.scaler
         torch.manual_seed(0)
         library = MPI.Get_library_version().split(",")[0].strip("\x00 \n")  # "Open MPI v4.1.4"
         s.footer["versions"] = harness.versions(torch=torch.__version__,
@@ -246,7 +256,8 @@ def main(argv=None) -> None:
         with torch.no_grad():  # everyone starts from rank 0's weights
             for p in model.parameters():
                 comm.Bcast(p.data.numpy(), root=0)
-        model = model.to(device)
+        model = dims.prepare(model.to(device))
+        net = dims.compiled(model)
         params = [p for p in model.parameters() if p.requires_grad]
         # One rank: nothing to all-reduce (and no hooks registered).
         reducer = (Allreducer(comm, params, args.bucket_size, args.overlap)
@@ -258,14 +269,16 @@ def main(argv=None) -> None:
 
         def reference_step(x, y):  # the reference loop, as the throughput window and epochs run it
             optimizer.zero_grad(set_to_none=True)
-            logits = model(x)
-            loss = loss_fn(logits, y)
+            with dims.autocast():
+                logits = net(x)
+                loss = loss_fn(logits, y)
             if reducer:
                 reducer.reset()
-            loss.backward()
+            scaler.scale(loss).backward()
             if reducer:
                 reducer.exchange()
-            optimizer.step()
+            scaler.step(optimizer)
+            scaler.update()
             return loss.detach(), logits.detach()
 
         if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as torch-ddp
@@ -275,7 +288,8 @@ def main(argv=None) -> None:
                 comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
                 return t
 
-            epochs_torch.train(s, args, info, reference_step, model, device, reduce=summed)
+            epochs_torch.train(s, args, info, reference_step, model, device, reduce=summed,
+                               dims=dims)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             comm.Barrier()
@@ -283,24 +297,25 @@ def main(argv=None) -> None:
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, models_torch)
-
+        source = input_batches(args, info, models_torch, dims)
+        dims.compile_step(reference_step, source, sync)
         native_window(s, source, device, reference_step,
-                      sync if device.type == "cuda" else None)
+                      sync if device.type == "cuda" else None, dims)
 
         for _ in s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
-                x, y = x.to(device), y.to(device)
+                x, y = dims.to_device(x, y)
                 sync()
             with s.phase("t_f"):
-                loss = loss_fn(model(x), y)
+                with dims.autocast():
+                    loss = loss_fn(net(x), y)
                 sync()
             if reducer:
                 reducer.reset()
             with s.phase("t_b"):
-                loss.backward()
+                scaler.scale(loss).backward()
                 sync()
             if reducer:
                 # Timed inside the reducer (the exposed span, every bucket's interval); the
@@ -315,7 +330,8 @@ def main(argv=None) -> None:
             with s.phase("t_u"):
                 if reducer:
                     reducer.unpack()
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)

@@ -25,6 +25,12 @@ stream is made to wait for the all-reduce (PyTorch's CUDA-aware futures), marks 
 
 World size 1: no hook is installed and nothing is counted as communication (DDP's all-reduce of
 a one-member group is a local copy): ``t_comm = t_comm_total = 0``, ``t_b`` = backward.
+
+Run dimensions (``torch_common.Dims``): both windows run forward + loss under autocast, backward
+and the update through the GradScaler (fp16), channels_last model and batches (nhwc). With
+``compile`` the DDP-wrapped model is compiled, as PyTorch's DDP + ``torch.compile`` notes advise
+(DDP's optimizer splits the graph at its buckets so the all-reduces still overlap backward); the
+breakdown window's new wrapper is compiled again, its compile timed as ``t_compile_breakdown``.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import time
 
 from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
+    Dims,
     init_distributed,
     input_batches,
     leave_distributed,
@@ -115,46 +122,53 @@ def main(argv=None) -> None:
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
         device = init_distributed(args.backend, info)
-        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
+        dims = Dims(args, device, s.footer)
+        model = dims.prepare(models_torch.build(args.model, args.dataset, args.classes).to(device))
         device_ids = [device.index] if device.type == "cuda" else None  # ranks may share a GPU
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         if args.epochs:  # time to accuracy (issue 18): whole epochs of DDP's own step
             from orchestrator.rankside import epochs_torch
 
-            plain = DistributedDataParallel(model, device_ids=device_ids)
-            epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn), model,
-                               device)
+            plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
+            epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn, dims), model,
+                               device, dims=dims)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             leave_distributed()
             return
-        source = input_batches(args, info, models_torch)
+        source = input_batches(args, info, models_torch, dims)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-        plain = DistributedDataParallel(model, device_ids=device_ids)
-        native_window(s, source, device, plain_step(plain, optimizer, loss_fn),
-                      sync if device.type == "cuda" else None)
-        del plain  # its reducer (and autograd hooks) go with it
+        plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
+        step = plain_step(plain, optimizer, loss_fn, dims)
+        dims.compile_step(step, source, sync)
+        native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
+        del plain, step  # its reducer (and autograd hooks) go with it, compiled or not
         gc.collect()
 
         ddp = DistributedDataParallel(model, device_ids=device_ids)
         timer = BucketTimer(info.world_size, cuda=device.type == "cuda")
         if info.world_size > 1:  # one rank: nothing to communicate, nothing to time
             ddp.register_comm_hook(state=None, hook=timer.hook)
+        net = dims.compiled(ddp)
+        dims.compile_step(plain_step(net, optimizer, loss_fn, dims), source, sync,
+                          key="t_compile_breakdown")
+        scaler = dims.scaler
 
         for _ in s.iterations():
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
-                x, y = x.to(device, non_blocking=False), y.to(device, non_blocking=False)
+                x, y = dims.to_device(x, y)
                 sync()
             with s.phase("t_f"):
-                loss = loss_fn(ddp(x), y)
+                with dims.autocast():
+                    loss = loss_fn(net(x), y)
                 sync()
             timer.reset()
             start = time.perf_counter()
-            loss.backward()
+            scaler.scale(loss).backward()
             sync()
             end = time.perf_counter()
             exposed = min(timer.exposed(end), end - start)
@@ -162,7 +176,8 @@ def main(argv=None) -> None:
             s.add("t_comm", exposed)
             s.add("t_comm_total", timer.total)
             with s.phase("t_u"):
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = parameter_checksum(model)

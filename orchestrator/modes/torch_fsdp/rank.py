@@ -52,6 +52,16 @@ reduce-scatter becomes a copy); the timers are not even installed, so ``t_comm``
 phases add up to ``t_iter`` (less the loop's own overhead). ``t_comm_ag`` and ``t_comm_rs``
 split ``t_comm_total`` by kind.
 
+Run dimensions (``torch_common.Dims``): mixed precision is ``torch.autocast`` around forward +
+loss, not FSDP2's ``MixedPrecisionPolicy``: parameters stay fp32 when all-gathered, so a
+precision changes only compute, as in the other torch modes, and the collectives are an fp32
+run's. fp16's GradScaler works on the sharded (DTensor) gradients: DTensor reduces its inf
+check over the mesh, so every rank takes or skips a step alike.
+``nhwc``: the batches are channels_last, the weights not (``fully_shard`` refuses
+non-contiguous parameters in torch 2.13); a convolution follows its input's format.
+``compile``: ``torch.compile`` of the sharded root (FSDP2's hooks stay eager), compiled once
+for both windows.
+
 The footer's ``param_checksum`` is over the *unsharded* parameters (each DTensor's
 ``full_tensor()``, a collective): equal on every rank iff the ranks agree. BatchNorm running
 statistics are buffers, which FSDP2 neither shards nor synchronises: each rank keeps its own.
@@ -63,6 +73,7 @@ import time
 
 from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
+    Dims,
     init_distributed,
     input_batches,
     leave_distributed,
@@ -244,7 +255,9 @@ def main(argv=None) -> None:
         s.footer["threads"] = torch.get_num_threads()
         info = s.info
         device = init_distributed(args.backend, info)
+        dims = Dims(args, device, s.footer)
         model = models_torch.build(args.model, args.dataset, args.classes).to(device)
+        model = dims.prepare(model, nchw_weights="FSDP2 shards only contiguous parameters")
         mesh = init_device_mesh(device.type, (info.world_size,))
         reshard = args.reshard_after_forward == "yes"
         units = shard_units(model)
@@ -253,21 +266,23 @@ def main(argv=None) -> None:
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
+        net = dims.compiled(model)
+        step = plain_step(net, optimizer, loss_fn, dims)
         s.footer["fsdp_units"] = len(units)
         s.footer["reshard_after_forward"] = reshard
         if args.epochs:  # time to accuracy (issue 18): whole epochs of FSDP2's own step
             from orchestrator.rankside import epochs_torch
 
-            epochs_torch.train(s, args, info, plain_step(model, optimizer, loss_fn), model,
-                               device)
+            epochs_torch.train(s, args, info, step, model, device, dims=dims)
             s.footer["param_checksum"] = full_parameter_checksum(model)
             note_device_memory(s.footer, device)
             leave_distributed()
             return
-        source = input_batches(args, info, models_torch)
+        source = input_batches(args, info, models_torch, dims)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        native_window(s, source, device, plain_step(model, optimizer, loss_fn),
-                      sync if device.type == "cuda" else None)
+        dims.compile_step(step, source, sync)
+        native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
+        scaler = dims.scaler
 
         timer = CommTimer(cuda=device.type == "cuda")
         if info.world_size > 1:  # at world size 1 FSDP2 issues no collective: nothing to time
@@ -277,17 +292,18 @@ def main(argv=None) -> None:
             with s.phase("t_io"):
                 x, y = next(source)
             with s.phase("t_h2d"):
-                x, y = x.to(device, non_blocking=False), y.to(device, non_blocking=False)
+                x, y = dims.to_device(x, y)
                 sync()
             timer.reset()
             timer.window = "f"
             start = time.perf_counter()
-            loss = loss_fn(model(x), y)
+            with dims.autocast():
+                loss = loss_fn(net(x), y)
             sync()
             forward = time.perf_counter() - start
             timer.window = "b"
             start = time.perf_counter()
-            loss.backward()
+            scaler.scale(loss).backward()
             sync()
             backward = time.perf_counter() - start
             timer.settle()
@@ -298,7 +314,8 @@ def main(argv=None) -> None:
             s.add("t_comm_ag", timer.total["ag"])
             s.add("t_comm_rs", timer.total["rs"])
             with s.phase("t_u"):
-                optimizer.step()
+                scaler.step(optimizer)
+                scaler.update()
                 optimizer.zero_grad(set_to_none=True)
                 sync()
         s.footer["param_checksum"] = full_parameter_checksum(model)
