@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import analyze, convergence, devices, fabric, files, gather, protocol, rundir, verdict
+from .dimensions import dimension_facts
 from .rundir import TERMINAL, JobRecord
 from .sweep import Run
 
@@ -128,6 +129,7 @@ def merge(out: Path) -> pd.DataFrame:
             logs = entry["logs"]
             info.update(entry["metrics"])
             info.update(gather.footer_facts(logs))
+            info.update(dimension_facts(entry["run"], logs))  # precision, compile, ...
             info.update(devices.run_facts(logs))  # device metrics and binding
             info.update(fabric.attest(entry["run"], entry["rdir"], logs))
     finally:
