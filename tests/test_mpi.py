@@ -24,7 +24,7 @@ from orchestrator import envs
 from orchestrator import site as sitemod
 from orchestrator.gather import PHASES
 
-from .conftest import IN_CI, processes_matching, run_orch
+from .conftest import IN_CI, assert_phases_cover, processes_matching, run_orch
 from .test_render import check_golden, rendered
 
 pytestmark = pytest.mark.ranks
@@ -125,13 +125,7 @@ def test_local_mpirun_phases(local_sweep):
         native = rank_rows[rank_rows["window"] == "native"]
         assert len(native) == WARMUP + ITERS and native[list(PHASES)].isna().all().all()
     measured = df[~df["warmup_iter"] & (df["window"] == "breakdown")]
-    gap = measured["t_iter"] - measured[list(PHASES)].sum(axis=1)
-    assert (gap >= 0).all(), "phases cannot exceed the iteration they are part of"
-    # Per run, the median gap: one preemption between two timers on a loaded machine (seen:
-    # 6-40 ms in 1 of 4 iterations at load 10 on 2 cores) is not the phases' fault.
-    for run_id, run in measured.assign(gap=gap).groupby("run_id"):
-        allowed = PHASE_TOLERANCE_S + PHASE_TOLERANCE_REL * run["t_iter"].median()
-        assert run["gap"].median() <= allowed, (run_id, run["gap"].describe())
+    assert_phases_cover(measured, PHASES, PHASE_TOLERANCE_S, PHASE_TOLERANCE_REL)
     assert (measured[list(PHASES)] >= 0).all().all()
     ssgd = measured[(measured["mode"] == "mpi-ssgd") & (measured["ranks"] == 2)]
     assert (ssgd["t_comm_total"] > 0).all()  # every iteration all-reduced something
