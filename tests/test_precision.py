@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -254,3 +255,38 @@ def test_a_compiled_run_times_its_compilation_apart(tmp_path):
     # Compiled in a step of its own before the windows: a duration recorded, none measured.
     assert r["t_compile"] is not None and r["t_compile"] > 0
     assert all(f["t_compile"] > 0 and "t_compile_breakdown" in f for f in footers)
+
+
+# --- recorded on a GPU ---------------------------------------------------------------------------
+
+# scripts/gpu-check's dimension steps on one NVIDIA H200 (torch 2.11.0+cu130, NCCL, 1 rank;
+# machine.txt, table.txt): torch-ddp ResNet-50 and ResNet-18 over fp32,bf16 x nchw,nhwc,
+# torch-fsdp bf16 + nhwc, and ResNet-50's four compiled (the step's budget ended before
+# ResNet-18's). Run folders as the ranks wrote them (submitit's pickles and heartbeats left out).
+RECORDED = Path(__file__).parent / "fixtures" / "gpu-h200-dims"
+
+
+def test_the_gpu_runs_recorded_what_ran(tmp_path):
+    sweep = tmp_path / "gpu-check"
+    shutil.copytree(RECORDED, sweep)
+    recs = _results(sweep)
+    assert len(recs) == 14 and all(r["state"] == "COMPLETED" for r in recs)
+    seen = {(r["mode"], r["model"], r["precision"], r["memory_format"], r["compile"])
+            for r in recs}
+    ddp = {("torch-ddp", m, p, f, c) for m in ("resnet50", "resnet18") for p in ("fp32", "bf16")
+           for f in ("nchw", "nhwc") for c in ("no", "default")
+           if c == "no" or m == "resnet50"}
+    fsdp = {("torch-fsdp", m, "bf16", "nhwc", "no") for m in ("resnet50", "resnet18")}
+    assert seen == ddp | fsdp
+    for r in recs:
+        footers = _footers(sweep, r["run_id"])
+        bf16 = r["precision"] == "bf16"
+        assert r["activation_dtype"] == ("bfloat16" if bf16 else "float32")
+        assert (r["t_compile"] is not None) is (r["compile"] == "default")
+        for f in footers:
+            assert f["status"] == "ok" and f["pin_memory"] == "yes"
+            assert "pin_memory_note" not in f and "precision_note" not in f  # a GPU: both acted
+            assert f["input_channels_last"] is (r["memory_format"] == "nhwc")
+            assert f["peak_device_bytes"] > 0
+            if r["compile"] == "default":  # the breakdown's new DDP wrapper compiled too
+                assert f["t_compile_breakdown"] is not None
