@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "orchestrator.fabric", "orchestrator.progress", "orchestrator.pack",
               "orchestrator.watch", "orchestrator.faults", "orchestrator.execute")),
     ("results", ("orchestrator.gather", "orchestrator.results", "orchestrator.analyze",
-                 "orchestrator.convergence", "orchestrator.devices")),
+                 "orchestrator.convergence", "orchestrator.devices", "orchestrator.dimensions")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
                   "orchestrator.preflight", "orchestrator.predictions",
                   "orchestrator.zoo_counts")),
