@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import modes
+from orchestrator import envs, modes
 from orchestrator.dimensions import dimension_facts
 from orchestrator.modes.torch_options import COLUMNS, RUN_DIMENSIONS
 from orchestrator.protocol import RANKS_DIR, RankLog, rank_logs, read_rank_log
@@ -24,7 +24,7 @@ from orchestrator.rankside import harness
 from orchestrator.site import load
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import run_orch
+from .conftest import IN_CI, run_orch
 
 TORCH_MODES = ("torch-ddp", "torch-fsdp", "mpi-ssgd", "horovod")
 ITERS, WARMUP = 4, 1
@@ -234,6 +234,33 @@ def test_fp16_with_a_grad_scaler_and_tf32_on_the_cpu(tmp_path):
             assert f["grad_scaler"] is fp16
             assert "pin_memory_note" not in f  # pin_memory=no: nothing to note
             assert ("precision_note" in f) is not fp16  # tf32 is fp32 on a CPU
+
+
+@pytest.fixture
+def torch_mpi() -> None:
+    """The torch-mpi environment (mpi-ssgd, horovod) is built: skip if not, fail under CI."""
+    env = load("local")[0].environment("torch-mpi")
+    if not envs.is_built(env):
+        problem = f"the torch-mpi environment is not built ({envs.expand(env.venv)})"
+        if IN_CI:
+            pytest.fail(f"CI=true but {problem}")
+        pytest.skip(problem)
+
+
+@pytest.mark.ranks
+def test_mpi_ssgd_and_horovod_in_fp16_and_channels_last(torch_mpi, tmp_path):
+    out = tmp_path / "mpi"
+    _sweep(out, "--mode", "mpi-ssgd,horovod", "--launcher", "mpirun", "--nodes", "1",
+           "--tasks-per-node", "2", "-o", "precision=fp16", "-o", "memory_format=nhwc")
+    recs = _results(out)
+    assert sorted(r["mode"] for r in recs) == ["horovod", "mpi-ssgd"]
+    for r in recs:
+        footers = _check_run(out, r, {"precision": "fp16", "memory_format": "nhwc"})
+        assert r["activation_dtype"] == "float16"
+        for f in footers:
+            assert f["grad_scaler"] is True and f["input_channels_last"] is True
+            # Horovod sends only contiguous tensors: its weights stay NCHW, and it says so.
+            assert ("memory_format_note" in f) is (r["mode"] == "horovod")
 
 
 def _compiler() -> str | None:
