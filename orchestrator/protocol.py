@@ -152,10 +152,12 @@ def heartbeat_line(seq, when):
 
 
 def device_log_name(task):
-    """``rank-<task>.device.jsonl``: the task's device samples in its measured window (a
+    """``device-<task>.jsonl``: the task's device samples in its measured window (a
     ``meta`` line, then one ``sample`` line every rankside.devmetrics.SAMPLE_PERIOD_S), kept
-    apart from its rank log so that log's timing is untouched."""
-    return f"rank-{int(task)}.device.jsonl"
+    apart from its rank log so that log's timing is untouched. Not ``rank-<task>.*.jsonl``:
+    every ``rank-*.jsonl`` glob (rank logs' digest, tests, users' scripts) would take it for a
+    rank log."""
+    return f"device-{int(task)}.jsonl"
 
 
 def rank_out_name(task):

@@ -1,7 +1,7 @@
 """What the device did during a rank's measured window, and where the rank was bound.
 
 A daemon thread samples the rank's device every SAMPLE_PERIOD_S while the measured (native)
-window runs, into the rank's own ``rank-<task>.device.jsonl`` (protocol.device_log_name): the
+window runs, into the rank's own ``device-<task>.jsonl`` (protocol.device_log_name): the
 iteration log and its timing are untouched, and the training loop does no work for it (the
 thread sleeps between samples; NVML's calls release the GIL). The footer gets the aggregates
 (:func:`aggregate`), the header the binding (:func:`binding`).
