@@ -601,20 +601,27 @@ def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
 
 # --- 4. Ctrl-C on orch sweep -----------------------------------------------------------------
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[int, str, Path]:
     """orch sweep of one run that cannot end by itself; SIGINT to orch alone once the job runs;
     (exit code, stderr, run directory). Its rank freezes itself at iteration 2 (no hang
     timeout), so the job is still running when orch has exited and the test looks, however
     fast the machine runs its iterations; the test's cancel ends it. Its output goes to files,
     not pipes: the test waits for orch to exit, not for every process that may have inherited
-    a pipe to close it."""
+    a pipe to close it. orch starts with SIGINT's default action, as in a terminal: a test
+    suite started in the background (``make test &``, nohup) has SIGINT ignored, every child
+    inherits that, and Python then never raises KeyboardInterrupt."""
     err_file = out.parent / f"{out.name}.stderr"
     with open(err_file, "w") as err_fh:
         proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
                                  slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup",
                                  "1", "--inject-failure", "0@2:stop", "--hang-timeout", "0",
                                  "--out", str(out), *extra], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=err_fh, text=True)
+                                stdout=subprocess.DEVNULL, stderr=err_fh, text=True,
+                                preexec_fn=_sigint_default)
     try:
         def running():
             rdirs = [p for p in out.glob("*") if (p / "job.json").exists()] if out.exists() else []
