@@ -25,12 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import __version__, execute, modes, perfmodel, protocol, results, rundir
-from .errors import FabricBelowMinimum, UserError
+from . import __version__, modes, perfmodel, protocol, rundir
+from .errors import UserError
 from .preflight import Preflight
 from .report.predict import gradient_bytes, overlap_of
 from .report.select import config_of, training_runs
-from .site import Site
 
 FILE = "predictions.jsonl"
 PARQUET = "predictions.parquet"  # in results/
@@ -292,80 +291,6 @@ def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | No
     target.parent.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(target, index=False)
     return frame
-
-
-def staged_execute(prepared: list, site: Site, sweep_dir: Path,
-                   networks: dict[str, Preflight], *,
-                   say: Callable[[str], None] = lambda line: None,
-                   **execute_kwargs) -> None:
-    """Execute the prepared runs stage by stage (by rank count, smallest first); after each
-    stage, state the predictions of every later run before submitting it."""
-    stages = sorted({p.run.nodes * p.run.tasks_per_node for p in prepared})
-    for i, ranks in enumerate(stages):
-        stage = [p for p in prepared if p.run.nodes * p.run.tasks_per_node == ranks]
-        execute.execute(stage, site, **execute_kwargs)
-        later = {p.run.run_id for p in prepared
-                 if p.run.nodes * p.run.tasks_per_node > ranks and p.action != "skip"}
-        if not later or i == len(stages) - 1:
-            continue
-        runs = results.merge(sweep_dir)
-        records, notes = predict_runs(runs, later, networks)
-        append(sweep_dir, records)
-        for note in notes:
-            say(f"not predicted: {note}")
-        if records:
-            say(f"predictions: {len(records)} run(s) at more than {ranks} rank(s) stated in "
-                f"{sweep_dir / FILE} before they are submitted")
-
-
-def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: bool,
-                    say: Callable[[str], None], on_event: Callable | None = None,
-                    ) -> dict[str, Preflight]:
-    """The pre-flight of a sweep about to run, or {} with the reason said: nothing to predict
-    (one scale only, no training mode with a modelled pattern), ``--no-wait`` (predictions
-    need the smaller runs' results), or ``never``. A pre-flight that fails costs the
-    predictions, never the sweep — except on a partition whose site declares ``min_busbw``
-    and that the sweep spans nodes of: there the pre-flight runs whatever the scales, and a
-    bus bandwidth below the minimum, or none measured, stops the sweep before its runs."""
-    from . import preflight as pre
-
-    if how not in pre.MODES:
-        raise UserError(f"--preflight {how}: valid: {', '.join(pre.MODES)}")
-    modelled = [r for r in runs if (m := _mode_of(r.mode)) is not None and m.trains
-                and m.pattern in perfmodel.PATTERN_MODELS]
-    scales = {r.nodes * r.tasks_per_node for r in modelled}
-    gated = sorted({r.partition for r in runs if r.nodes > 1
-                    and site.partition(r.partition).min_busbw is not None})
-    if how == "never":
-        say("no pre-flight (--no-preflight): the sweep states no predictions and its report "
-            "has no scorecard" + (f"; min_busbw of {', '.join(gated)} not checked"
-                                  if gated else ""))
-        return {}
-    predict = len(scales) >= 2 and wait
-    if len(scales) >= 2 and not wait:
-        say("no pre-flight: predictions need the smaller runs' results (--no-wait); the "
-            "report will have no scorecard" + (" (min_busbw still checked)" if gated else ""))
-    partitions = sorted(({r.partition for r in modelled} if predict else set()) | set(gated))
-    if not partitions:
-        return {}  # nothing larger to predict, no fabric to check: no pre-flight needed
-    first = (modelled or runs)[0]
-    try:
-        networks = pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
-                                 dataset=first.dataset, say=say, on_event=on_event,
-                                 nodes=max(r.nodes for r in modelled or runs))
-    except Exception as exc:  # a failed pre-flight costs the predictions only
-        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
-        if gated:
-            raise FabricBelowMinimum(
-                f"pre-flight failed ({type(exc).__name__}: {first_line}): the fabric of "
-                f"{', '.join(gated)} could not be checked against its site's min_busbw; the "
-                "sweep stops before its runs") from None
-        say(f"pre-flight failed ({type(exc).__name__}: {first_line}); the sweep goes on "
-            "without predictions")
-        return {}
-    for line in pre.check_busbw(site, {p: networks[p] for p in gated}):
-        say(f"pre-flight {line}")
-    return networks if predict else {}
 
 
 def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:

@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "orchestrator.convergence", "orchestrator.devices", "orchestrator.dimensions")),
     ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
                   "orchestrator.preflight", "orchestrator.predictions",
+                  "orchestrator.execute.staged",
                   "orchestrator.zoo_counts")),
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),
 ]

@@ -204,6 +204,7 @@ def sweep(
         failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
     from .. import faults, watch
     from .. import predictions as predmod
+    from ..execute import staged
 
     policy = faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
 
@@ -218,12 +219,12 @@ def sweep(
             f"states them, with one {packing} per scale, smallest first")
         networks = {}
     else:
-        networks = predmod.sweep_preflight(runs, site_obj, out_dir, how, wait=wait, say=say,
-                                           on_event=print_event)
+        networks = staged.sweep_preflight(runs, site_obj, out_dir, how, wait=wait, say=say,
+                                          on_event=print_event)
     if networks and packing:
         say(f"--{packing} with predictions: one {packing} per scale, smallest first (each "
             f"scale's predictions are stated before it is submitted)")
-    run = (functools.partial(predmod.staged_execute, networks=networks, say=say,
+    run = (functools.partial(staged.staged_execute, networks=networks, say=say,
                              sweep_dir=out_dir) if networks else execute.execute)
     try:
         run(prepared, site_obj, wait=wait, on_event=print_event,

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import backends, containers, fabric, faults, provenance, rundir, verdict
-from . import pack as packing
-from .render import Rendered, render_run, sbatch_options
-from .rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
-from .site import Site
-from .sweep import Run
+from .. import backends, containers, fabric, faults, provenance, rundir, verdict
+from .. import pack as packing
+from ..render import Rendered, render_run, sbatch_options
+from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
+from ..site import Site
+from ..sweep import Run
 
 __all__ = ["Prepared", "cancel", "dry_run", "execute", "finalize", "follow", "prepare",
            "refresh", "render_for"]
