@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import pack, protocol
+from orchestrator import protocol
 from orchestrator import site as sitemod
-from orchestrator.backends.slurm_pack import minutes, packed_state
+from orchestrator.backends.slurm import pack
+from orchestrator.backends.slurm.packed import minutes, packed_state
 from orchestrator.render import render_run
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.sweep import SweepSpec, expand

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.backends import slurm
 from orchestrator.backends.slurm import SLURM_STATES, parse_listing, slurm_state
+from orchestrator.backends.slurm import scheduler as slurm
 from orchestrator.rundir import JobRecord
 
 # --- recordings ------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def sweep(
     out_dir = check_out(out or Path("runs") / site_obj.name)
     packing = "pack-shared" if pack_shared else "pack" if pack else "array" if array else None
     if packing:
-        from .. import pack as packmod
+        from ..backends.slurm import pack as packmod
 
         packmod.refuse(site_obj, packing, both=pack + pack_shared + array > 1)
         if not dry_run:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import backends, containers, fabric, faults, provenance, rundir, verdict
-from .. import pack as packing
+from ..backends.slurm import pack as packing
 from ..render import Rendered, render_run, sbatch_options
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site

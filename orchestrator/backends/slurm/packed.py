@@ -1,4 +1,4 @@
-"""Slurm for packed sweeps (``orch sweep --pack/--array``, orchestrator/pack.py): submit a
+"""Slurm for packed sweeps (``orch sweep --pack/--array``, pack.py beside this): submit a
 pack's or array's job script, tell each run's state, cancel one run.
 
 A packed run's state comes from three places: the allocation's state (squeue, then sacct),
@@ -15,10 +15,10 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import protocol
-from ..errors import SubmitError
+from ... import protocol
+from ...errors import SubmitError
 
-# orch's terminal states an allocation can be in (slurm.SLURM_STATES' values; rundir.STATES).
+# orch's terminal states an allocation can be in (scheduler.SLURM_STATES' values; rundir.STATES).
 TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
             "PREEMPTED", "OUT_OF_MEMORY")
 # An allocation that ended so leaves its cut-off runs in the same state (a node failure is
@@ -118,7 +118,7 @@ def poll_packs(records: list, rdirs: list[Path], jobs: Jobs,
                slurm_state: StateOf) -> dict[str, tuple[str, str]]:
     """State of each packed run. ``jobs(ids)``: job id -> (job name, state field) of the
     allocations (the scheduler's own squeue-then-sacct query); ``slurm_state``: Slurm's
-    state field -> orch's (state, reason), the one table in slurm.py."""
+    state field -> orch's (state, reason), the one table in scheduler.py."""
     ids = sorted({r.job_id for r in records if r.job_id})
     allocs = jobs(ids) if ids else {}
     out = {}

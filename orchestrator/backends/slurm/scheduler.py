@@ -19,11 +19,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .. import protocol
-from ..errors import SubmitError
-from ..jobscript import job_function
-from . import slurm_pack
-from .base import Scheduler, register_scheduler
+from ... import protocol
+from ...errors import SubmitError
+from ...jobscript import job_function
+from ..base import Scheduler, register_scheduler
+from . import packed
 
 # The one table of Slurm job states (squeue(1)/sacct(1) "JOB STATE CODES", Slurm 20.11-24.11)
 # and orch's state for each. Transient states map to PENDING/RUNNING; anything not listed is
@@ -157,11 +157,11 @@ class SlurmScheduler(Scheduler):
         except (OSError, subprocess.SubprocessError):
             return None
         words = res.stdout.split()
-        return slurm_pack.minutes(words[0]) if res.returncode == 0 and words else None
+        return packed.minutes(words[0]) if res.returncode == 0 and words else None
 
     def submit_script(self, script: Path, name: str) -> str:
         """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array)."""
-        return slurm_pack.submit_script(script, name)
+        return packed.submit_script(script, name)
 
     def poll(self, records, rdirs) -> dict[str, tuple[str, str]]:
         """State of each run's job: slurmctld (squeue) first, accounting (sacct) after.
@@ -169,7 +169,7 @@ class SlurmScheduler(Scheduler):
         slurmctld is authoritative for live jobs and for finished ones it still remembers
         (MinJobAge); slurmdbd lags, and shows a running job as a placeholder named
         'allocation' in state PENDING. Only jobs slurmctld has forgotten come from sacct.
-        Runs of a pack or an array (``record.pack``) are told apart in slurm_pack.
+        Runs of a pack or an array (``record.pack``) are told apart in packed.
         """
         kinds: dict[str, tuple[list, list]] = {"": ([], []), protocol.PACK_PREFIX: ([], []),
                                                 protocol.ARRAY_PREFIX: ([], [])}
@@ -180,21 +180,21 @@ class SlurmScheduler(Scheduler):
             kinds[kind][1].append(rdir)
         out: dict[str, tuple[str, str]] = {}
         if kinds[protocol.PACK_PREFIX][0]:
-            out.update(slurm_pack.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs,
+            out.update(packed.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs,
                                              slurm_state=slurm_state))
         if kinds[protocol.ARRAY_PREFIX][0]:
-            out.update(slurm_pack.poll_arrays(kinds[protocol.ARRAY_PREFIX][0], slurm_state))
+            out.update(packed.poll_arrays(kinds[protocol.ARRAY_PREFIX][0], slurm_state))
         records = kinds[""][0]
         ids = [r.job_id for r in records if r.job_id]
         if not ids:
             return out
-        out.update(slurm_pack.named_states(records, _jobs(ids), lambda r: r.run_id,
+        out.update(packed.named_states(records, _jobs(ids), lambda r: r.run_id,
                                            slurm_state))
         return out
 
     def cancel(self, record, rdir: Path) -> None:
         if (getattr(record, "pack", None) or "").startswith(protocol.PACK_PREFIX):
-            slurm_pack.cancel_packed(record, rdir)  # its step, not the whole allocation
+            packed.cancel_packed(record, rdir)  # its step, not the whole allocation
             return
         if record.job_id:  # an array run's JOBID_k cancels that array task alone
             subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)

@@ -2,7 +2,7 @@
 (``orch sweep --array``).
 
 ``--pack``: the runs of a sweep that go to one partition share one allocation, sized for the
-largest of them. Its job script (``templates/pack.sbatch.j2``, kept in
+largest of them. Its job script (``pack.sbatch.j2`` beside this, kept in
 ``<sweep>/packs/<pack>/pack.sbatch``) runs every run's own, unchanged ``job.sbatch`` on nodes
 of the allocation no other run is using, as if those nodes were a job of its own: the run's
 srun is one job step of the allocation, named after the run. Runs side by side where they
@@ -20,7 +20,7 @@ job-times.json names (``co_tenants``: the runs that shared a node with it while 
 ``beside``: every run of the pack that ran at the same time).
 
 ``--array``: runs of the same shape (partition, nodes, tasks, time: the same sbatch options)
-go out as one Slurm job array (``templates/array.sbatch.j2``); array task k runs the k-th run's
+go out as one Slurm job array (``array.sbatch.j2`` beside this); array task k runs the k-th run's
 job.sbatch in an allocation of its own, and the run's job id is ``JOBID_k``.
 
 Which to use: ``--pack`` where the queue wait dominates and runs of different sizes should run
@@ -31,17 +31,20 @@ start at once.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, backends, files, protocol, rundir, templating
-from .errors import UserError
-from .render import max_tasks_per_node, sbatch_lines, sbatch_options
-from .rundir import JobRecord, Prepared
-from .site import Site
+import jinja2
+
+from ... import __version__, backends, files, protocol, rundir, templating
+from ...errors import UserError
+from ...render import max_tasks_per_node, sbatch_lines, sbatch_options
+from ...rundir import JobRecord, Prepared
+from ...site import Site
 
 # --pack, --pack-shared (a pack whose runs may share nodes), --array: as orch sweep spells them.
 KINDS = ("pack", "pack-shared", "array")
@@ -214,7 +217,15 @@ def render(group: Group, site: Site, out: Path, pack_dir: Path, name: str) -> st
         "files": {"started": protocol.STEP_STARTED_FILE, "step": protocol.STEP_FILE,
                   "times": protocol.JOB_TIMES_FILE, "cancel": protocol.CANCEL_FILE},
     }
-    return templating.template(f"{kind}.sbatch.j2").render(**ctx)
+    return _templates().get_template(f"{kind}.sbatch.j2").render(**ctx)
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """orch's template environment (its quoting filters and strict settings), reading the pack
+    and array templates that live beside this module, with the rest of Slurm's code."""
+    here = jinja2.FileSystemLoader(str(Path(__file__).parent))
+    return templating.environment().overlay(loader=here)
 
 
 def _pack_name(out: Path, kind: str, partition: str, offset: int = 0) -> str:
