@@ -44,18 +44,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import backends, files, templating
 from .errors import UserError
 from .resources import data_dir
-from .site import (
-    PIN,
-    Container,
-    Environment,
-    Partition,
-    Site,
-    format_validation_error,
-    framework_names,
-    load_framework,
-    location,
-    read_yaml,
-)
+from .site import PIN, Container, Environment, Partition, Site, framework_names, load_framework
+from .yamlconf import format_validation_error, location, read_yaml
 
 RUNTIMES = ("apptainer", "singularity", "charliecloud")
 # The executable each runtime is started with.

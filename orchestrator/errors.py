@@ -22,5 +22,5 @@ class FabricBelowMinimum(UserError):
 
 # Control characters (C0 incl. tab and newline, DEL, C1): a newline in a value would end a
 # comment line of a rendered script and run the rest as shell; none has a use in a config value
-# or an argument. Checked on every site-config string (site.read_yaml) and every argument (cli).
+# or an argument. Checked on every site-config string (yamlconf.read_yaml) and every argument (cli).
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")

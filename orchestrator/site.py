@@ -11,7 +11,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -26,8 +25,9 @@ from pydantic import (
 )
 
 from . import backends, units
-from .errors import CONTROL, UserError
+from .errors import UserError
 from .resources import data_dir
+from .yamlconf import control_chars, dotted, format_validation_error, read_yaml
 
 Interconnect = Literal["infiniband", "ethernet"]
 
@@ -70,7 +70,7 @@ class _Strict(BaseModel):
         """No control character in any value: they could end a comment line of a script."""
         bad = control_chars(data) if isinstance(data, dict) else None
         if bad:
-            raise ValueError(f"{_dotted(list(bad[0]))}: control characters (newline, tab, "
+            raise ValueError(f"{dotted(list(bad[0]))}: control characters (newline, tab, "
                              f"NUL…) are not allowed (got {bad[1]})")
         return data
 
@@ -261,13 +261,16 @@ def _build_kind(value: Any) -> str:
 
 
 # A framework environment's name, or the build fields inline (the tags only steer validation
-# and its error messages; format_validation_error leaves them out of field paths).
+# and its error messages; format_validation_error leaves them out of field paths and says
+# what an inline build must be).
 BuildRef = Annotated[
     Annotated[str, Tag("framework-name"), Field(pattern=_NAME)]
     | Annotated[EnvBuild, Tag("inline-build")],
     Discriminator(_build_kind),
 ]
-_UNION_TAGS = ("function-after", "framework-name", "inline-build")
+_UNION_TAGS = {"framework-name": "", "inline-build": (
+    "expected a framework environment's name (frameworks/<name>.yaml) or a mapping of python, "
+    "packages, pip_args, steps")}
 
 
 class Environment(_Strict):
@@ -403,89 +406,6 @@ def resolve(name_or_path: str) -> Path:
     )
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last one
-    silently: a duplicated ``nodes:`` would hide the first value)."""
-
-
-def _no_duplicates(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False):
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        try:
-            hash(key)
-        except TypeError:
-            raise yaml.constructor.ConstructorError(
-                None, None, "a mapping key must be a plain value", key_node.start_mark) from None
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key '{key}' (first given on line {seen[key]})",
-                key_node.start_mark)
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
-
-
-def control_chars(data: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...], str] | None:
-    """The first string (key or value) holding a control character: its location and a repr."""
-    if isinstance(data, str):
-        return (loc, repr(data)) if CONTROL.search(data) else None
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if isinstance(key, str) and CONTROL.search(key):
-                return (*loc, key), repr(key)
-            found = control_chars(value, (*loc, key))
-            if found:
-                return found
-    if isinstance(data, list):
-        for i, value in enumerate(data):
-            found = control_chars(value, (*loc, i))
-            if found:
-                return found
-    return None
-
-
-def read_text(path: Path, what: str) -> str:
-    """A file's text, UTF-8 only; a clear error otherwise (never a traceback)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
-        hint = " (it looks like UTF-16: save it as UTF-8)" if raw[:2] in (b"\xff\xfe",
-                                                                          b"\xfe\xff") else ""
-        raise UserError(f"{path}:{line}: the {what} is not UTF-8 text{hint}") from None
-
-
-def read_yaml(path: Path, what: str, fields: str) -> tuple[dict[str, Any], yaml.Node | None]:
-    """A YAML mapping and its composed node tree (for line numbers); errors say file:line.
-    Duplicate keys and control characters in any key or value are refused."""
-    text = read_text(path, what)
-    try:
-        data = yaml.load(text, Loader=_StrictLoader)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise UserError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    except RecursionError:
-        raise UserError(f"{path}: the {what} is nested too deeply to be a {what}") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path}: a {what} is a YAML mapping ({fields})")
-    bad = control_chars(data)
-    if bad:
-        loc, shown = bad
-        raise UserError(f"{location(path, root, list(loc))}: {_dotted(list(loc)) or '(top level)'}"
-                        f": control characters (newline, tab, NUL…) are not allowed "
-                        f"(got {shown})")
-    return data, root
-
-
 def load(name_or_path: str) -> tuple[Site, Path]:
     """Load and validate a site; errors say file:line, field, problem."""
     path = resolve(name_or_path)
@@ -493,7 +413,8 @@ def load(name_or_path: str) -> tuple[Site, Path]:
     try:
         site = Site.model_validate(data)
     except ValidationError as exc:
-        raise UserError(format_validation_error(path, root, exc)) from None
+        raise UserError(format_validation_error(path, root, exc, Site, "site config",
+                                                _UNION_TAGS)) from None
     except UserError as exc:  # a broken frameworks/<name>.yaml that an environment names
         raise UserError(f"{path}: {exc}") from None
     if site.name != path.stem and path.parent.resolve() == site_dir().resolve():
@@ -525,92 +446,3 @@ def load_framework(name: str) -> Framework:
     except ValidationError as exc:
         raise UserError(format_validation_error(path, root, exc, Framework,
                                                 "framework environment")) from None
-
-
-def format_validation_error(path: Path, root: yaml.Node | None, exc: ValidationError,
-                            model: type[BaseModel] | None = None, what: str = "site config") -> str:
-    """One line per problem: ``file:line: field.path: message (got value)``."""
-    lines = []
-    for err in exc.errors():
-        loc = [part for part in err["loc"] if part not in _UNION_TAGS]
-        field = _dotted(loc) or "(top level)"
-        where = location(path, root, loc)
-        msg = err["msg"]
-        if err["type"] == "missing":
-            msg = "required field is missing"
-        elif err["type"] == "extra_forbidden":
-            valid = _valid_fields(loc[:-1], model or Site)
-            msg = f"unknown field; valid fields here: {', '.join(valid)}"
-        elif err["type"] == "model_type" and "inline-build" in err["loc"]:
-            msg = ("expected a framework environment's name (frameworks/<name>.yaml) or a "
-                   "mapping of python, packages, pip_args, steps")
-        got = err.get("input")
-        shown = f" (got {got!r})" if err["type"] not in ("missing",) and _scalar(got) else ""
-        lines.append(f"{where}: {field}: {msg}{shown}")
-    return f"invalid {what}\n" + "\n".join(lines)
-
-
-def location(path: Path, root: yaml.Node | None, loc: list[Any]) -> str:
-    """``file:line`` of the YAML node a field path leads to (or its nearest ancestor)."""
-    line = _line_of(root, loc)
-    return f"{path}:{line}" if line else str(path)
-
-
-def _scalar(v: Any) -> bool:
-    return isinstance(v, (str, int, float, bool)) or v is None
-
-
-def _dotted(loc: list[Any]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _line_of(node: yaml.Node | None, loc: list[Any]) -> int | None:
-    """Walk the composed YAML tree along a pydantic error location to the nearest line."""
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == part), None)
-            key = next((k for k, v in node.value if k.value == part), None)
-            if match is None:
-                return line
-            line = key.start_mark.line + 1
-            node = match
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                return line
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
-
-
-def _valid_fields(loc: list[Any], model: type[BaseModel]) -> list[str]:
-    """Field names allowed at a location, to list them when a field is misspelt."""
-    skip_key = False
-    for part in loc:
-        if isinstance(part, int) or skip_key:
-            skip_key = False
-            continue
-        field = model.model_fields.get(part)
-        if field is None:
-            return sorted(model.model_fields)
-        nested = _model_in(field.annotation)
-        if nested is None:
-            break
-        skip_key = getattr(field.annotation, "__origin__", None) is dict
-        model = nested
-    return sorted(model.model_fields)
-
-
-def _model_in(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        found = _model_in(arg)
-        if found is not None:
-            return found
-    return None

@@ -29,9 +29,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from . import modes, zoo
 from .errors import UserError
 from .resources import data_dir
-from .site import Site, format_validation_error, location, read_yaml
+from .site import Site
 from .sweep import Run, SweepSpec
 from .sweep import expand as expand_spec
+from .yamlconf import format_validation_error, location, read_yaml
 
 Count = Annotated[StrictInt, Field(ge=1)]
 Name = Annotated[StrictStr, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]

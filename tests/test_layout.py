@@ -30,7 +30,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("orchestrator", "orchestrator.errors", "orchestrator.protocol",
                 "orchestrator.files", "orchestrator.resources", "orchestrator.zoo",
-                "orchestrator.units", "orchestrator.jobscript")),
+                "orchestrator.units", "orchestrator.jobscript", "orchestrator.yamlconf")),
     ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
                     "orchestrator.staging")),
     ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",
