@@ -91,3 +91,33 @@ def test_failure_spec(text, parsed):
     assert protocol.FAILURE_SPEC.match(text)
     for bad in ("1@3:hang", "1@", "@3", "1@3:", "x"):
         assert not protocol.FAILURE_SPEC.match(bad)
+
+
+def test_breakdown_runs_the_declared_steps_in_order_each_timed_into_its_phase(tmp_path):
+    """Each step gets the previous one's result (the first the iteration number); a step
+    without a phase splits itself with Session.add; one record per iteration, warm-up first."""
+    args = harness.base_parser("t").parse_args(
+        ["--run-id", "r", "--log-dir", str(tmp_path), "--model", "lenet5", "--batch-size", "4",
+         "--iters", "2", "--warmup", "1"])
+    log = harness.RankLogWriter(str(tmp_path / "rank-0.jsonl"))
+    s = harness.Session(args, harness.RankInfo({}), log)
+    seen = []
+
+    def backward(loss):
+        s.add("t_b", 0.5)
+        s.add("t_comm", 0.25)
+        return loss + 1
+
+    last = s.breakdown([("t_io", lambda it: seen.append(it) or it * 10),
+                        ("t_f", lambda batch: batch + 1),
+                        (None, backward),
+                        ("t_u", lambda loss: loss)])
+    log.close()
+    records = [json.loads(line) for line in (tmp_path / "rank-0.jsonl").read_text().splitlines()]
+    assert seen == [0, 1, 2] and last == 22
+    assert [r["warmup"] for r in records] == [True, False, False]
+    for r in records:
+        assert r["window"] == protocol.WINDOW_BREAKDOWN
+        assert (r["t_b"], r["t_comm"]) == (0.5, 0.25)
+        assert r["t_h2d"] == 0.0 and r["t_io"] >= 0 and r["t_u"] >= 0
+        assert list(r)[-len(protocol.PHASES):] == list(protocol.PHASES)

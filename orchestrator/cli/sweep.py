@@ -7,13 +7,16 @@ plan (one row per run: dimensions, nodes, ranks, roles) before the scripts."""
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from ..errors import UserError
+from ..spec import settings
+from ..spec.settings import OPTIONS_HELP
 from ._common import err_console, out_console, print_event, print_fabric_mismatches, print_runs
 
 
@@ -24,44 +27,7 @@ def sweep(
                                               "given here override it.")] = None,
     site: Annotated[str, typer.Option(help="Site name (site-configs/) or path to a site YAML.")]
     = "local",
-    nodes: Annotated[str, typer.Option(help="Node counts, comma-separated.")] = "1,2,4",
-    mode: Annotated[str, typer.Option(help="Distributed mode(s), comma-separated.")]
-    = "torch-ddp",
-    model: Annotated[str, typer.Option(help="Model(s) from the zoo, comma-separated.")]
-    = "lenet5",
-    dataset: Annotated[str, typer.Option(help="cifar (32x32) or imagenet (224x224).")] = "cifar",
-    partition: Annotated[str | None, typer.Option(help="Partition(s), comma-separated; "
-                                                  "default: the site's default.")] = None,
-    batch_size: Annotated[str, typer.Option(help="Samples per rank, comma-separated.")] = "32",
-    tasks_per_node: Annotated[str | None, typer.Option(help="Ranks per node, comma-separated "
-                                                       "(a dimension: 1,2,4); default: one per "
-                                                       "GPU, or 1 on CPU partitions.")] = None,
-    iters: Annotated[int, typer.Option(help="Measured iterations.")] = 20,
-    warmup: Annotated[int, typer.Option(help="Warm-up iterations (run, not measured).")] = 5,
-    repeats: Annotated[int, typer.Option(help="Repetitions of every run.")] = 1,
-    launcher: Annotated[str | None, typer.Option(help="srun, mpirun or local; default: the "
-                                                 "partition's.")] = None,
-    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="Mode option "
-                      "NAME=VALUE[,VALUE] (a matrix dimension), e.g. backend=gloo.")] = None,
-    overlap: Annotated[str | None, typer.Option(help="Same as --option overlap=...: gradient "
-                                                "communication after backward (none) or "
-                                                "layer by layer behind it (wfbp).")] = None,
-    bucket_size: Annotated[str | None, typer.Option(help="Same as --option bucket_size=...: "
-                                                    "bytes merged per gradient send.")] = None,
-    kvstore: Annotated[str | None, typer.Option(help="Same as --option kvstore=... "
-                                                "(dist_sync, dist_async).")] = None,
-    data: Annotated[str | None, typer.Option(help="On-disk data set (orch data make); "
-                                             "default: synthetic batches in memory.")] = None,
-    prefetch: Annotated[str, typer.Option(help="With --data: yes, no or yes,no (read ahead in "
-                                          "a loader process or not).")] = "yes",
-    epochs: Annotated[int | None, typer.Option(help="Train whole epochs of --data's labelled "
-                                               "set (orch data make --from) instead of "
-                                               "--iters; held-out accuracy after each.")]
-    = None,
-    target_accuracy: Annotated[float | None, typer.Option(
-        help="With --epochs: stop at the end of the epoch whose held-out accuracy reaches "
-        "it (0-1); time to accuracy is measured to there.")] = None,
-    time_limit: Annotated[int | None, typer.Option(help="Hard time limit per run, minutes.")]
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help=OPTIONS_HELP)]
     = None,
     out: Annotated[Path | None, typer.Option("--out", help="Sweep directory; default "
                                              "runs/<site>. (-o is --option here.)")] = None,
@@ -71,9 +37,6 @@ def sweep(
     = True,
     retry_failed: Annotated[bool, typer.Option(help="Submit failed/cancelled runs again (their "
                                                "files move to attempts/).")] = False,
-    inject_failure: Annotated[str | None, typer.Option(help="Testing aid: RANK@ITER[:fail|stop] "
-        "makes that rank raise at that iteration (fail) or, in the run's first attempt, freeze "
-        "there with SIGSTOP (stop: a hung rank).")] = None,
     require_fabric: Annotated[bool, typer.Option(
         "--require-fabric", help="A run whose ranks did not use the partition's declared "
         "fabric (verdict 'mismatch') is FAILED.")] = False,
@@ -112,58 +75,31 @@ def sweep(
     no_preflight: Annotated[bool, typer.Option(
         "--no-preflight", help="Same as --preflight never: the sweep states no predictions.")]
     = False,
+    **given: Any,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
+    # The sweep settings' options (--nodes, --mode, --batch-size, …) and the mode options' own
+    # flags (--overlap, …) are added to this signature from their one declaration
+    # (spec.settings, by _add_setting_options below): ``given`` receives them by name.
     from .. import backends, envs, execute, results
     from .. import site as sitemod
     from .. import sweep as sweepmod
 
-    for text in option or []:
-        if "=" not in text:  # -o is --option here: 'orch sweep -o DIR' must not look valid
-            raise UserError(f"--option '{text}': expected NAME=VALUE[,VALUE...] (-o is --option "
-                            "in orch sweep; the sweep directory is --out DIR)")
-    fields = dict(
-        nodes=lambda: sweepmod.parse_int_list(nodes, "--nodes"),
-        modes=lambda: sweepmod.parse_name_list(mode),
-        models=lambda: sweepmod.parse_name_list(model),
-        dataset=lambda: dataset,
-        partitions=lambda: sweepmod.parse_name_list(partition) if partition else (None,),
-        batch_sizes=lambda: sweepmod.parse_int_list(batch_size, "--batch-size"),
-        tasks_per_node=lambda: (sweepmod.parse_int_list(tasks_per_node, "--tasks-per-node")
-                                if tasks_per_node else None),
-        iters=lambda: iters,
-        warmup=lambda: warmup,
-        repeats=lambda: repeats,
-        launcher=lambda: launcher,
-        time_limit_min=lambda: time_limit,
-        options=lambda: sweepmod.parse_options([*(option or []), *(
-            f"{name}={value}" for name, value in (("overlap", overlap),
-                                                  ("bucket_size", bucket_size),
-                                                  ("kvstore", kvstore)) if value)]),
-        data=lambda: data,
-        prefetch=lambda: _yes_no_list(prefetch, "--prefetch"),
-        epochs=lambda: epochs,
-        target_accuracy=lambda: target_accuracy,
-    )
+    values = spec_values(given, option)
     loaded = None
     if study is not None:
         from .. import study as studymod
 
         loaded = studymod.load(study)
-        given = _given(ctx)
-        site_obj, _path = sitemod.load(site if "site" in given or not loaded.study.site
+        named = _given(ctx)
+        site_obj, _path = sitemod.load(site if "site" in named or not loaded.study.site
                                        else loaded.study.site)
-        overrides = {name: make() for name, make in fields.items()
-                     if _FLAG_OF.get(name, name) in given
-                     or (name == "options" and given & _OPTION_FLAGS)}
-        if inject_failure is not None:
-            overrides["inject_failure"] = inject_failure
-        runs = studymod.expand(loaded, site_obj, overrides)
+        runs = studymod.expand(loaded, site_obj, _overrides(values, named))
     else:
         site_obj, _path = sitemod.load(site)
-        spec = sweepmod.SweepSpec(**{name: make() for name, make in fields.items()},
-                                  inject_failure=inject_failure)
-        runs = sweepmod.expand(spec, site_obj)
+        from ..spec.models import SweepSpec
+
+        runs = sweepmod.expand(SweepSpec(**values), site_obj)
     out_dir = check_out(out or Path("runs") / site_obj.name)
     packing = "pack-shared" if pack_shared else "pack" if pack else "array" if array else None
     if packing:
@@ -249,20 +185,39 @@ def sweep(
         raise typer.Exit(1)
 
 
-def _yes_no_list(text: str, what: str) -> tuple[bool, ...]:
-    from .. import sweep as sweepmod
-
-    values = sweepmod.parse_name_list(text)
-    bad = [v for v in values if v not in ("yes", "no")]
-    if bad or not values:
-        raise UserError(f"{what} {text}: expected yes, no or yes,no")
-    return tuple(v == "yes" for v in values)
+def spec_values(given: dict[str, Any], option: list[str] | None) -> dict[str, Any]:
+    """The SweepSpec fields from the settings' options as received (text for dimensions)."""
+    values = {s.name: s.from_cli(given[s.param]) for s in settings.SETTINGS}
+    aliases = {name: given[name] for name in settings.OPTION_FLAGS}
+    values["options"] = settings.parse_options(settings.option_items(option, aliases))
+    return values
 
 
-# SweepSpec field -> the command-line parameter that sets it (where the names differ).
-_FLAG_OF = {"modes": "mode", "models": "model", "partitions": "partition",
-            "batch_sizes": "batch_size", "time_limit_min": "time_limit"}
-_OPTION_FLAGS = {"option", "overlap", "bucket_size", "kvstore"}
+def _overrides(values: dict[str, Any], named: set[str]) -> dict[str, Any]:
+    """The SweepSpec fields given on the command line: they replace a study's."""
+    out = {s.name: values[s.name] for s in settings.SETTINGS if s.param in named}
+    if named & {"option", *settings.OPTION_FLAGS}:
+        out["options"] = values["options"]
+    return out
+
+
+def _add_setting_options(func):
+    """Add every sweep setting's option, and each mode option's own flag, to ``func``'s
+    signature (typer reads the signature), before its ``--option``."""
+    sig = inspect.signature(func, eval_str=True)
+    params = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    where = [p.name for p in params].index("option")
+    extra = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
+                               annotation=Annotated[kind, typer.Option(help=text)])
+             for name, kind, default, text in settings.cli_parameters()]
+    extra += [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
+                                annotation=Annotated[str | None, typer.Option(help=text)])
+              for name, text in settings.OPTION_FLAGS.items()]
+    func.__signature__ = sig.replace(parameters=[*params[:where], *extra, *params[where:]])
+    return func
+
+
+sweep = _add_setting_options(sweep)
 
 
 def _given(ctx: typer.Context) -> set[str]:

@@ -262,6 +262,28 @@ class Session:
                 self.footer[protocol.FABRIC] = fabric.safe(fabric.record, self._fabric_start, end)
             self._fabric_start = None
 
+    def breakdown(self, steps):
+        """Run the breakdown window from a rank's declared steps; return what the last step
+        returned in the last iteration (e.g. the loss, for the footer).
+
+        ``steps``: ``(phase, run)`` pairs, in the order one iteration runs them. Each ``run``
+        is called with the previous step's result, the first with the iteration number, so a
+        step hands its batch or loss on without the rank writing a loop. A step with a phase
+        name is timed into that phase (:meth:`phase`); one with ``None`` is not timed here: a
+        single call that holds several phases (a backward with its all-reduces inside)
+        splits itself with :meth:`add`. Windows, warm-up, records and injected failures are
+        :meth:`iterations`', so every mode measures the same way."""
+        value = None
+        for it in self.iterations():
+            value = it
+            for phase, run in steps:
+                if phase is None:
+                    value = run(value)
+                    continue
+                with self.phase(phase):
+                    value = run(value)
+        return value
+
     def _window(self, window: str, phases: bool, drain=None):
         """The iterations of one window. The breakdown window writes each record at once; the
         native window, whose wall clock from first step to last is the throughput, keeps its
