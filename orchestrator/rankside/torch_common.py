@@ -211,6 +211,31 @@ class Dims:
             sync()
         self.footer[key] = time.perf_counter() - start
 
+    def forward(self, net, loss_fn, x, y):
+        """Forward and loss under the run's autocast; returns ``(loss, logits)``."""
+        with self.autocast():
+            logits = net(x)
+            return loss_fn(logits, y), logits
+
+    def backward(self, loss) -> None:
+        """``loss.backward()``, through the scaler (fp16 scales the loss; else a no-op)."""
+        self.scaler.scale(loss).backward()
+
+    def step(self, optimizer, unscale: bool = False, inside=None) -> None:
+        """``optimizer.step()`` through the scaler, then the scaler's update (a disabled one
+        passes both through). ``unscale``: the gradients were averaged outside the optimizer's
+        step (Horovod's ``synchronize()``) and are unscaled first, as Horovod's AMP recipe
+        writes it; ``inside``: a context manager around the step (its
+        ``skip_synchronize()``)."""
+        if unscale and self.scaler.is_enabled():
+            self.scaler.unscale_(optimizer)
+        if inside is None:
+            self.scaler.step(optimizer)
+        else:
+            with inside():
+                self.scaler.step(optimizer)
+        self.scaler.update()
+
     def saw(self, x, logits) -> None:
         """Record, once, what the forward computed in: the logits' dtype (bfloat16 under bf16
         autocast) and whether the input batch was channels_last."""
@@ -269,16 +294,72 @@ def plain_step(model, optimizer, loss_fn, dims=None):
             return loss.detach(), logits.detach()
 
         return step
-    scaler = dims.scaler
 
     def amp_step(x, y):
         optimizer.zero_grad(set_to_none=True)
-        with dims.autocast():
-            logits = model(x)
-            loss = loss_fn(logits, y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
+        loss, logits = dims.forward(model, loss_fn, x, y)
+        dims.backward(loss)
+        dims.step(optimizer)
         return loss.detach(), logits.detach()
 
     return amp_step
+
+
+class Steps:
+    """The breakdown window of a PyTorch mode, declared as steps for
+    :meth:`harness.Session.breakdown`: ``t_io`` (the next batch), ``t_h2d`` (to the device, in
+    the run's memory format), ``t_f`` (forward + loss under autocast), ``t_b`` (backward
+    through the scaler), ``t_u`` (the scaler's optimizer step and update, ``zero_grad``). Every
+    run dimension is applied here and in :class:`Dims`, so a mode's rank replaces only the
+    steps where its communication happens (DDP's hooked backward, Horovod's
+    ``synchronize()``), built from the same :class:`Dims` calls.
+
+    Each step ends with ``sync`` (``torch.cuda.synchronize`` on a GPU) so its phase holds its
+    kernels. A step receives the previous one's result: the batch, then the loss."""
+
+    def __init__(self, source, dims, net, loss_fn, optimizer, sync) -> None:
+        self.source = source
+        self.dims = dims
+        self.net = net
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.sync = sync
+
+    def io(self, _it):
+        return next(self.source)
+
+    def h2d(self, batch):
+        x, y = self.dims.to_device(*batch)
+        self.sync()
+        return x, y
+
+    def forward(self, batch):
+        loss, _ = self.dims.forward(self.net, self.loss_fn, *batch)
+        self.sync()
+        return loss
+
+    def backward(self, loss):
+        self.dims.backward(loss)
+        self.sync()
+        return loss
+
+    def update(self, loss):
+        self.dims.step(self.optimizer)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.sync()
+        return loss
+
+    def run(self, s, forward=None, backward=None, update=None):
+        """Run the breakdown window (``s``: the harness session); return the last loss.
+        ``forward``, ``backward``, ``update``: a mode's own ``(phase, step)`` pairs in place of
+        that default step (a list for several)."""
+        def pairs(mine, default):
+            if mine is None:
+                return [default]
+            return list(mine) if isinstance(mine, list) else [mine]
+
+        steps = [("t_io", self.io), ("t_h2d", self.h2d)]
+        steps += pairs(forward, ("t_f", self.forward))
+        steps += pairs(backward, ("t_b", self.backward))
+        steps += pairs(update, ("t_u", self.update))
+        return s.breakdown(steps)

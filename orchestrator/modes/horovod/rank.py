@@ -50,6 +50,7 @@ def main(argv=None) -> None:
         from orchestrator.rankside import models_torch
         from orchestrator.rankside.torch_common import (
             Dims,
+            Steps,
             input_batches,
             native_window,
             note_device_memory,
@@ -68,7 +69,6 @@ def main(argv=None) -> None:
         device = rank_device(hvd.local_rank())  # GPU ops: Horovod's NCCL
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         dims = Dims(args, device, s.footer)
-        scaler = dims.scaler
         torch.manual_seed(0)
         s.footer["versions"] = harness.versions(torch=torch.__version__,
                                                 horovod=horovod.__version__)
@@ -96,15 +96,10 @@ def main(argv=None) -> None:
 
         def amp_step(x, y):  # the same under autocast; fp16 as Horovod's AMP recipe writes it
             optimizer.zero_grad()
-            with dims.autocast():
-                logits = net(x)
-                loss = loss_fn(logits, y)
-            scaler.scale(loss).backward()
+            loss, logits = dims.forward(net, loss_fn, x, y)
+            dims.backward(loss)
             optimizer.synchronize()  # every gradient averaged before it is unscaled
-            scaler.unscale_(optimizer)
-            with optimizer.skip_synchronize():
-                scaler.step(optimizer)
-            scaler.update()
+            dims.step(optimizer, unscale=True, inside=optimizer.skip_synchronize)
             return loss.detach(), logits.detach()
 
         step = amp_step if dims.amp else documented_step
@@ -132,37 +127,32 @@ def main(argv=None) -> None:
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
 
-        for _ in s.iterations():
-            with s.phase("t_io"):
-                x, y = next(source)
-            with s.phase("t_h2d"):
-                x, y = dims.to_device(x, y)
-                sync()
-            with s.phase("t_f"):
-                with dims.autocast():
-                    loss = loss_fn(net(x), y)
-                sync()
-            with s.phase("t_b"):
-                scaler.scale(loss).backward()
-                sync()
+        waited = [0.0]
+
+        def synchronize(loss):  # the wait for the all-reduces backward did not hide
             start = time.perf_counter()
             optimizer.synchronize()
             sync()
-            waited = time.perf_counter() - start
+            waited[0] = time.perf_counter() - start
             # One rank: no communication; Horovod's cycle wait is update overhead (t_sync).
-            s.add("t_sync" if alone else "t_comm", waited)
-            with s.phase("t_u"):
-                if scaler.is_enabled():
-                    scaler.unscale_(optimizer)
-                with optimizer.skip_synchronize():
-                    scaler.step(optimizer)
-                scaler.update()
-                # Horovod's zero_grad() takes no set_to_none (torch's default is True anyway).
-                optimizer.zero_grad()
-                sync()
-            if alone:
-                s.add("t_u", waited)
-                s.add("t_comm_total", 0.0)
+            s.add("t_sync" if alone else "t_comm", waited[0])
+            return loss
+
+        def update(loss):
+            dims.step(optimizer, unscale=True, inside=optimizer.skip_synchronize)
+            # Horovod's zero_grad() takes no set_to_none (torch's default is True anyway).
+            optimizer.zero_grad()
+            sync()
+            return loss
+
+        def alone_update(loss):  # ... counted in t_u at world size 1
+            s.add("t_u", waited[0])
+            s.add("t_comm_total", 0.0)
+            return loss
+
+        steps = Steps(source, dims, net, loss_fn, optimizer, sync)
+        loss = steps.run(s, backward=[("t_b", steps.backward), (None, synchronize)],
+                         update=[("t_u", update), *([(None, alone_update)] if alone else [])])
         s.footer["param_checksum"] = parameter_checksum(model)
         note_device_memory(s.footer, device)
         s.footer["loss"] = float(loss.detach())

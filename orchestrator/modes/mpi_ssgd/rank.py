@@ -229,6 +229,7 @@ def main(argv=None) -> None:
         from orchestrator.rankside import models_torch
         from orchestrator.rankside.torch_common import (
             Dims,
+            Steps,
             input_batches,
             native_window,
             note_device_memory,
@@ -246,7 +247,6 @@ def main(argv=None) -> None:
         device = rank_device(info.local_rank)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         dims = Dims(args, device, s.footer)
-        scaler = dims.scaler
         torch.manual_seed(0)
         library = MPI.Get_library_version().split(",")[0].strip("\x00 \n")  # "Open MPI v4.1.4"
         s.footer["versions"] = harness.versions(torch=torch.__version__,
@@ -269,16 +269,13 @@ def main(argv=None) -> None:
 
         def reference_step(x, y):  # the reference loop, as the throughput window and epochs run it
             optimizer.zero_grad(set_to_none=True)
-            with dims.autocast():
-                logits = net(x)
-                loss = loss_fn(logits, y)
+            loss, logits = dims.forward(net, loss_fn, x, y)
             if reducer:
                 reducer.reset()
-            scaler.scale(loss).backward()
+            dims.backward(loss)
             if reducer:
                 reducer.exchange()
-            scaler.step(optimizer)
-            scaler.update()
+            dims.step(optimizer)
             return loss.detach(), logits.detach()
 
         if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as torch-ddp
@@ -302,21 +299,12 @@ def main(argv=None) -> None:
         native_window(s, source, device, reference_step,
                       sync if device.type == "cuda" else None, dims)
 
-        for _ in s.iterations():
-            with s.phase("t_io"):
-                x, y = next(source)
-            with s.phase("t_h2d"):
-                x, y = dims.to_device(x, y)
-                sync()
-            with s.phase("t_f"):
-                with dims.autocast():
-                    loss = loss_fn(net(x), y)
-                sync()
+        def reset(loss):
             if reducer:
                 reducer.reset()
-            with s.phase("t_b"):
-                scaler.scale(loss).backward()
-                sync()
+            return loss
+
+        def exchange(loss):
             if reducer:
                 # Timed inside the reducer (the exposed span, every bucket's interval); the
                 # wall time of the call beyond the exposed span is the breakdown's phase gap.
@@ -327,13 +315,16 @@ def main(argv=None) -> None:
                 sync()
             s.add("t_comm", reducer.exposed if reducer else 0.0)
             s.add("t_comm_total", reducer.total if reducer else 0.0)
-            with s.phase("t_u"):
-                if reducer:
-                    reducer.unpack()
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                sync()
+            return loss
+
+        def update(loss):
+            if reducer:
+                reducer.unpack()
+            return steps.update(loss)
+
+        steps = Steps(source, dims, net, loss_fn, optimizer, sync)
+        loss = steps.run(s, backward=[(None, reset), ("t_b", steps.backward), (None, exchange)],
+                         update=("t_u", update))
         s.footer["param_checksum"] = parameter_checksum(model)
         note_device_memory(s.footer, device)
         s.footer["loss"] = float(loss.detach())

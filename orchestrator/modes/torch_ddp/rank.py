@@ -41,6 +41,7 @@ import time
 from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
     Dims,
+    Steps,
     init_distributed,
     input_batches,
     leave_distributed,
@@ -154,32 +155,21 @@ def main(argv=None) -> None:
         net = dims.compiled(ddp)
         dims.compile_step(plain_step(net, optimizer, loss_fn, dims), source, sync,
                           key="t_compile_breakdown")
-        scaler = dims.scaler
 
-        for _ in s.iterations():
-            with s.phase("t_io"):
-                x, y = next(source)
-            with s.phase("t_h2d"):
-                x, y = dims.to_device(x, y)
-                sync()
-            with s.phase("t_f"):
-                with dims.autocast():
-                    loss = loss_fn(net(x), y)
-                sync()
+        def backward(loss):  # its all-reduces run inside: split into t_b and exposed t_comm
             timer.reset()
             start = time.perf_counter()
-            scaler.scale(loss).backward()
+            dims.backward(loss)
             sync()
             end = time.perf_counter()
             exposed = min(timer.exposed(end), end - start)
             s.add("t_b", end - start - exposed)
             s.add("t_comm", exposed)
             s.add("t_comm_total", timer.total)
-            with s.phase("t_u"):
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                sync()
+            return loss
+
+        steps = Steps(source, dims, net, loss_fn, optimizer, sync)
+        loss = steps.run(s, backward=(None, backward))
         s.footer["param_checksum"] = parameter_checksum(model)
         note_device_memory(s.footer, device)
         if args.trace == "yes":  # after the checksum: tracing steps no optimizer

@@ -74,6 +74,7 @@ import time
 from orchestrator.rankside import harness
 from orchestrator.rankside.torch_common import (
     Dims,
+    Steps,
     init_distributed,
     input_batches,
     leave_distributed,
@@ -282,42 +283,37 @@ def main(argv=None) -> None:
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
-        scaler = dims.scaler
 
         timer = CommTimer(cuda=device.type == "cuda")
         if info.world_size > 1:  # at world size 1 FSDP2 issues no collective: nothing to time
             install_timers(model, timer)
+        seconds = {}
 
-        for _ in s.iterations():
-            with s.phase("t_io"):
-                x, y = next(source)
-            with s.phase("t_h2d"):
-                x, y = dims.to_device(x, y)
-                sync()
-            timer.reset()
-            timer.window = "f"
-            start = time.perf_counter()
-            with dims.autocast():
-                loss = loss_fn(net(x), y)
-            sync()
-            forward = time.perf_counter() - start
-            timer.window = "b"
-            start = time.perf_counter()
-            scaler.scale(loss).backward()
-            sync()
-            backward = time.perf_counter() - start
+        def timed(window, run):  # a step whose collectives the timer files under ``window``
+            def step(value):
+                if window == "f":
+                    timer.reset()
+                timer.window = window
+                start = time.perf_counter()
+                value = run(value)
+                seconds[window] = time.perf_counter() - start
+                return value
+
+            return step
+
+        def split(loss):  # forward's and backward's exposed collectives are t_comm
             timer.settle()
-            s.add("t_f", forward - timer.exposed["f"])
-            s.add("t_b", backward - timer.exposed["b"])
+            s.add("t_f", seconds["f"] - timer.exposed["f"])
+            s.add("t_b", seconds["b"] - timer.exposed["b"])
             s.add("t_comm", timer.exposed["f"] + timer.exposed["b"])
             s.add("t_comm_total", timer.total["ag"] + timer.total["rs"])
             s.add("t_comm_ag", timer.total["ag"])
             s.add("t_comm_rs", timer.total["rs"])
-            with s.phase("t_u"):
-                scaler.step(optimizer)
-                scaler.update()
-                optimizer.zero_grad(set_to_none=True)
-                sync()
+            return loss
+
+        steps = Steps(source, dims, net, loss_fn, optimizer, sync)
+        loss = steps.run(s, forward=(None, timed("f", steps.forward)),
+                         backward=[(None, timed("b", steps.backward)), (None, split)])
         s.footer["param_checksum"] = full_parameter_checksum(model)
         note_device_memory(s.footer, device)
         s.footer["comm_calls"] = {"all_gather": timer.calls["ag"],
