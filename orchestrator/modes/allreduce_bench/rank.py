@@ -75,7 +75,7 @@ def main(argv=None) -> None:
         s.footer["world_size"] = info.world_size
         buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
                    for n in sizes}
-        for _ in s.iterations():
+        def all_sizes(_it):  # every size, each timed over its repetitions
             for n in sizes:
                 dist.barrier()
                 sync()
@@ -88,6 +88,8 @@ def main(argv=None) -> None:
                 s.add("t_comm_total", elapsed)
                 s.add(f"allreduce_{n}", elapsed / args.reps)
                 buffers[n].fill_(1.0)  # keep values small: sums of ones never overflow
+
+        s.breakdown([(None, all_sizes)])
         check = torch.full((1024,), float(info.rank + 1), device=device)
         dist.all_reduce(check)
         expected = 1024 * info.world_size * (info.world_size + 1) / 2

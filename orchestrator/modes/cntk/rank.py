@@ -158,9 +158,8 @@ def main(argv=None) -> None:
         trainer, learner = models_cntk.distributed_trainer(stamped, y, args.learner,
                                                            args.batch_size, world)
         alone = world == 1  # nothing to aggregate
-        for it in s.iterations():
-            with s.phase("t_io"):
-                xs, ys = pool[it % len(pool)]
+        def train(batch):  # one call: the stamps inside the graph split it into phases
+            xs, ys = batch
             stamps.clear()
             t0 = time.perf_counter()
             trainer.train_minibatch({x: xs, y: ys})
@@ -171,6 +170,8 @@ def main(argv=None) -> None:
             s.add("t_b", b_end - b_start)
             s.add("t_comm", 0.0 if alone else t1 - b_end)
             s.add("t_u", t1 - b_end if alone else 0.0)
+
+        s.breakdown([("t_io", lambda it: pool[it % len(pool)]), (None, train)])
         s.footer["param_checksum"] = parameter_checksum(stamped)
         s.footer["loss"] = float(trainer.previous_minibatch_loss_average)
         learner.communicator().barrier()

@@ -187,19 +187,22 @@ def train(s: harness.Session, args) -> None:
         loss.backward()
         trainer.step(1)
 
-    for _ in s.iterations():
-        with s.phase("t_io"):
-            x, y = next(source)
-        with s.phase("t_h2d"):
-            # To the model's context: a GPU, or from the loader's shared memory (cpu_shared)
-            # to cpu, which the cached graph requires.
-            if x.context != ctx:
-                x, y = x.as_in_context(ctx), y.as_in_context(ctx)
-                mx.nd.waitall()
-        with s.phase("t_f"):
-            with autograd.record():
-                loss = loss_fn(net(x), y)
-            loss.wait_to_read()
+    def to_context(batch):
+        # To the model's context: a GPU, or from the loader's shared memory (cpu_shared)
+        # to cpu, which the cached graph requires.
+        x, y = batch
+        if x.context != ctx:
+            x, y = x.as_in_context(ctx), y.as_in_context(ctx)
+            mx.nd.waitall()
+        return x, y
+
+    def forward(batch):
+        with autograd.record():
+            loss = loss_fn(net(batch[0]), batch[1])
+        loss.wait_to_read()
+        return loss
+
+    def backward_and_exchange(loss):
         start = time.perf_counter()
         loss.backward()
         # The marker reads one element of every gradient: done when backward compute is.
@@ -229,10 +232,17 @@ def train(s: harness.Session, args) -> None:
             [(min(r.at or ready, ready), q.at or end) for r, q in zip(keys_ready, keys_pulled,
                                                                       strict=True)],
             ready, end))
-        if not on_server:
-            with s.phase("t_u"):
-                trainer.update(1)
-                mx.nd.waitall()
+        return loss
+
+    def update(loss):
+        trainer.update(1)
+        mx.nd.waitall()
+        return loss
+
+    # With servers the update ran on them, inside trainer.step: the workers have no t_u.
+    loss = s.breakdown([("t_io", lambda _it: next(source)), ("t_h2d", to_context),
+                        ("t_f", forward), (None, backward_and_exchange),
+                        *([] if on_server else [("t_u", update)])])
     s.footer["param_checksum"] = parameter_checksum(params)
     s.footer["loss"] = float(loss.mean().asscalar())
     close_kvstore(kv)

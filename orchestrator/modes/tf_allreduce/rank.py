@@ -139,34 +139,46 @@ def main(argv=None) -> None:
             loss = native_step(x, y)
             tf_common.sync_devices(tf, on_gpu)
 
-        for _ in s.iterations():
-            with s.phase("t_io"):
-                x, y = next(source)
-            with s.phase("t_h2d"):
-                if on_gpu:
-                    with tf.device(device):
-                        x, y = tf.identity(x), tf.identity(y)
-                    tf_common.sync_devices(tf, on_gpu)
+        def to_device(batch):
+            if not on_gpu:
+                return batch
+            with tf.device(device):
+                batch = tf.identity(batch[0]), tf.identity(batch[1])
+            tf_common.sync_devices(tf, on_gpu)
+            return batch
+
+        def forward_backward(batch):  # one graph: backward is told apart by its stamps
             start = time.perf_counter()
-            loss, grads, t_loss, t_grads = compute(x, y)
+            loss, grads, t_loss, t_grads = compute(*batch)
             backward = float(t_grads) - float(t_loss)  # .numpy(): waits for the values
             tf_common.sync_devices(tf, on_gpu)
             s.add("t_f", time.perf_counter() - start - backward)
             s.add("t_b", backward)
+            return loss, grads
+
+        def reduce(computed):
+            loss, grads = computed
+            if workers == 1:  # one worker: nothing to reduce, no collective
+                s.add("t_comm", 0.0)
+                s.add("t_comm_total", 0.0)
+                return loss, grads
             start = time.perf_counter()
-            if workers > 1:  # one worker: nothing to reduce, no collective
-                with strategy.scope():
-                    reduced = all_reduce(grads)
-                tf_common.sync_devices(tf, on_gpu)
-            else:
-                reduced = grads
-            comm_s = time.perf_counter() - start if workers > 1 else 0.0
+            with strategy.scope():
+                reduced = all_reduce(grads)
+            tf_common.sync_devices(tf, on_gpu)
+            comm_s = time.perf_counter() - start
             s.add("t_comm", comm_s)
             s.add("t_comm_total", comm_s)  # the collective runs alone: all of it is exposed
-            with s.phase("t_u"), strategy.scope():
-                update(reduced)
-                tf_common.sync_devices(tf, on_gpu)
+            return loss, reduced
 
+        def apply(reduced):
+            with strategy.scope():
+                update(reduced[1])
+                tf_common.sync_devices(tf, on_gpu)
+            return reduced[0]
+
+        loss = s.breakdown([("t_io", lambda _it: next(source)), ("t_h2d", to_device),
+                            (None, forward_backward), (None, reduce), ("t_u", apply)])
         s.footer["loss"] = float(loss)
         finish(s, tf, strategy, params, total)
 

@@ -272,7 +272,7 @@ def coordinate(s, args) -> None:
         for _ in range(workers):
             coordinator.schedule(native_step, args=(iterator,))
 
-    for _ in s.iterations():
+    def stage_times(_it):  # each worker's step stamps its stages: their mean is the phases
         scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
         coordinator.join()
         results = [rv.fetch() for rv in scheduled]
@@ -284,7 +284,9 @@ def coordinate(s, args) -> None:
         s.add("t_comm", t_pull + t_push)
         s.add("t_pull", t_pull)
         s.add("t_push", t_push)
+        return results
 
+    results = s.breakdown([(None, stage_times)])
     s.footer["loss"] = float(results[-1][1])
     finish(s, tf, params)
 
