@@ -24,24 +24,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from . import modes, zoo
 from .errors import UserError
 from .resources import data_dir
 from .site import Site
-from .sweep import Run, SweepSpec
+from .spec.models import Count, Name, OptionLists, SweepSpec, study_fields
+from .spec.settings import OPTIONS_DOC, STUDY_SETTINGS, ZIPPABLE
+from .sweep import Run
 from .sweep import expand as expand_spec
 from .yamlconf import format_validation_error, location, read_yaml
-
-Count = Annotated[StrictInt, Field(ge=1)]
-Name = Annotated[StrictStr, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
-OptionValue = StrictStr | StrictInt | StrictBool
-OptionLists = dict[Name, Annotated[list[OptionValue], Field(min_length=1)]]
-
-# The dimensions a zip group may name (each a list in the file).
-ZIPPABLE = ("nodes", "tasks_per_node", "modes", "models", "batch_sizes", "partitions",
-            "prefetch")
 
 
 class _Strict(BaseModel):
@@ -58,44 +51,26 @@ class PerMode(_Strict):
                                             description="this mode's batch sizes")
 
 
-class Study(_Strict):
+class _StudyHead(_Strict):
     """A sweep as a file: its dimensions (lists, crossed unless zipped) and constants."""
 
     name: Name = Field(description="the study's name (the file's stem for shipped studies)")
     description: str = Field("", description="what the study measures and where it comes from")
     site: Name | None = Field(None, description="default site (orch sweep --site overrides)")
-    nodes: list[Count] = Field([1, 2, 4], min_length=1, description="node counts")
-    tasks_per_node: list[Count] | None = Field(
-        None, min_length=1, description="ranks per node (GPUs, or CPU ranks); default one per "
-        "GPU, else one")
-    modes: list[Name] = Field(list(SweepSpec.model_fields["modes"].default), min_length=1,
-                              description="distributed modes (default: orch sweep's)")
-    models: list[Name] = Field(["lenet5"], min_length=1, description="models from the zoo")
-    dataset: Name = Field("cifar", description="cifar or imagenet")
-    batch_sizes: list[Count] = Field([32], min_length=1, description="samples per rank")
-    partitions: list[Name] | None = Field(None, min_length=1,
-                                          description="partitions; default the site's")
-    options: OptionLists = Field(default_factory=dict, description="mode options, NAME: "
-                                 "[VALUE, ...]; each applies to the modes that have it")
-    per_mode: dict[Name, PerMode] = Field(default_factory=dict,
-                                          description="mode name -> its own options/models/"
-                                          "batch sizes")
-    zip: list[Annotated[list[Name], Field(min_length=2)]] = Field(
+
+
+# The sweep settings' fields come from their one declaration (spec.settings); what only a study
+# has (its name, per-mode overrides, zip groups) is declared here.
+Study = create_model(
+    "Study", __base__=_StudyHead, __module__=__name__, __doc__=_StudyHead.__doc__,
+    **study_fields(),
+    options=(OptionLists, Field(default_factory=dict, description=OPTIONS_DOC)),
+    per_mode=(dict[Name, PerMode], Field(default_factory=dict, description="mode name -> its "
+                                         "own options/models/batch sizes")),
+    zip=(list[Annotated[list[Name], Field(min_length=2)]], Field(
         default_factory=list, description="groups of dimensions (of: " + ", ".join(ZIPPABLE)
-        + ") whose lists have one length and advance together instead of being crossed")
-    iters: Count = Field(20, description="measured iterations")
-    warmup: Annotated[StrictInt, Field(ge=0)] = Field(5, description="warm-up iterations")
-    repeats: Count = Field(1, description="repetitions of every run")
-    launcher: Name | None = Field(None, description="srun, mpirun or local; default the "
-                                  "partition's")
-    time_limit_min: Count | None = Field(None, description="time limit per run, minutes")
-    data: StrictStr | None = Field(None, description="on-disk data set (orch data make)")
-    prefetch: list[StrictBool] = Field([True], min_length=1,
-                                       description="with data: read ahead (true), or not")
-    epochs: Count | None = Field(None, description="train whole epochs of data's labelled "
-                                 "set instead of iters (held-out accuracy after each)")
-    target_accuracy: Annotated[float, Field(gt=0, le=1)] | None = Field(
-        None, description="with epochs: stop at the epoch whose held-out accuracy reaches it")
+        + ") whose lists have one length and advance together instead of being crossed")),
+)
 
 
 @dataclass(frozen=True)
@@ -318,16 +293,10 @@ def _check_model(model: str, dataset: str, prefix: str) -> None:
                         f"{', '.join(entry.datasets)}")
 
 
-# The SweepSpec fields a study fills in (the same names as the file's).
-_SPEC_FIELDS = ("nodes", "tasks_per_node", "modes", "models", "dataset", "batch_sizes",
-                "partitions", "options", "iters", "warmup", "repeats", "launcher",
-                "time_limit_min", "data", "prefetch", "epochs", "target_accuracy")
-
-
 def spec_fields(study: Study) -> dict[str, Any]:
     """The study as SweepSpec keyword arguments (lists as tuples, option values as text)."""
     out: dict[str, Any] = {}
-    for name in _SPEC_FIELDS:
+    for name in (*STUDY_SETTINGS, "options"):
         value = getattr(study, name)
         if name == "options":
             value = {k: tuple(_opt_text(v) for v in vs) for k, vs in value.items()}

@@ -10,15 +10,15 @@ import functools
 import hashlib
 import itertools
 import json
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import backends, data, modes, protocol, zoo
 from .errors import UserError
 from .site import Partition, Site
+from .spec.models import SweepSpec
 
 SCHEMA_VERSION = 1
 
@@ -107,69 +107,6 @@ def run_id(run: Run) -> str:
             params.pop(name, None)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
     return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
-
-
-class SweepSpec(BaseModel):
-    """What the user asked for on the command line; lists are matrix dimensions."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    nodes: tuple[int, ...] = (1, 2, 4)
-    modes: tuple[str, ...] = ("torch-ddp",)
-    models: tuple[str, ...] = ("lenet5",)
-    dataset: str = "cifar"
-    partitions: tuple[str | None, ...] = (None,)
-    batch_sizes: tuple[int, ...] = (32,)
-    # A dimension (--tasks-per-node 1,2,4); None: one rank per GPU, else one per node.
-    tasks_per_node: tuple[int, ...] | None = None
-    iters: int = 20
-    warmup: int = 5
-    repeats: int = 1
-    launcher: str | None = None
-    time_limit_min: int | None = None
-    options: dict[str, tuple[str, ...]] = Field(default_factory=dict)
-    inject_failure: str | None = None
-    data: str | None = None
-    prefetch: tuple[bool, ...] = (True,)
-    epochs: int | None = None
-    target_accuracy: float | None = None
-
-    @field_validator("tasks_per_node", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        """One integer (the old form, e.g. netbench's) is a list of one."""
-        return (v,) if isinstance(v, int) and not isinstance(v, bool) else v
-
-
-def parse_int_list(text: str, what: str, minimum: int = 1) -> tuple[int, ...]:
-    """``"1,2,4"`` → (1, 2, 4); a clear error names the option and the bad item."""
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    if not items:
-        raise UserError(f"{what}: expected a comma-separated list of integers, got '{text}'")
-    out = []
-    for item in items:
-        if not re.fullmatch(r"\d+", item):
-            raise UserError(f"{what}: '{item}' is not a whole number (in '{text}')")
-        value = int(item)
-        if value < minimum:
-            raise UserError(f"{what}: {value} is below the minimum of {minimum}")
-        out.append(value)
-    return tuple(dict.fromkeys(out))
-
-
-def parse_name_list(text: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-
-
-def parse_options(items: list[str]) -> dict[str, tuple[str, ...]]:
-    """``["backend=gloo", "overlap=none,wfbp"]`` → {"backend": ("gloo",), ...}."""
-    out: dict[str, tuple[str, ...]] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip() or not value.strip():
-            raise UserError(f"--option '{item}': expected NAME=VALUE[,VALUE...]")
-        out[key.strip()] = parse_name_list(value)
-    return out
 
 
 def _time_limit(spec: SweepSpec, site_time: str | None) -> int:

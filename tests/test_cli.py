@@ -168,9 +168,25 @@ def test_every_commands_help_imports_nothing_heavy():
     paths = [[*path, "--help"] for path in DOCUMENTED]
     modules = loaded_modules(paths)
     assert heavy(modules) == []
-    # Command modules import other orch modules only inside the commands.
+    # Command modules import other orch modules only inside the commands, besides the sweep
+    # settings' declarations (plain dataclasses, no third-party import) that orch sweep's
+    # options are built from.
     assert [m for m in modules if m.startswith("orchestrator.")
-            and not m.startswith("orchestrator.cli") and m != "orchestrator.errors"] == []
+            and not m.startswith("orchestrator.cli") and m not in LIGHT] == []
+    assert heavy(settings_imports()) == [] and "pydantic" not in settings_imports()
+
+
+# The orch modules a command module may import at its top: nothing beyond the standard library.
+LIGHT = ("orchestrator.errors", "orchestrator.spec", "orchestrator.spec.settings")
+
+
+def settings_imports() -> list[str]:
+    """The top-level packages importing the sweep settings' declarations loads."""
+    proc = subprocess.run([sys.executable, "-c", "import json, sys; before = set(sys.modules); "
+                           "import orchestrator.spec.settings; print(json.dumps(sorted("
+                           "{m.split('.')[0] for m in set(sys.modules) - before})))"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(proc.stdout)
 
 
 # --- one vocabulary: --out (-o), positional SWEEP; --output and --dir deprecated -------------

@@ -30,7 +30,8 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("orchestrator", "orchestrator.errors", "orchestrator.protocol",
                 "orchestrator.files", "orchestrator.resources", "orchestrator.zoo",
-                "orchestrator.units", "orchestrator.jobscript", "orchestrator.yamlconf")),
+                "orchestrator.units", "orchestrator.jobscript", "orchestrator.yamlconf",
+                "orchestrator.spec", "orchestrator.spec.settings", "orchestrator.spec.models")),
     ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
                     "orchestrator.staging")),
     ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",

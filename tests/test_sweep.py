@@ -6,7 +6,9 @@ import pytest
 
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
-from orchestrator.sweep import SweepSpec, expand, parse_int_list, parse_options, slurm_minutes
+from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.settings import parse_int_list, parse_options
+from orchestrator.sweep import expand, slurm_minutes
 
 
 @pytest.fixture(scope="module")

@@ -39,11 +39,11 @@ def data_make(
     measure real input I/O: random images, or a real labelled set with a held-out split."""
     from .. import data as datamod
     from .. import site as sitemod
-    from .. import sweep as sweepmod
     from ..errors import UserError
+    from ..spec import settings
 
     s, _ = sitemod.load(site)
-    formats = list(sweepmod.parse_name_list(format)) if format is not None else None
+    formats = list(settings.parse_name_list(format)) if format is not None else None
     log = lambda m: err_console.print(m, highlight=False)  # noqa: E731
     if source is None:
         manifest = datamod.make(out, dataset, 10000 if samples is None else samples,
