@@ -184,20 +184,39 @@ def rank_logs(ranks_dir):
 
 class RankLog:
     """One rank's log as read back: header, iteration records, epoch records, footer, and the
-    problems met (unreadable lines). Built by :func:`parse_lines` / :func:`read_rank_log`."""
+    problems met (unreadable lines). Built by :func:`parse_lines` / :func:`read_rank_log`.
 
-    __slots__ = ("epochs", "footer", "header", "iters", "problems", "rank")
+    ``segments``: read with ``raw_iters``, the iteration lines left unparsed (a list of
+    :class:`Segment`; ``iters`` stays empty), or None where the log is not of the shape that
+    allows it and must be read again without ``raw_iters``. ``path``: the file it came from."""
 
-    def __init__(self, rank, header=None, iters=None, footer=None, problems=None, epochs=None):
+    __slots__ = ("epochs", "footer", "header", "iters", "path", "problems", "rank", "segments")
+
+    def __init__(self, rank, header=None, iters=None, footer=None, problems=None, epochs=None,
+                 path=None, segments=()):
         self.rank = rank
         self.header = header
         self.iters = [] if iters is None else iters
         self.footer = footer
         self.problems = [] if problems is None else problems
         self.epochs = [] if epochs is None else epochs
+        self.path = path
+        self.segments = segments if segments is None else list(segments)
 
     def __repr__(self):
         return f"RankLog(rank={self.rank!r}, iters={len(self.iters)}, footer={bool(self.footer)})"
+
+
+class Segment:
+    """Newline-separated ``iter`` lines of one log, all of one shape: the keys of its first
+    line (``keys``, in order), that line (``first``), the lines as bytes (``raw``)."""
+
+    __slots__ = ("first", "keys", "raw")
+
+    def __init__(self, raw, keys, first):
+        self.raw = raw
+        self.keys = keys
+        self.first = first
 
 
 def _number(value):
@@ -259,9 +278,89 @@ def parse_lines(lines, rank, name="rank log"):
     return out
 
 
-def read_rank_log(path):
-    """Read one rank log file (its task number from its name)."""
+def read_rank_log(path, raw_iters=False):
+    """Read one rank log file (its task number from its name): every line parsed, or, with
+    ``raw_iters``, only its header and footer (see :func:`scan_lines`)."""
     name = os.path.basename(str(path))
     task = task_of(name)
+    rank = task if task is not None else -1
+    if raw_iters:
+        with open(str(path), "rb") as fh:
+            data = fh.read()
+        log = scan_lines(data, rank, name)
+        log.path = path
+        return log
     with open(str(path), "rb") as fh:
-        return parse_lines(fh, task if task is not None else -1, name)
+        log = parse_lines(fh, rank, name)
+    log.path = path
+    return log
+
+
+# What :func:`scan_lines` looks for: every harness ``iter`` line starts so (json.dumps of a dict
+# whose first key is ``type``), and the breakdown window's first line holds this.
+ITER_PREFIX = b'{"type":"iter",'
+_BREAKDOWN_AT = b'"' + WINDOW.encode() + b'":"' + WINDOW_BREAKDOWN.encode() + b'"'
+
+
+def scan_lines(data, rank, name="rank log"):
+    """A rank log's bytes -> a :class:`RankLog` whose header and footer are parsed and whose
+    ``iter`` lines stay raw bytes, cut into segments of one shape each: the native window's
+    lines, then the breakdown window's (a log of one window is one segment). A log that is not
+    header, iteration lines, footer (or a torn last line) comes back with ``segments`` None:
+    only :func:`parse_lines` reads it exactly."""
+    size = len(data) - 1 if data.endswith(b"\n") else len(data)  # without the final newline
+    head_end = data.find(b"\n", 0, size)
+    odd = RankLog(rank, segments=None)
+    header = parse_record(data[:head_end]) if head_end >= 0 else None
+    if not (isinstance(header, dict) and header.get("type") == HEADER):
+        return odd
+    out = RankLog(rank, header=header)
+    tail_start = data.rfind(b"\n", 0, size) + 1
+    end = _scan_tail(data, tail_start, size, out, name)
+    if end is None:
+        return odd
+    start = head_end + 1
+    view = memoryview(data)  # slices of it go from the file's buffer straight to the parser
+    while start < end:  # one segment per window: native lines first, then breakdown
+        segment = _segment_at(data, view, start, end)
+        if segment is None:
+            return odd
+        out.segments.append(segment)
+        start += len(segment.raw) + 1
+    return out
+
+
+def _scan_tail(data, tail_start, size, out, name):
+    """Where the iteration lines end (the footer, if the last line is one, goes to ``out``);
+    None if the last line is neither a footer, an ``iter`` line nor torn."""
+    last = data[tail_start:size]
+    if last.startswith(ITER_PREFIX) and last.endswith(b"}"):
+        return size  # a rank killed between two records: its last line is an iteration
+    rec = parse_record(last)
+    if rec is None and last.strip():  # torn by a kill mid-write: a problem, as parse_lines says
+        lineno = data.count(b"\n", 0, size) + 1
+        out.problems.append(f"{name}:{lineno}: unreadable line")
+    elif isinstance(rec, dict) and rec.get("type") == FOOTER:
+        out.footer = rec
+    elif last.strip():
+        return None
+    return tail_start - 1
+
+
+def _segment_at(data, view, start, end):
+    """The segment that starts at ``start``: up to the breakdown window's first line if it
+    starts in the native window, else to ``end``; None if its first line is not an ``iter``."""
+    if not data.startswith(ITER_PREFIX, start):
+        return None
+    first_end = data.find(b"\n", start, end)
+    first_end = end if first_end < 0 else first_end
+    first = data[start:first_end]
+    record = parse_record(first)
+    if not (isinstance(record, dict) and record.get("type") == ITER):
+        return None
+    stop = end
+    if record.get(WINDOW) == WINDOW_NATIVE:
+        switch = data.find(_BREAKDOWN_AT, first_end, end)
+        if switch >= 0:
+            stop = data.rfind(b"\n", first_end, switch)
+    return Segment(view[start:stop], tuple(record), first)

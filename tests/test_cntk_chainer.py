@@ -22,7 +22,7 @@ import yaml
 
 from orchestrator import envs, zoo
 from orchestrator import site as sitemod
-from orchestrator.gather import PHASES
+from orchestrator.results.gather import PHASES
 
 from .conftest import IN_CI, ROOT, assert_phases_cover, assert_two_windows, run_orch
 

@@ -13,8 +13,9 @@ import json
 import pandas as pd
 import pytest
 
-from orchestrator import convergence, modes
+from orchestrator import modes
 from orchestrator.errors import UserError
+from orchestrator.results import convergence
 from orchestrator.sweep import SweepSpec, _check_epochs
 
 from .conftest import run_orch

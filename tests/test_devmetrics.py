@@ -18,8 +18,9 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from orchestrator import devices, protocol
+from orchestrator import protocol
 from orchestrator.rankside import devmetrics as dm
+from orchestrator.results import devices
 
 from .conftest import run_orch
 from .fake_pynvml import FakeNvml

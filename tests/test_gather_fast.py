@@ -15,7 +15,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import gather, protocol, results
+from orchestrator import protocol, results
+from orchestrator.results import tables
 
 from .test_report import FOOTER, check_merge, dumps, header, iteration, make_run, slow_result_set
 
@@ -123,8 +124,8 @@ def test_a_bad_line_in_either_window_merges_like_the_slow_path(tmp_path, monkeyp
     good = log.read_text().splitlines()
     at = 3 if where == "native" else 9  # a line inside that window
     slow_reads = []
-    real = gather.read_rank_log
-    monkeypatch.setattr(gather, "read_rank_log", lambda p: (slow_reads.append(p), real(p))[1])
+    real = tables.read_rank_log
+    monkeypatch.setattr(tables, "read_rank_log", lambda p: (slow_reads.append(p), real(p))[1])
     for name, bad in BAD_LINES.items():
         rec = json.loads(good[at])
         if name == "null phase":
@@ -153,9 +154,9 @@ def test_a_bad_line_in_either_window_merges_like_the_slow_path(tmp_path, monkeyp
 
 def test_fast_path_reads_harness_logs_without_the_slow_path(tmp_path, monkeypatch):
     """Logs as the harness writes them never go through the row-by-row parser (the
-    reference in check_merge reads them through protocol, not through gather)."""
+    reference in check_merge reads them through protocol, not through tables)."""
     out, _ = sweep_of_two_windows(tmp_path, np.random.default_rng(13))
-    monkeypatch.setattr(gather, "read_rank_log", lambda p: pytest.fail(f"slow path: {p}"))
+    monkeypatch.setattr(tables, "read_rank_log", lambda p: pytest.fail(f"slow path: {p}"))
     _, fast = check_merge(out)
     assert fast.num_rows == 7 * 12
 

@@ -14,7 +14,7 @@ import json
 import pandas as pd
 import pytest
 
-from orchestrator.gather import PHASES
+from orchestrator.results.gather import PHASES
 
 from .conftest import assert_phases_cover, processes_matching, run_orch
 

@@ -16,9 +16,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator import analyze, gather, protocol, rundir, verdict
+from orchestrator import protocol, rundir, verdict
 from orchestrator.protocol import PHASES
 from orchestrator.report.tables import comm_table, measurement_table
+from orchestrator.results import analyze, gather, tables
 
 LOGS = Path(__file__).parent / "golden" / "ranklogs"
 
@@ -29,7 +30,7 @@ def recorded(name: str):
 
 
 def frame(run, logs) -> pd.DataFrame:
-    return pd.DataFrame(gather.iteration_rows(run, logs))
+    return pd.DataFrame(tables.iteration_rows(run, logs))
 
 
 def test_throughput_comes_from_the_native_window():
@@ -66,9 +67,9 @@ def test_logs_without_windows_fall_back_to_the_breakdown():
 
 def test_fast_merge_carries_the_window_like_the_slow_path():
     run, logs, rdir = recorded("ddp-n2")
-    table, counts = gather.merged_iteration_table([(run, gather.scan_run_logs(rdir))])
-    slow = gather.iteration_table(gather.iteration_rows(run, logs))
-    assert counts == [slow.num_rows] and gather.plain_strings(table).equals(slow)
+    table, counts = tables.merged_iteration_table([(run, gather.scan_run_logs(rdir))])
+    slow = tables.iteration_table(tables.iteration_rows(run, logs))
+    assert counts == [slow.num_rows] and tables.plain_strings(table).equals(slow)
     assert set(table.column("window").to_pylist()) == set(protocol.WINDOWS)
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from orchestrator import envs
 from orchestrator import site as sitemod
-from orchestrator.gather import PHASES
+from orchestrator.results.gather import PHASES
 
 from .conftest import IN_CI, assert_phases_cover, processes_matching, run_orch
 from .test_render import check_golden, rendered

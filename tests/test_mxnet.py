@@ -21,7 +21,7 @@ import pytest
 
 from orchestrator import envs, zoo
 from orchestrator import site as sitemod
-from orchestrator.gather import PHASES
+from orchestrator.results.gather import PHASES
 from orchestrator.sweep import Run
 
 from .conftest import (

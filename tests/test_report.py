@@ -1,6 +1,6 @@
 """``orch report`` and ``orch export``, the report's pure functions, and the fast merge.
 
-* The fast merge (gather.merged_iteration_table + numpy run_metrics) must give exactly the
+* The fast merge (tables.merged_iteration_table + numpy run_metrics) must give exactly the
   result set the row-by-row path gives, on every kind of rank log: harness logs, torn and
   footer-less logs, other writers' key order, nulls, blank lines, missing fields.
 * The report's pure functions on hand-made result sets: predictions, stragglers, tables.
@@ -22,8 +22,9 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import analyze, gather, protocol, report, results, rundir
+from orchestrator import protocol, report, results, rundir
 from orchestrator.perfmodel import AlphaBeta, allreduce_time
+from orchestrator.results import analyze, gather, tables
 from orchestrator.rundir import JobRecord
 from orchestrator.sweep import Run
 
@@ -75,15 +76,15 @@ def slow_result_set(out):
     rows, metrics = [], {}
     for rdir in rundir.run_dirs(out):
         run = rundir.read_run(rdir)
-        run_rows = gather.iteration_rows(run, gather.read_run_logs(rdir))
+        run_rows = tables.iteration_rows(run, gather.read_run_logs(rdir))
         rows += run_rows
-        frame = pd.DataFrame(run_rows, columns=gather.ITER_SCHEMA.names)
+        frame = pd.DataFrame(run_rows, columns=tables.ITER_SCHEMA.names)
         # Logs of two windows (issue 14): throughput from the native window, phases from the
         # breakdown window, as analyze defines them; one window: the groupby reference.
         two = (frame["window"] == protocol.WINDOW_NATIVE).any()
         metrics[run.run_id] = (analyze.run_metrics(frame) if two
                                else reference_run_metrics(frame))
-    return gather.iteration_table(rows), metrics
+    return tables.iteration_table(rows), metrics
 
 
 def reference_run_metrics(iters: pd.DataFrame) -> dict:
@@ -107,7 +108,7 @@ def check_merge(out):
     runs = results.merge(out)
     fast = pq.read_table(out / "results" / "iterations.parquet")
     slow, metrics = slow_result_set(out)
-    assert fast.schema.equals(gather.ITER_SCHEMA)
+    assert fast.schema.equals(tables.ITER_SCHEMA)
     assert fast.equals(slow), (fast.to_pandas().compare(slow.to_pandas())
                                if fast.num_rows == slow.num_rows else (fast.num_rows,
                                                                        slow.num_rows))
@@ -456,7 +457,7 @@ def test_export_parquet_opens_in_pandas_and_duckdb(real_sweep, tmp_path):
     assert df.equals(pd.read_parquet(out / "results" / "runs.parquet"))
     iters = tmp_path / "iters.parquet"
     run_orch("export", out, "--table", "iterations", "--output", iters, check=True)
-    assert pq.read_schema(iters).equals(gather.ITER_SCHEMA)
+    assert pq.read_schema(iters).equals(tables.ITER_SCHEMA)
     csv = run_orch("export", out, "--format", "csv", check=True).stdout
     assert csv.splitlines()[0].startswith("run_id,")
     proc = run_orch("export", out, "--format", "xlsx")

@@ -11,9 +11,10 @@ import textwrap
 import pandas as pd
 import pytest
 
-from orchestrator import analyze, modes, study
+from orchestrator import modes, study
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
+from orchestrator.results import analyze
 from orchestrator.sweep import plan_row
 
 from .conftest import ROOT, run_orch

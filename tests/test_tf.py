@@ -22,7 +22,7 @@ import pytest
 
 from orchestrator import envs, modes, render, zoo
 from orchestrator import site as sitemod
-from orchestrator.gather import PHASES
+from orchestrator.results.gather import PHASES
 
 from .conftest import (
     IN_CI,

@@ -39,6 +39,7 @@ def results_cmd(
         raise UserError(f"--format {format}: valid: table, csv, json, parquet")
     if format == "parquet" and output is None:
         raise UserError("--format parquet needs --output to a file: give --out FILE")
+    results.recheck(sweep_dir(directory))  # the run records first: merge only reads
     runs_df = results.merge(sweep_dir(directory))
     if output is not None:
         if format == "parquet":
@@ -65,6 +66,7 @@ def gather(directory: Annotated[Path, SWEEP]) -> None:
     d = sweep_dir(directory)
     for scheduler in schedulers(d):
         execute.refresh(d, scheduler)
+    results.recheck(d)  # the run records first: merge only reads
     runs_df = results.merge(d)
     err_console.print(f"merged {len(runs_df)} run(s) into {d / 'results'}")
     print_runs(results.records(runs_df))

@@ -174,6 +174,7 @@ def sweep(
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         return
+    results.recheck(out_dir)  # the run records first: merge only reads
     runs_df = results.merge(out_dir)
     ids = {r.run_id for r in runs}
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df

@@ -32,6 +32,7 @@ def staged_execute(prepared: list, site: Site, sweep_dir: Path,
                  if p.run.nodes * p.run.tasks_per_node > ranks and p.action != "skip"}
         if not later or i == len(stages) - 1:
             continue
+        results.recheck(sweep_dir)  # the run records first: merge only reads
         runs = results.merge(sweep_dir)
         records, notes = predictions.predict_runs(runs, later, networks)
         predictions.append(sweep_dir, records)

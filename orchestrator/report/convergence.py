@@ -11,7 +11,8 @@ import json
 
 import pandas as pd
 
-from .. import convergence, modes
+from .. import modes
+from ..results import convergence
 from .fmt import as_float, fmt_num
 from .tables import Table
 

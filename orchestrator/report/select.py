@@ -8,8 +8,9 @@ import json
 
 import pandas as pd
 
-from .. import analyze, modes
+from .. import modes
 from ..protocol import PHASES
+from ..results import analyze
 
 
 def training_runs(runs: pd.DataFrame) -> pd.DataFrame:

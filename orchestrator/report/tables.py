@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import analyze
+from ..results import analyze
 from .fmt import (
     PHASE_LABELS,
     PHASE_ORDER,

@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from . import protocol
-from .protocol import PHASES
+from .. import protocol
+from ..protocol import PHASES
 
 # Timer resolution allowed when comparing two measured intervals (exposed vs total
 # communication, communication vs zero): perf_counter reads in ns, the intervals are taken
@@ -288,7 +288,7 @@ def invariants(run: dict) -> list[str]:
     ``run`` is a runs-table row: run_metrics' columns, ``ranks``, ``mode`` and the footer's
     ``comm_total_reason``. Modes that do not train (the all-reduce micro-benchmark) and runs
     with no measured breakdown iteration are not checked."""
-    from . import modes
+    from .. import modes
 
     def num(key: str) -> float | None:
         value = run.get(key)

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import files, modes, protocol
+from .. import files, modes, protocol
 
 # Measured on the local site (torch-ddp, LeNet-5, digits, 4 epochs): 2 ranks x 64 vs 1 x 128
 # differ by < 0.01 % in training loss and not at all in held-out accuracy; ranks that train

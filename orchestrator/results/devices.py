@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import protocol
+from .. import protocol
 
 
 class Column(NamedTuple):

@@ -8,10 +8,10 @@ the ranks' footers say happened: the compile time and the dtype the forward comp
 
 from __future__ import annotations
 
-from . import modes
-from .modes.torch_options import COLUMNS
-from .protocol import RankLog
-from .sweep import Run
+from .. import modes
+from ..modes.torch_options import COLUMNS
+from ..protocol import RankLog
+from ..sweep import Run
 
 
 def dimension_facts(run: Run, logs: list[RankLog]) -> dict:

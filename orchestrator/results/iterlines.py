@@ -1,0 +1,243 @@
+"""The fast parse of raw ``iter`` lines: many logs' segments of one shape in one go.
+
+``protocol.read_rank_log`` + ``tables.iteration_rows`` + ``tables.iteration_table`` build one
+Python dict per iteration row: ~50 s for a sweep of 1,000 rank logs and 1,000,000 rows. This
+builds the same columns (same rows, order, values and types) with Arrow's native readers:
+
+* ``protocol.scan_lines`` parses each log's header and footer; the lines between them, the
+  iteration records the harness writes (``{"type":"iter",...}``, one line each), stay raw
+  bytes, cut into segments of one shape: the native window's lines, then the breakdown
+  window's (their keys differ; a log of one window is one segment);
+* segments whose first line has the same keys form a group, parsed in one go by pyarrow's
+  multi-threaded CSV reader with ':' as the delimiter: cell k holds value k and the name of
+  key k+1 (``0.0123,"t_b"``). Each segment is preceded by a marker line (its first line with
+  ``M`` for ``{"type"``), so the rows of each segment are counted without counting lines;
+* every cell must end with the expected key name, which proves every line has exactly those
+  keys in that order; ``type``, ``window`` and ``warmup`` must be one of their literal values,
+  and numbers are cast with Arrow's exact (correctly rounded) number parsing;
+* a segment with a line that fails any of this goes with its whole log through the exact
+  slow path (``protocol.read_rank_log`` without ``raw_iters``): a malformed line is reported
+  there as before. A line the CSV reader cannot split (a torn or foreign line) makes the group
+  be parsed again in halves until the logs it is in are found.
+
+Arrow's number parser also takes a few spellings JSON does not (``+1``, ``01``, ``.5``,
+``5.``, ``nan``); Python's json, which writes the logs, never writes them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from ..protocol import PHASES, WINDOW, WINDOW_BREAKDOWN, WINDOW_NATIVE, Segment
+
+_TYPE_CELL = b'{"type"'
+_MARK_CELL = b"M"
+_BREAKDOWN_AT = b'"' + WINDOW.encode() + b'":"' + WINDOW_BREAKDOWN.encode() + b'"'
+# The iteration fields of ITER_SCHEMA as they are named in a log record (window and warmup are
+# matched as literals, not cast).
+_NUMBERS = {"iter": pa.int64(), "t_start": pa.float64(), "t_iter": pa.float64(),
+            "samples": pa.int64(), "t_comm_total": pa.float64(),
+            **{p: pa.float64() for p in PHASES}}
+# Fields that may be JSON null (the slow path keeps the null); iter, t_start and t_iter may not.
+_NULLABLE = ("samples", "t_comm_total", *PHASES)
+# The iteration-level columns of ITER_SCHEMA, in its order.
+ITER_FIELDS = ("iter", "window", "warmup_iter", "t_start", "t_iter", "samples",
+                "t_comm_total", *PHASES)
+THREADS = 2  # column work (checks, casts) in parallel; Arrow releases the GIL
+
+
+class _Lines(io.RawIOBase):
+    """A readable stream of byte chunks, without joining them in memory."""
+
+    def __init__(self, chunks: list[bytes | memoryview]) -> None:
+        self._parts = [memoryview(c).cast("B") for c in chunks]
+        self._index = self._offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        out = memoryview(buffer).cast("B")
+        filled = 0
+        while filled < len(out) and self._index < len(self._parts):
+            part = self._parts[self._index]
+            n = min(len(out) - filled, len(part) - self._offset)
+            out[filled:filled + n] = part[self._offset:self._offset + n]
+            filled += n
+            self._offset += n
+            if self._offset == len(part):
+                self._index, self._offset = self._index + 1, 0
+        return filled
+
+
+def _read_cells(keys: tuple[str, ...], segs: list[Segment]) -> pa.Table:
+    """The ':'-separated cells of the segments' lines, each segment after its marker line."""
+    chunks: list[bytes | memoryview] = []
+    for seg in segs:
+        chunks += [_MARK_CELL + seg.first[len(_TYPE_CELL):] + b"\n", seg.raw, b"\n"]
+    names = [f"c{i}" for i in range(len(keys) + 1)]
+    return pcsv.read_csv(
+        pa.PythonFile(_Lines(chunks), mode="r"),
+        read_options=pcsv.ReadOptions(column_names=names, block_size=4 << 20),
+        parse_options=pcsv.ParseOptions(delimiter=":", quote_char=False, double_quote=False,
+                                        escape_char=False, newlines_in_values=False),
+        convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary()),
+                                            strings_can_be_null=False,
+                                            quoted_strings_can_be_null=False),
+    )
+
+
+def parse_group(keys: tuple[str, ...], segs: list[Segment], batch: list[int],
+                 threads: ThreadPoolExecutor) -> tuple[pa.Table | None, list[tuple[int, int]]]:
+    """The iteration-level columns (:data:`ITER_FIELDS`) of segments that share their keys,
+    and per segment (its first row in that table, its row count); count -1 for a segment the
+    slow path must read. The table also holds rows that are no segment's (markers): callers
+    take rows by those places. ``batch``: each segment's run's batch size (``samples``'
+    default)."""
+    try:
+        cells = _read_cells(keys, segs)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        if len(segs) == 1:  # a line the CSV reader cannot split is in this segment
+            return None, [(0, -1)]
+        mid = len(segs) // 2
+        a, places_a = parse_group(keys, segs[:mid], batch[:mid], threads)
+        b, places_b = parse_group(keys, segs[mid:], batch[mid:], threads)
+        shift = 0 if a is None else a.num_rows
+        tables = [t for t in (a, b) if t is not None]
+        return ((pa.concat_tables(tables) if tables else None),
+                places_a + [(start + shift, n) for start, n in places_b])
+    return _convert(keys, cells, len(segs), batch, threads)
+
+
+def _convert(keys: tuple[str, ...], cells: pa.Table, nseg: int, batch: list[int],
+             threads: ThreadPoolExecutor) -> tuple[pa.Table | None, list[tuple[int, int]]]:
+    """:func:`parse_group`'s answer from the cells of its segments' lines."""
+    everything_slow = None, [(0, -1)] * nseg
+    if keys[0] != "type" or cells.num_rows == 0:
+        return everything_slow
+    first = cells.column(0)
+    marker = pc.equal(first, _MARK_CELL).to_numpy(zero_copy_only=False)
+    seg_of_row = np.cumsum(marker) - 1
+    if marker.sum() != nseg or not marker[0]:  # cannot be: every segment has its marker
+        return everything_slow
+    ok, texts = _check_cells(keys, cells, threads)
+    bad = np.zeros(nseg, dtype=bool)
+    wrong = ~ok.to_numpy(zero_copy_only=False)
+    if wrong.any():
+        bad[np.unique(seg_of_row[wrong])] = True
+    rows = np.bincount(seg_of_row, minlength=nseg) - 1  # each segment's marker is one
+    cast = _cast_good_segments(texts, bad, seg_of_row, rows, threads)
+    if cast is None:
+        return everything_slow
+    values, keep = cast
+    at_row = np.cumsum(keep) - 1 if keep is not None else np.arange(len(marker))
+    firsts = at_row[np.flatnonzero(marker)] + 1
+    places = [(0, -1) if bad[s] else (int(firsts[s]), int(rows[s])) for s in range(nseg)]
+    if bad.all():
+        return None, places
+    n_rows = len(next(iter(values.values()))) if values else int(
+        len(marker) if keep is None else keep.sum())
+    segs_kept = seg_of_row if keep is None else seg_of_row[keep]
+    return _iteration_columns(values, n_rows, np.asarray(batch, dtype=np.int64)[segs_kept]), \
+        places
+
+
+def _check_cells(keys: tuple[str, ...], cells: pa.Table,
+                 threads: ThreadPoolExecutor) -> tuple[pa.Array, dict[str, pa.Array]]:
+    """(rows whose every cell is as its key says, per key the text to cast or a column)."""
+    suffixes = [b"," + json.dumps(k).encode() for k in keys[1:]] + [b"}"]
+
+    def check(k: int) -> tuple[pa.Array, pa.Array | None]:
+        """Cell k+1: (rows where it is right, its value: text to cast, or a column)."""
+        key, cell, end = keys[k], cells.column(k + 1), suffixes[k]
+        if key == "type":
+            return pc.equal(cell, b'"iter"' + end), None
+        if key == WINDOW:
+            native = pc.equal(cell, b'"' + WINDOW_NATIVE.encode() + b'"' + end)
+            other = pc.equal(cell, b'"' + WINDOW_BREAKDOWN.encode() + b'"' + end)
+            return pc.or_(native, other), native
+        if key == "warmup":
+            true = pc.equal(cell, b"true" + end)
+            return pc.or_(true, pc.equal(cell, b"false" + end)), true
+        return pc.ends_with(cell, end), pc.binary_slice(cell, 0, -len(end))
+
+    checked = list(threads.map(check, range(len(keys))))
+    first = cells.column(0)
+    ok = pc.or_(pc.equal(first, _TYPE_CELL), pc.equal(first, _MARK_CELL))
+    for right, _ in checked:
+        ok = pc.and_(ok, right)
+    return ok, {keys[k]: value for k, (_, value) in enumerate(checked) if value is not None}
+
+
+def _cast_good_segments(texts: dict[str, pa.Array], bad, seg_of_row, rows,
+                        threads: ThreadPoolExecutor) -> tuple[dict, object] | None:
+    """The values of the rows of the segments not ``bad`` (marked in place: a segment with a
+    cell that is no number becomes bad), and which rows those are (None: all); None if that
+    cannot be settled."""
+    while True:
+        keep = None if not bad.any() else ~bad[seg_of_row]
+        take = None if keep is None else pa.array(np.flatnonzero(keep))
+        kept = {k: (v if take is None else v.take(take)) for k, v in texts.items()}
+        values = dict(zip(kept, threads.map(lambda kv: _cast(*kv), kept.items()), strict=True))
+        failed = [k for k, v in values.items() if v is None]
+        if not failed:
+            return values, keep
+        before = bad.sum()
+        for name in failed:  # rare: each segment's text on its own
+            at = 0
+            for s in np.flatnonzero(~bad):
+                n = int(rows[s]) + 1
+                if _cast(name, kept[name].slice(at, n)) is None:
+                    bad[s] = True
+                at += n
+        if bad.sum() == before:  # cannot be; never loop
+            return None
+
+
+def _iteration_columns(values: dict[str, pa.Array], n_rows: int, batch_of_row) -> pa.Table:
+    """The :data:`ITER_FIELDS` columns from the cast values, defaults where a key is absent
+    (``samples``: the run's batch size, ``batch_of_row``; phases: 0.0, null in the native
+    window)."""
+    native = values.get(WINDOW)
+    no = pa.array(np.zeros(n_rows, dtype=bool))
+    out: dict[str, pa.Array] = {
+        "iter": values["iter"], "t_start": values["t_start"], "t_iter": values["t_iter"],
+        "window": native if native is not None else no,
+        "warmup_iter": values.get("warmup", no),
+        "samples": values["samples"] if "samples" in values else pa.array(batch_of_row),
+        "t_comm_total": values.get("t_comm_total", pa.nulls(n_rows, pa.float64()))}
+    for name in PHASES:
+        if name in values:
+            out[name] = values[name]
+        elif native is None:
+            out[name] = pa.array(np.zeros(n_rows))
+        else:  # per row: null in the native window, 0.0 in the breakdown window
+            out[name] = pc.if_else(native, pa.scalar(None, pa.float64()), 0.0)
+    # "window" is still a bool (native or not) here: strings once, after rows are taken.
+    return pa.table([out[name] for name in ITER_FIELDS], names=list(ITER_FIELDS))
+
+
+def _cast(key: str, text: pa.Array) -> pa.Array | None:
+    """The numbers of one field; None if a cell is not one (or, where the field may be null,
+    not ``null`` either). A field orch does not read is checked, then dropped."""
+    if key in (WINDOW, "warmup"):
+        return text  # matched as literals already
+    type_ = _NUMBERS.get(key, pa.float64())
+    try:
+        return pc.cast(text, type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        pass
+    if key in _NUMBERS and key not in _NULLABLE:
+        return None
+    try:  # an explicit null: kept as null, as the slow path keeps it
+        return pc.cast(pc.if_else(pc.equal(text, b"null"), pa.scalar(None, pa.binary()),
+                                  text), type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None

@@ -1,0 +1,112 @@
+"""A run's own columns of the result set (its parameters, state, attempts, study, co-tenants),
+and re-checking the run records against their logs: the step callers run before a merge."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .. import protocol, rundir, verdict
+from ..rundir import TERMINAL, JobRecord
+from ..sweep import Run
+
+RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
+              "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
+              "repeat", "data", "prefetch", "epochs", "target_accuracy")
+
+
+def run_columns(run: Run, record: JobRecord | None, rdir: Path) -> dict:
+    """The columns of a run's row that come from its run directory, not from its logs."""
+    info = {f: getattr(run, f) for f in RUN_FIELDS}
+    info.update(
+        ranks=run.ranks,
+        options=json.dumps(run.options, sort_keys=True),
+        state=record.state if record else "NEW",
+        reason=record.reason if record else None,
+        job_id=record.job_id if record else None,
+        attempt=record.attempt if record else 0,
+        attempts=attempts_summary(record) if record else None,
+        # Every state change of every attempt (time, attempt, state, job, nodes, reason).
+        history=json.dumps([e.model_dump(mode="json") for e in record.history])
+        if record else None,
+        study=_study_of(rdir),
+        co_tenants=_co_tenants(rdir),
+    )
+    return info
+
+
+def _study_of(rdir: Path) -> str | None:
+    """The name of the study file that planned a run (its provenance.json), or None."""
+    try:
+        prov = json.loads((rdir / protocol.PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    study = prov.get("study") if isinstance(prov, dict) else None
+    return study.get("name") if isinstance(study, dict) else None
+
+
+def _co_tenants(rdir: Path) -> str | None:
+    """The runs that shared a node with this one while it ran (a --pack-shared step; its
+    job-times.json names them), comma-separated; None: it had its nodes to itself. Its
+    timings contend with theirs, so the result set says so beside them."""
+    try:
+        times = json.loads((rdir / protocol.JOB_TIMES_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    co = times.get("co_tenants") if isinstance(times, dict) else None
+    return ",".join(map(str, co)) if isinstance(co, list) and co else None
+
+
+def records(runs: pd.DataFrame) -> list[dict]:
+    """Runs as plain JSON-able dicts (NaN → None)."""
+    if runs.empty:
+        return []
+    clean = runs.astype(object).where(runs.notna(), None)
+    out = clean.to_dict(orient="records")
+    for rec in out:
+        rec["options"] = json.loads(rec["options"]) if rec.get("options") else {}
+    return out
+
+
+def attempts_summary(record: JobRecord) -> str:
+    """How each attempt of a run ended, in order (``HUNG→COMPLETED``), from its history; the
+    result set holds the last attempt's measurements, earlier ones stay in attempts/<n>/."""
+    ends: dict[int, str] = {}
+    for event in record.history:
+        if event.state in TERMINAL:
+            ends[event.attempt] = event.state
+    ends[record.attempt] = record.state
+    return "→".join(ends[a] for a in sorted(ends))
+
+
+def recheck(out: Path) -> None:
+    """Re-check every finished run of ``out`` against its rank logs as they are now, and write
+    the records that change (:func:`reverify`). Run it before :func:`merge`, which only reads."""
+    for rdir in rundir.run_dirs(out):
+        record = rundir.read_record(rdir)
+        if record is None:
+            continue
+        checked = reverify(rundir.read_run(rdir), rdir, record)
+        if checked != record:
+            rundir.write_record(rdir, checked)
+
+
+def reverify(run: Run, rdir: Path, record: JobRecord) -> JobRecord:
+    """A finished run whose rank logs changed since it was finalized (truncated, emptied,
+    deleted): its verdict again, from the logs as they are now, saying so."""
+    if record.state not in TERMINAL or record.logs_digest is None:
+        return record
+    now_digest = rundir.logs_digest(rdir)
+    if now_digest == record.logs_digest:
+        return record
+    note = "rank logs changed after the run was finalized"
+    if record.state == "COMPLETED":
+        logs = verdict.read_run_logs(rdir) if (rdir / protocol.RANKS_DIR).is_dir() else []
+        ok, why = verdict.verdict(run, rdir, logs)
+        state, reason = ("COMPLETED", note) if ok else ("FAILED", f"{note}: {why}")
+    else:
+        state, reason = record.state, f"{note}; was: {record.reason}"
+    return record.model_copy(update={"state": state, "reason": reason,
+                                     "logs_digest": now_digest})
