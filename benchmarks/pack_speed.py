@@ -50,7 +50,8 @@ def measure(site, out: Path, packed: str | None, iters: int, repeats: int) -> di
 
     cpu0, t0 = _cpu(), time.time()
     prepared = execute.prepare(runs, site, out, packed=packed is not None)
-    records = execute.execute(prepared, site, wait=False, on_event=on_event, pack=packed)
+    strategy = execute.choose(pack=packed == "pack", pack_shared=packed == "pack-shared")
+    records = execute.execute(prepared, site, wait=False, on_event=on_event, strategy=strategy)
     t_submit = time.time() - t0
     execute.follow([execute.Prepared(p.run, p.rdir, r, "wait")
                     for p, r in zip(prepared, records, strict=True)],

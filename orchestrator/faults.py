@@ -38,8 +38,8 @@ DEFAULT_MAX_RETRIES = 1
 # Slurm's words for a job held still on purpose: the hang watch pauses (slurm.PAUSED).
 _PAUSED = re.compile(r"^Slurm state (SUSPENDED|STOPPED)\b")
 
-# submit(prepared, extra job options) -> job id
-Submit = Callable[[Prepared, dict[str, str]], str]
+# submit(prepared, nodes to keep off) -> job id
+Submit = Callable[[Prepared, list[str]], str]
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,7 @@ class Guard:
                                     retries=record.retries + 1, excluded=exclude, reason=how)
         fresh = rundir.write_record(p.rdir, fresh)
         try:
-            job_id = self.submit(Prepared(p.run, p.rdir, fresh, "submit"),
-                                 self.sched.exclude_options(exclude))
+            job_id = self.submit(Prepared(p.run, p.rdir, fresh, "submit"), exclude)
         except UserError as exc:
             failed_rec = fresh.model_copy(update={
                 "state": "FAILED", "ended_at": rundir.now(),

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, backends, containers, data, envs, modes, templating
+from .backends.slurm import options as slurm_options
+from .backends.slurm.options import SlurmJob
 from .site import Environment, Partition, Site
 from .sweep import Run
 
@@ -67,42 +69,12 @@ def _layout(tasks: tuple[modes.Task, ...], nodes: int) -> _Layout:
     )
 
 
-def sbatch_options(run: Run, partition: Partition, run_dir: Path) -> dict[str, str | bool]:
-    """The job's ``#SBATCH`` options, in Slurm's long names. Also what submitit is given.
-
-    The allocation has room for the busiest node's tasks. Role modes whose tasks outnumber a
-    node's cores (a ps beside a worker on a small node) ask for ``--ntasks`` with
-    ``--overcommit`` instead: Slurm refuses ``--ntasks-per-node`` above the core count even
-    then (seen on the test cluster), and srun places the tasks from a hostfile anyway.
-    """
-    per_node = max_tasks_per_node(run)
-    opts: dict[str, str | bool] = {
-        "job-name": run.run_id,
-        "partition": partition.name,
-        "nodes": str(run.nodes),
-    }
-    if per_node > partition.cpus_per_node:
-        opts.update({"ntasks": str(len(run.task_table)), "overcommit": True})
-    else:
-        opts.update({"ntasks-per-node": str(per_node),
-                     "cpus-per-task": str(max(1, partition.cpus_per_node // per_node))})
-    opts.update({
-        "time": f"{run.time_limit_min // 60:02d}:{run.time_limit_min % 60:02d}:00",
-        "output": str(run_dir / "slurm-%j.out"),
-    })
-    if partition.gpus_per_node:
-        opts["gpus-per-node"] = str(partition.gpus_per_node)
-    sb = partition.sbatch
-    for key in ("account", "qos", "constraint", "reservation"):
-        value = getattr(sb, key)
-        if value:
-            opts[key] = value
-    if sb.exclusive:
-        opts["exclusive"] = True
-    for flag in sb.extra:
-        key, _, value = flag[2:].partition("=")
-        opts[key] = value or True
-    return opts
+def slurm_job(run: Run, run_dir: Path) -> SlurmJob:
+    """What the run's job asks for; its sbatch options come from backends.slurm.options, as a
+    pack's do."""
+    return SlurmJob(name=run.run_id, nodes=run.nodes, tasks=len(run.task_table),
+                    tasks_per_node=max_tasks_per_node(run), time_min=run.time_limit_min,
+                    output=str(run_dir / "slurm-%j.out"))
 
 
 def sbatch_lines(opts: dict[str, str | bool]) -> list[str]:
@@ -189,7 +161,7 @@ def render_run(
         "task_roles": layout.task_roles,
         "run_dir": str(run_dir),
         "lib_dir": str(lib_dir),
-        "sbatch": sbatch_lines(sbatch_options(run, partition, run_dir)),
+        "sbatch": sbatch_lines(slurm_options.sbatch_options(slurm_job(run, run_dir), partition)),
         "transport": transport_env(partition),
         "env_vars": sorted(env.env.items()),
         "args": workload_args(run, run_dir, site),

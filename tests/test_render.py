@@ -108,3 +108,49 @@ def test_values_reaching_the_shell_are_quoted(tmp_path):
     assert out.stdout == hostile
     assert not (tmp_path / "pwned").exists() and not (tmp_path / "pwned2").exists()
     assert "RUN_DIR='" in r.job_script
+
+
+def sbatch_option_record() -> dict[str, list[list]]:
+    """The sbatch options of a few runs (their job script, their submission by submitit, a
+    retry kept off two nodes), packs and an array: every kind of job orch asks Slurm for."""
+    from orchestrator.backends.slurm import pack
+    from orchestrator.backends.slurm.options import sbatch_options
+    from orchestrator.render import slurm_job
+    from orchestrator.rundir import JobRecord, Prepared
+
+    out = Path("/scratch/runs")
+    record = {}
+    for site_name, partition, mode, spec in [
+            ("testcluster", "ib", "torch-ddp", {}),
+            ("testcluster", "ib", "tf-ps", {"tasks_per_node": (2,)}),
+            ("example-gpu-cluster", "gpu-ib", "torch-ddp", {})]:
+        site = sitemod.load(site_name)[0]
+        run = expand(SweepSpec(nodes=(2,), modes=(mode,), partitions=(partition,), **spec),
+                     site)[0]
+        part, job = site.partition(partition), slurm_job(run, out / run.run_id)
+        stem = f"run {mode} {site_name} {partition}" + (" 2 per node" if spec else "")
+        record[f"{stem}: job script"] = sbatch_options(job, part)
+        record[f"{stem}: submitted"] = sbatch_options(job, part, via="submitit")
+        record[f"{stem}: retried, kept off n1 and n2"] = sbatch_options(
+            job.model_copy(update={"exclude": ("n1", "n2")}), part, via="submitit")
+    site = sitemod.load("testcluster")[0]
+    for kind, nodes, repeats, spec in [
+            ("pack", (1, 2, 4), 1, {}), ("pack-shared", (1, 2), 1, {}), ("array", (1,), 2, {}),
+            ("pack", (1, 2), 1, {"modes": ("tf-ps",), "tasks_per_node": (2,)})]:
+        runs = expand(SweepSpec(nodes=nodes, repeats=repeats, iters=3, warmup=1, **spec), site)
+        prepared = [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
+                             "submit") for r in runs]
+        group = pack.groups(prepared, site, kind)[0]
+        name = f"{group.kind}-1-ib-000000"
+        what = " tf-ps 2 per node" if spec else ""
+        key = f"{kind}{what} of nodes {','.join(map(str, nodes))} x{repeats} on testcluster ib"
+        record[key] = pack.pack_options(group, site, out / "packs" / name, name)
+    return {k: [[o, v] for o, v in opts.items()] for k, opts in record.items()}
+
+
+def test_sbatch_options_golden():
+    """Every sbatch option of a run, a pack and an array, in #SBATCH order, from the one
+    options function (backends/slurm/options.py)."""
+    import json
+
+    check_golden("sbatch-options.json", json.dumps(sbatch_option_record(), indent=1) + "\n")

@@ -65,8 +65,9 @@ class Scheduler:
         check image paths here only when they do.)"""
         return not self.allocation
 
-    def submit(self, run: Any, rdir: Path, partition: Any, sbatch: dict[str, str | bool]) -> str:
-        """Submit ``rdir/job.sbatch``; return the job id. ``sbatch``: the job's options."""
+    def submit(self, run: Any, rdir: Path, partition: Any, job: Any) -> str:
+        """Submit ``rdir/job.sbatch``; return the job id. ``job``: what it asks for
+        (slurm.options.SlurmJob: its size, time, the nodes to keep off)."""
         raise NotImplementedError
 
     def max_time_min(self, partition: Any) -> int | None:
@@ -92,10 +93,6 @@ class Scheduler:
     def failed_nodes(self, record: Any, rdir: Path) -> tuple[list[str], str]:
         """The nodes of a record's job that failed (NODE_FAIL, BOOT_FAIL), and the evidence."""
         return [], ""
-
-    def exclude_options(self, nodes: list[str]) -> dict[str, str]:
-        """The job options that keep a job off ``nodes`` (none where that is impossible)."""
-        return {}
 
 
 class Launcher:

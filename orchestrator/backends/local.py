@@ -27,7 +27,7 @@ class LocalScheduler(Scheduler):
     def __init__(self) -> None:
         self._jobs: dict[str, object] = {}
 
-    def submit(self, run, rdir: Path, partition, sbatch) -> str:
+    def submit(self, run, rdir: Path, partition, job) -> str:
         import submitit
 
         yield_to_ranks()

@@ -6,7 +6,6 @@ plan (one row per run: dimensions, nodes, ranks, roles) before the scripts."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import sys
 from pathlib import Path
@@ -101,18 +100,13 @@ def sweep(
 
         runs = sweepmod.expand(SweepSpec(**values), site_obj)
     out_dir = check_out(out or Path("runs") / site_obj.name)
-    packing = "pack-shared" if pack_shared else "pack" if pack else "array" if array else None
-    if packing:
-        from ..backends.slurm import pack as packmod
-
-        packmod.refuse(site_obj, packing, both=pack + pack_shared + array > 1)
-        if not dry_run:
-            packmod.check(runs, site_obj, packing, out_dir)
+    strategy = execute.choose(pack=pack, pack_shared=pack_shared, array=array)
+    strategy.refuse(site_obj)
     if not dry_run:
+        strategy.check(runs, site_obj, out_dir)
         envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
-        rendered_runs = execute.dry_run(runs, site_obj, out_dir,
-                                         packed=pack or pack_shared)
+        rendered_runs = execute.dry_run(runs, site_obj, out_dir, packed=strategy.packed)
         if loaded is not None:
             print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
                        f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
@@ -122,14 +116,13 @@ def sweep(
             sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
             for name, text in rendered.files:  # e.g. the container wrapper
                 sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
-        if packing:
-            for path, text in packmod.dry_run(runs, site_obj, out_dir, packing):
-                sys.stdout.write(f"# ===== {path}\n{text}\n")
+        for path, text in strategy.dry_run(runs, site_obj, out_dir):  # packs, arrays
+            sys.stdout.write(f"# ===== {path}\n{text}\n")
         err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
         return
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
                                study=loaded.provenance() if loaded is not None else None,
-                               packed=pack or pack_shared)
+                               packed=strategy.packed)
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
                       f"{sum(p.action == 'submit' for p in prepared)} to submit")
@@ -139,8 +132,8 @@ def sweep(
         total=len(prepared), done_before=len(skipped),
         failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
     from .. import faults, watch
-    from .. import predictions as predmod
     from ..execute import staged
+    from ..model import ledger as predmod
 
     policy = faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
 
@@ -148,6 +141,7 @@ def sweep(
         err_console.print(line, highlight=False, markup=False)
 
     how = "never" if no_preflight else preflight
+    packing = strategy.name if strategy.all_at_once else None
     if packing and how == "auto":
         # A pack pays the queue once for every scale; predictions need the smaller scales
         # finished before the larger are submitted. The user picks: --preflight always stages.
@@ -160,12 +154,13 @@ def sweep(
     if networks and packing:
         say(f"--{packing} with predictions: one {packing} per scale, smallest first (each "
             f"scale's predictions are stated before it is submitted)")
-    run = (functools.partial(staged.staged_execute, networks=networks, say=say,
-                             sweep_dir=out_dir) if networks else execute.execute)
+    if networks:  # the same strategy, one scale at a time, predictions stated between
+        strategy = execute.choose(pack=pack, pack_shared=pack_shared, array=array,
+                                  between=staged.stating_predictions(networks, out_dir, say))
     try:
-        run(prepared, site_obj, wait=wait, on_event=print_event,
-            require_fabric=require_fabric, on_progress=progress.update if wait else None,
-            pack=packing, policy=policy)
+        execute.run(strategy, prepared, site_obj, wait=wait, on_event=print_event,
+                    require_fabric=require_fabric,
+                    on_progress=progress.update if wait else None, policy=policy)
     except KeyboardInterrupt:
         progress.close()
         _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)

@@ -16,15 +16,15 @@ from pathlib import Path
 
 from .. import backends, containers, fabric, faults, provenance, rundir, verdict
 from ..backends.slurm import pack as packing
-from ..render import Rendered, render_run, sbatch_options
+from ..render import Rendered, render_run, slurm_job
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
 from ..sweep import Run
+from .strategies import Event, Plain, Strategy, choose
 
-__all__ = ["Prepared", "cancel", "dry_run", "execute", "finalize", "follow", "prepare",
-           "refresh", "render_for"]
+__all__ = ["Prepared", "Strategy", "cancel", "choose", "dry_run", "execute", "finalize",
+           "follow", "prepare", "refresh", "render_for", "run"]
 
-Event = Callable[[Run, JobRecord], None]
 # Called after every scheduler query while waiting: run id -> orch state, runs of this wait.
 Progress = Callable[[dict[str, str]], None]
 # Ask the scheduler fast while jobs are new, back off while nothing changes: a sweep of
@@ -113,16 +113,24 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
     return prepared
 
 
+def run(strategy: Strategy, prepared: list[Prepared], site: Site, **options) -> None:
+    """Carry out a sweep's prepared runs the strategy's way (strategies.choose picks it):
+    each of its stages is executed (``options``: :func:`execute`'s), then what follows it."""
+    for stage, after in strategy.stages(prepared):
+        execute(stage, site, strategy=strategy, **options)
+        after()
+
+
 def execute(prepared: list[Prepared], site: Site, wait: bool = True,
             on_event: Event | None = None, require_fabric: bool = False,
-            on_progress: Progress | None = None, pack: str | None = None,
+            on_progress: Progress | None = None, strategy: Strategy = Plain(),
             policy: faults.FaultPolicy | None = faults.FaultPolicy()) -> list[JobRecord]:
     """Submit the runs that need it; with ``wait``, follow every run to a terminal state.
 
     ``require_fabric``: a run whose fabric verdict is ``mismatch`` is FAILED (the requirement
     is kept in the run directory, so a later ``orch status``/``gather`` finalizes alike).
-    ``pack``: "pack" or "array": the runs go out as packs or job arrays (orchestrator/pack.py),
-    then are followed like any other.
+    ``strategy``: how the runs go out (a job each, packs, arrays: strategies.py); they are
+    followed alike.
     ``policy``: hang timeouts and retries while waiting (faults.py); None: neither. A retry
     goes out as a job of its own, packed or not."""
     on_event = on_event or (lambda run, record: None)
@@ -134,36 +142,28 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
         sched.check(site.partition(name))
     live: list[Prepared] = [p for p in prepared if p.action == "wait"]
     guard = _guard(site, sched, policy) if policy is not None else None
-    if pack is not None:
-        live += packing.submit(prepared, site, pack, on_event)
-    for p in prepared:
-        if p.action != "submit" or pack is not None:
-            continue
-        partition = site.partition(p.run.partition)
-        job_id = sched.submit(p.run, p.rdir, partition,
-                              sbatch_options(p.run, partition, p.rdir.resolve()))
-        record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
-                                             "submitted_at": rundir.now()})
-        rundir.write_record(p.rdir, record)
-        on_event(p.run, record)
-        current = Prepared(p.run, p.rdir, record, "wait")
+
+    def started(p: Prepared) -> None:
         if sched.sequential:
             # One job at a time (the local site): concurrent runs would distort each other.
-            follow([current], sched, on_event, on_progress, guard)
+            follow([p], sched, on_event, on_progress, guard)
         else:
-            live.append(current)
+            live.append(p)
+
+    todo = [p for p in prepared if p.action == "submit"]
+    if todo:
+        strategy.submit(todo, site, on_event, started)
     if wait and live:
         follow(live, sched, on_event, on_progress, guard)
     return [rundir.read_record(p.rdir) or p.record for p in prepared]
 
 
 def _guard(site: Site, sched: backends.Scheduler, policy: faults.FaultPolicy) -> faults.Guard:
-    """The fault guard of one wait: it resubmits a retry with the run's own job options plus
-    the nodes to keep off."""
-    def submit(p: Prepared, extra: dict[str, str]) -> str:
-        partition = site.partition(p.run.partition)
-        return sched.submit(p.run, p.rdir, partition,
-                            {**sbatch_options(p.run, partition, p.rdir.resolve()), **extra})
+    """The fault guard of one wait: it resubmits a retry as the run's own job, kept off the
+    nodes that failed."""
+    def submit(p: Prepared, exclude: list[str]) -> str:
+        job = slurm_job(p.run, p.rdir.resolve()).model_copy(update={"exclude": tuple(exclude)})
+        return sched.submit(p.run, p.rdir, site.partition(p.run.partition), job)
 
     return faults.Guard(policy, sched, submit,
                         partition_nodes=lambda run: site.partition(run.partition).nodes)

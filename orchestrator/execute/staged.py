@@ -1,46 +1,41 @@
-"""A sweep run in stages of increasing scale, each later run's prediction stated before it
-is submitted (orchestrator/predictions.py says why), and the pre-flight that gives the
+"""A sweep in stages of increasing scale, each later run's prediction stated before it
+is submitted (orchestrator/model/ledger.py says why), and the pre-flight that gives the
 predictions their network.
 
 It sits above the runs it executes (the analysis layer: it reads results, the pre-flight and
-the model), so the execution package below never imports it; the CLI hands the stage step to
-the staged strategy."""
+the model), so the execution package below never imports it: the CLI hands the step between
+scales to the staged strategy (strategies.Staged), which runs it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import modes, perfmodel, predictions, results
+from .. import modes, results
 from ..errors import FabricBelowMinimum, UserError
-from ..preflight import Preflight
+from ..model import comm, ledger
+from ..model.preflight import Preflight
 from ..site import Site
-from . import execute
 
 
-def staged_execute(prepared: list, site: Site, sweep_dir: Path,
-                   networks: dict[str, Preflight], *,
-                   say: Callable[[str], None] = lambda line: None,
-                   **execute_kwargs) -> None:
-    """Execute the prepared runs stage by stage (by rank count, smallest first); after each
-    stage, state the predictions of every later run before submitting it."""
-    stages = sorted({p.run.nodes * p.run.tasks_per_node for p in prepared})
-    for i, ranks in enumerate(stages):
-        stage = [p for p in prepared if p.run.nodes * p.run.tasks_per_node == ranks]
-        execute(stage, site, **execute_kwargs)
-        later = {p.run.run_id for p in prepared
-                 if p.run.nodes * p.run.tasks_per_node > ranks and p.action != "skip"}
-        if not later or i == len(stages) - 1:
-            continue
+def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
+                        say: Callable[[str], None] = lambda line: None,
+                        ) -> Callable[[int, set[str]], None]:
+    """The step between a staged sweep's scales (strategies.Staged): once the runs of
+    ``ranks`` ranks have finished, state the predictions of the ``later`` runs, before any of
+    them is submitted."""
+    def between(ranks: int, later: set[str]) -> None:
         results.recheck(sweep_dir)  # the run records first: merge only reads
         runs = results.merge(sweep_dir)
-        records, notes = predictions.predict_runs(runs, later, networks)
-        predictions.append(sweep_dir, records)
+        records, notes = ledger.predict_runs(runs, later, networks)
+        ledger.append(sweep_dir, records)
         for note in notes:
             say(f"not predicted: {note}")
         if records:
             say(f"predictions: {len(records)} run(s) at more than {ranks} rank(s) stated in "
-                f"{sweep_dir / predictions.FILE} before they are submitted")
+                f"{sweep_dir / ledger.FILE} before they are submitted")
+
+    return between
 
 
 def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: bool,
@@ -52,12 +47,12 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     predictions, never the sweep — except on a partition whose site declares ``min_busbw``
     and that the sweep spans nodes of: there the pre-flight runs whatever the scales, and a
     bus bandwidth below the minimum, or none measured, stops the sweep before its runs."""
-    from .. import preflight as pre
+    from ..model import preflight as pre
 
     if how not in pre.MODES:
         raise UserError(f"--preflight {how}: valid: {', '.join(pre.MODES)}")
     modelled = [r for r in runs if (m := modes.registry().get(r.mode)) is not None and m.trains
-                and m.pattern in perfmodel.PATTERN_MODELS]
+                and m.pattern in comm.PATTERN_MODELS]
     scales = {r.nodes * r.tasks_per_node for r in modelled}
     gated = sorted({r.partition for r in runs if r.nodes > 1
                     and site.partition(r.partition).min_busbw is not None})

@@ -42,9 +42,10 @@ import jinja2
 
 from ... import __version__, backends, files, protocol, rundir, templating
 from ...errors import UserError
-from ...render import max_tasks_per_node, sbatch_lines, sbatch_options
+from ...render import max_tasks_per_node, sbatch_lines, slurm_job
 from ...rundir import JobRecord, Prepared
 from ...site import Site
+from .options import SlurmJob, sbatch_options
 
 # --pack, --pack-shared (a pack whose runs may share nodes), --array: as orch sweep spells them.
 KINDS = ("pack", "pack-shared", "array")
@@ -65,17 +66,11 @@ class Group:
     share: bool = False  # --pack-shared: runs may share a node where its CPUs allow
 
 
-def refuse(site: Site, kind: str | None, both: bool = False) -> None:
-    """Bad input before anything is written: --pack (or --pack-shared) with --array, or
-    --pack with --pack-shared, or a scheduler that has no
-    queue to pay once (the local site runs one job at a time, on this machine: side by side
-    they would distort each other's measurements, and there is no queue wait to save)."""
-    if both:
-        raise UserError("--pack, --pack-shared and --array exclude each other: --pack runs a "
-                        "partition's runs in one allocation (a node to one run at a time), "
-                        "--pack-shared lets them share nodes, --array runs same-shape runs as "
-                        "one job array; choose one")
-    if kind is not None and not backends.scheduler(site.scheduler).packs:
+def refuse(site: Site, kind: str) -> None:
+    """Bad input before anything is written: a scheduler that has no queue to pay once (the
+    local site runs one job at a time, on this machine: side by side they would distort each
+    other's measurements, and there is no queue wait to save)."""
+    if not backends.scheduler(site.scheduler).packs:
         raise UserError(f"--{kind}: site '{site.name}' (scheduler {site.scheduler}) has no "
                         f"queue to wait in and runs one job at a time; drop --{kind}")
 
@@ -115,7 +110,7 @@ def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
                             f"than partition '{part.name}' has ({part.nodes}); lower --nodes")
         key: tuple = (part.name,)
         if kind == "array":
-            opts = sbatch_options(p.run, part, Path("/"))
+            opts = sbatch_options(slurm_job(p.run, Path("/")), part)
             key += tuple(sorted((k, str(v)) for k, v in opts.items()
                                 if k not in ("job-name", "output")))
         keyed.setdefault(key, []).append(p)
@@ -149,26 +144,23 @@ def makespan_min(sizes: list[tuple[int, int]], nodes: int) -> int:
 def pack_options(group: Group, site: Site, pack_dir: Path, name: str) -> dict[str, str | bool]:
     """The allocation: the largest run's nodes, the busiest node's tasks, the time the runs
     need where they cannot run side by side."""
-    part = site.partition(group.partition)
+    return sbatch_options(pack_job(group, pack_dir, name), site.partition(group.partition))
+
+
+def pack_job(group: Group, pack_dir: Path, name: str) -> SlurmJob:
+    """What a pack's allocation (or each task of an array) asks for."""
     runs = [p.run for p in group.members]
     nodes = max(r.nodes for r in runs)
-    busiest = max(runs, key=max_tasks_per_node)
-    opts = sbatch_options(busiest, part, pack_dir)
-    opts["nodes"] = str(nodes)
-    if "ntasks" in opts:
-        opts["ntasks"] = str(max_tasks_per_node(busiest) * nodes)
+    per_node = max(max_tasks_per_node(r) for r in runs)
     if group.kind == "pack":
         limit = makespan_min([(r.nodes, r.time_limit_min + 1) for r in runs], nodes)
         limit += PACK_MARGIN_MIN
     else:
         limit = max(r.time_limit_min for r in runs) + 1
-    opts.update({"job-name": name, "time": f"{limit // 60:02d}:{limit % 60:02d}:00",
-                 "output": str(pack_dir / ("slurm-%A_%a.out" if group.kind == "array"
-                                           else "slurm-%j.out")),
-                 "no-requeue": True})
-    if group.kind == "array":
-        opts["array"] = f"0-{len(runs) - 1}"
-    return opts
+    array = group.kind == "array"
+    return SlurmJob(name=name, nodes=nodes, tasks=per_node * nodes, tasks_per_node=per_node,
+                    time_min=limit, no_requeue=True, array=len(runs) if array else None,
+                    output=str(pack_dir / ("slurm-%A_%a.out" if array else "slurm-%j.out")))
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -186,7 +178,7 @@ def step_cpus(run, part, share: bool) -> str:
 def _row(p: Prepared, site: Site, share: bool) -> str:
     """One line of the pack script's run table (the run directory last: it may hold spaces)."""
     run, part = p.run, site.partition(p.run.partition)
-    opts = sbatch_options(run, part, p.rdir)
+    opts = sbatch_options(slurm_job(run, p.rdir), part)
     ntasks = opts.get("ntasks") or str(len(run.task_table))
     return " ".join([run.run_id, str(run.nodes), str(ntasks),
                      str(opts.get("ntasks-per-node", "-")), str(opts.get("cpus-per-task", "-")),

@@ -23,7 +23,7 @@ from ... import protocol
 from ...errors import SubmitError
 from ...jobscript import job_function
 from ..base import Scheduler, register_scheduler
-from . import packed
+from . import options, packed
 
 # The one table of Slurm job states (squeue(1)/sacct(1) "JOB STATE CODES", Slurm 20.11-24.11)
 # and orch's state for each. Transient states map to PENDING/RUNNING; anything not listed is
@@ -122,31 +122,29 @@ class SlurmScheduler(Scheduler):
         except OSError:
             return False
 
-    def submit(self, run, rdir: Path, partition, sbatch) -> str:
+    def submit(self, run, rdir: Path, partition, job: options.SlurmJob) -> str:
+        """A run's job: submitit's job script runs jobscript.job_function, which runs job.sbatch.
+
+        Two ways into sbatch remain, on purpose, both with options from options.sbatch_options.
+        A run goes through submitit because its job is a Python controller,
+        jobscript.job_function, that the local site runs too: it times job.sbatch, kills its
+        process group at the time limit and refuses a second execution of an attempt. A pack's
+        or array's script (submit_script) starts many runs and is their controller itself, in
+        shell, so sbatch takes it as it is.
+        """
         import submitit
 
-        opts = dict(sbatch)
-        for key in ("job-name", "partition", "output"):
-            opts.pop(key, None)
-        # submitit always asks for --signal=USR2@90 (its checkpoint/requeue warning), sent to
-        # every task: ranks die of it 90 s before the limit, a FAILED run instead of TIMEOUT.
-        # orch does not requeue, so the warning goes to the batch shell only, as SIGURG,
-        # whose default action is to ignore it (job.sbatch by hand has no --signal at all).
-        opts["signal"] = "B:URG@90"
-        # One execution per attempt: a requeued job (node failure, ReturnToService) would run
-        # job.sbatch again in the same directory, appending a second execution to the rank
-        # logs. Slurm must not requeue it; orch's ledger shows the failure instead.
-        opts["no-requeue"] = True
+        opts = options.sbatch_options(job, partition, via="submitit")
         executor = submitit.SlurmExecutor(folder=rdir / "submitit", python=sys.executable)
         executor.update_parameters(
-            job_name=run.run_id, partition=partition.name, use_srun=False,
+            job_name=job.name, partition=partition.name, use_srun=False,
             stderr_to_stdout=True, additional_parameters=opts,
         )
         try:
-            job = executor.submit(job_function, str(rdir), run.time_limit_min * 60 + 60)
+            submitted = executor.submit(job_function, str(rdir), run.time_limit_min * 60 + 60)
         except Exception as exc:
             raise SubmitError(f"sbatch refused run {run.run_id}: {exc}") from None
-        return str(job.job_id)
+        return str(submitted.job_id)
 
     def max_time_min(self, partition) -> int | None:
         """The partition's time limit from sinfo (``%l``: infinite, MM, HH:MM:SS,
@@ -160,7 +158,8 @@ class SlurmScheduler(Scheduler):
         return packed.minutes(words[0]) if res.returncode == 0 and words else None
 
     def submit_script(self, script: Path, name: str) -> str:
-        """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array)."""
+        """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array):
+        its #SBATCH lines are the whole request (submit says why runs go another way)."""
         return packed.submit_script(script, name)
 
     def poll(self, records, rdirs) -> dict[str, tuple[str, str]]:
@@ -252,9 +251,6 @@ class SlurmScheduler(Scheduler):
             for node in _NODE_FAILURE.findall(text):
                 evidence.setdefault(node, f"srun: Node failure on {node}")
         return sorted(evidence), "; ".join(evidence[n] for n in sorted(evidence))
-
-    def exclude_options(self, nodes: list[str]) -> dict[str, str]:
-        return {"exclude": ",".join(nodes)} if nodes else {}
 
 
 _BAD_NODE_STATES = {"down", "drain", "drng", "drained", "draining", "fail", "failg", "boot_fail",
