@@ -18,7 +18,8 @@ from types import SimpleNamespace
 
 import torch
 
-from orchestrator.rankside import harness, models_torch
+from orchestrator.rankside import harness
+from orchestrator.rankside.torch import models as models_torch
 
 
 def setup(batch: int):

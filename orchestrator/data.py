@@ -221,7 +221,7 @@ def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     return fmt
 
 
-# The model zoos whose rank-side input pipeline (rankside/datasets_torch) decodes ``jpeg``.
+# The model zoos whose rank-side input pipeline (rankside/torch/datasets) decodes ``jpeg``.
 JPEG = "jpeg"
 JPEG_LIBRARIES = ("torch",)
 

@@ -2,7 +2,7 @@
 
 This module is part of the control plane: it must never import torch, TensorFlow, MXNet,
 Chainer, CNTK or any other deep-learning framework.  Every framework back-end (PyTorch in
-``orchestrator.rankside.models_torch`` now, others later) builds the models described here and
+``orchestrator.rankside.torch.models`` now, others later) builds the models described here and
 must reproduce ``ModelSpec.expected_params`` exactly, which is how we make sure that all
 frameworks benchmark the same network.
 

@@ -93,7 +93,7 @@ def test_cntk_models_match_the_zoo(cntk_env):
     carries (it cannot import the zoo) equal to the zoo's."""
     python = env_python("cntk")
     shim = os.path.join(os.path.dirname(os.path.dirname(python)), "lib", "mpi-shim")
-    proc = subprocess.run([python, "-m", "orchestrator.rankside.models_cntk"],
+    proc = subprocess.run([python, "-m", "orchestrator.rankside.cntk.models"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "LD_LIBRARY_PATH": shim, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]

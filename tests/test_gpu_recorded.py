@@ -96,7 +96,7 @@ def test_nccl_lines_of_the_recorded_run_are_parsed():
 def test_rank_device_on_a_machine_without_cuda():
     import torch  # the local site's rank environment: orch[torch], installed by make test
 
-    from orchestrator.rankside.torch_common import rank_device
+    from orchestrator.rankside.torch.common import rank_device
 
     assert not torch.cuda.is_available()
     assert rank_device(3) == torch.device("cpu")

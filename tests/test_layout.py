@@ -55,8 +55,9 @@ RANK_FLOOR = ("orchestrator", "orchestrator.errors", "orchestrator.protocol", "o
 # The code a CNTK rank imports: it must compile under Python 3.6.
 PY36 = ("__init__.py", "errors.py", "protocol.py", "modes/__init__.py", "modes/base.py",
         "modes/cntk/mode.py", "modes/cntk/rank.py", "modes/cntk/__init__.py",
-        "rankside/__init__.py", "rankside/harness.py", "rankside/models_cntk.py",
-        "rankside/epochs_common.py", "rankside/epochs_cntk.py", "rankside/devmetrics.py")
+        "rankside/__init__.py", "rankside/harness.py", "rankside/cntk/models.py",
+        "rankside/common/epochs.py", "rankside/cntk/epochs.py", "rankside/devmetrics.py",
+        "rankside/cntk/__init__.py", "rankside/common/__init__.py")
 
 
 def module_name(path: Path) -> str:

@@ -230,7 +230,8 @@ def test_a_gpu_native_window_queues_its_steps_as_pytorchs_loop_does(tmp_path, mo
     import torch
 
     from orchestrator import modes
-    from orchestrator.rankside import harness, torch_common
+    from orchestrator.rankside import harness
+    from orchestrator.rankside.torch import common as torch_common
 
     monkeypatch.setattr(harness, "NATIVE_CHUNK", 2)
     # A clock that never moves: the chunks' sizes follow the measured pace (a step slower than

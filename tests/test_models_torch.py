@@ -1,4 +1,4 @@
-"""Tests for the PyTorch model zoo orchestrator.rankside.models_torch."""
+"""Tests for the PyTorch model zoo orchestrator.rankside.torch.models."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from orchestrator import zoo  # noqa: E402
-from orchestrator.rankside import models_torch as mt  # noqa: E402
+from orchestrator.rankside.torch import models as mt  # noqa: E402
 
 PAIRS = [(name, ds) for name in zoo.names() for ds in zoo.get(name).datasets]
 

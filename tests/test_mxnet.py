@@ -73,7 +73,7 @@ ZOO_CHECK = """
 import json, sys
 import mxnet as mx
 from orchestrator import zoo
-from orchestrator.rankside import models_mxnet as mm
+from orchestrator.rankside.mxnet import models as mm
 out = {}
 for name in zoo.names():
     for ds in zoo.get(name).datasets:

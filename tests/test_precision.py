@@ -110,7 +110,7 @@ def test_dimension_columns_of_a_run():
 def _dims(**given):
     import torch
 
-    from orchestrator.rankside.torch_common import Dims
+    from orchestrator.rankside.torch.common import Dims
 
     args = harness.mode_parser(modes.get("horovod")).parse_args(
         ["--run-id", "x", "--log-dir", "/tmp/x", "--model", "lenet5", "--batch-size", "2",
@@ -135,8 +135,8 @@ def tf32_flags():
 def test_a_step_computes_in_the_precision_asked(tf32_flags, precision, dtype, scaled):
     import torch
 
-    from orchestrator.rankside import models_torch
-    from orchestrator.rankside.torch_common import plain_step
+    from orchestrator.rankside.torch import models as models_torch
+    from orchestrator.rankside.torch.common import plain_step
 
     dims, footer = _dims(precision=precision, **{"memory-format": "nhwc"})
     torch.manual_seed(0)

@@ -157,7 +157,7 @@ ZOO_SCRIPT = """
 import json
 import tensorflow as tf
 from orchestrator import zoo
-from orchestrator.rankside import models_tf as mt
+from orchestrator.rankside.tf import models as mt
 out = {"counts": {}, "shapes": {}, "pools": []}
 for name in zoo.names():
     for ds in zoo.get(name).datasets:

@@ -1,5 +1,5 @@
 """What the native PyTorch scripts share: the same synthetic batches as orch's ranks
-(rankside.torch_common.input_batches without --data), so both sides feed identical tensors,
+(rankside.torch.common.input_batches without --data), so both sides feed identical tensors,
 the rank's device as PyTorch's DDP tutorial picks it, and the timed loop around each script's
 own step."""
 
@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.native._common import Clock, report
-from orchestrator.rankside import models_torch, torch_common
+from orchestrator.rankside.torch import common as torch_common
+from orchestrator.rankside.torch import models as models_torch
 
 
 def synthetic_batches(args, rank):
@@ -26,7 +27,7 @@ def synthetic_batches(args, rank):
 
 def device_for_rank():
     """The tutorial's ``device_id`` from ``LOCAL_RANK``, placed by orch's own rule
-    (rankside.torch_common.rank_device: GPU LOCAL_RANK modulo the node's GPUs wherever CUDA
+    (rankside.torch.common.rank_device: GPU LOCAL_RANK modulo the node's GPUs wherever CUDA
     is, else the CPU), so twin and rank always compute on the same device."""
     return torch_common.rank_device(int(os.environ.get("LOCAL_RANK", "0")))
 

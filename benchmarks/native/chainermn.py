@@ -13,7 +13,7 @@ def main():
     import chainermn
     import numpy as np
 
-    from orchestrator.rankside import models_chainer
+    from orchestrator.rankside.chainer import models as models_chainer
 
     comm = chainermn.create_communicator(args.communicator)
     if args.communicator == "pure_nccl":  # pragma: no cover - GPU partitions only

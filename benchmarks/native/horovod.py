@@ -8,7 +8,7 @@ import torch
 
 from benchmarks.native._common import parse_args
 from benchmarks.native._torch import plain_step, run
-from orchestrator.rankside import models_torch
+from orchestrator.rankside.torch import models as models_torch
 
 
 def main():

@@ -9,7 +9,7 @@ from mpi4py import MPI
 
 from benchmarks.native._common import parse_args
 from benchmarks.native._torch import run
-from orchestrator.rankside import models_torch
+from orchestrator.rankside.torch import models as models_torch
 
 
 def buckets(params, limit):

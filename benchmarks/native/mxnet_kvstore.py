@@ -17,7 +17,7 @@ def main():
     import mxnet as mx  # a scheduler or server runs here and never returns
     from mxnet import autograd, gluon
 
-    from orchestrator.rankside import models_mxnet
+    from orchestrator.rankside.mxnet import models as models_mxnet
 
     update = args.update or ("server" if args.kvstore == "dist_async" else "worker")
     kv = mx.kv.create(args.kvstore)

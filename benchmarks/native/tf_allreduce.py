@@ -15,7 +15,8 @@ import os
 import tensorflow as tf
 
 from benchmarks.native._common import Clock, parse_args, report
-from orchestrator.rankside import models_tf, tf_common
+from orchestrator.rankside.tf import common as tf_common
+from orchestrator.rankside.tf import models as models_tf
 
 
 def main():

@@ -18,7 +18,7 @@ import time
 import tensorflow as tf
 
 from benchmarks.native._common import Clock, parse_args, report
-from orchestrator.rankside import models_tf
+from orchestrator.rankside.tf import models as models_tf
 
 DONE = "chief.done"
 

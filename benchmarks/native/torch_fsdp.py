@@ -12,7 +12,7 @@ from torch.distributed.fsdp import fully_shard
 
 from benchmarks.native._common import parse_args
 from benchmarks.native._torch import device_for_rank, leave, plain_step, run
-from orchestrator.rankside import models_torch
+from orchestrator.rankside.torch import models as models_torch
 
 
 def layers(model):

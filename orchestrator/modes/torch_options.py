@@ -1,7 +1,7 @@
 """The run dimensions every PyTorch mode takes (torch-ddp, torch-fsdp, mpi-ssgd, horovod): how
 GPU users run a training step beyond the plain fp32 loop. Declared once here; each torch
 ``mode.py`` adds :data:`RUN_DIMENSIONS` to its options, and the rank side applies them in
-:mod:`orchestrator.rankside.torch_common` (:class:`~orchestrator.rankside.torch_common.Dims`).
+:mod:`orchestrator.rankside.torch.common` (:class:`~orchestrator.rankside.torch.common.Dims`).
 
 * ``precision``: ``fp32`` (TF32 off everywhere: cuDNN's own default would run convolutions in
   TF32), ``tf32`` (fp32 tensors, TF32 matmuls and convolutions on GPUs; on a CPU it is fp32),

@@ -14,7 +14,8 @@ import json
 def _torch():
     import torch
 
-    from . import models_torch, zoo_names
+    from . import zoo_names
+    from .torch import models as models_torch
 
     counts = {}
     for name, datasets in zoo_names():
@@ -28,7 +29,8 @@ def _torch():
 def _tensorflow():
     import tensorflow as tf
 
-    from . import models_tf, zoo_names
+    from . import zoo_names
+    from .tf import models as models_tf
 
     counts = {}
     for name, datasets in zoo_names():
@@ -41,8 +43,8 @@ def _tensorflow():
 def _mxnet():
     import mxnet as mx
 
-    from . import models_mxnet as mm
     from . import zoo_names
+    from .mxnet import models as mm
 
     counts = {}
     for name, datasets in zoo_names():
@@ -55,7 +57,7 @@ def _mxnet():
 
 
 def _cntk():
-    from . import models_cntk as mc
+    from .cntk import models as mc
 
     C = mc.C
     counts = {}
@@ -69,8 +71,8 @@ def _cntk():
 def _chainer():
     import chainer
 
-    from . import models_chainer as mch
     from . import zoo_names
+    from .chainer import models as mch
 
     counts = {}
     for name, datasets in zoo_names():

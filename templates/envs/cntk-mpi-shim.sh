@@ -23,7 +23,7 @@ for pair in libmpi.so.12:libmpi.so.40 libmpi_cxx.so.1:libmpi_cxx.so.40; do
   ln -sfn "$target" "$shim/$name"
 done
 # Prove it: the wheel's core library resolves every MPI soname through the shim.
-# (With CNTK's import-time library checks skipped, as orchestrator/workloads/models_cntk.py
+# (With CNTK's import-time library checks skipped, as orchestrator/rankside/cntk/models.py
 # does: they run ldconfig, which as root adds soname links to the shim directory.)
 LD_LIBRARY_PATH="$shim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$VENV/bin/python" -c '
 import sys, types

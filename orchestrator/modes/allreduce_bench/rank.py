@@ -48,7 +48,7 @@ def main(argv=None) -> None:
         import torch
         import torch.distributed as dist
 
-        from orchestrator.rankside.torch_common import rank_device
+        from orchestrator.rankside.torch.common import rank_device
 
         s.samples = 0  # an all-reduce trains no samples: no throughput for this mode
         grad = gradient_bytes(args.model, args.dataset)

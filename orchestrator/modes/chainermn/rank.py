@@ -45,7 +45,7 @@ def main(argv=None) -> None:
         import numpy as np
         from mpi4py import MPI
 
-        from orchestrator.rankside import models_chainer
+        from orchestrator.rankside.chainer import models as models_chainer
 
         comm = chainermn.create_communicator(args.communicator)
         info = s.info
@@ -73,7 +73,7 @@ def main(argv=None) -> None:
         comm.bcast_data(model)
 
         if args.epochs:  # time to accuracy (issue 18): shares by chainermn.scatter_dataset
-            from orchestrator.rankside import epochs_chainer
+            from orchestrator.rankside.chainer import epochs as epochs_chainer
 
             epochs_chainer.train(s, args, info, comm, model, optimizer)
             s.footer["param_checksum"] = parameter_checksum(model)
@@ -83,7 +83,7 @@ def main(argv=None) -> None:
 
         pool = models_chainer.synthetic_pool(xp, args.batch_size, args.dataset, 1000 + info.rank)
         if args.data:  # orch's raw records (issue 18), read into memory once
-            from orchestrator.rankside.epochs_common import raw_pool
+            from orchestrator.rankside.common.epochs import raw_pool
 
             pool = [(xp.asarray(x), xp.asarray(t)) for x, t in raw_pool(args, comm.rank,
                                                                          comm.size)]

@@ -103,7 +103,7 @@ def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="cntk", mode="cntk") as s:
         # models_cntk first: it imports cntk without CNTK's import-time ldconfig calls.
-        from orchestrator.rankside import models_cntk
+        from orchestrator.rankside.cntk import models as models_cntk
 
         C = models_cntk.C
         import numpy as np
@@ -131,7 +131,7 @@ def main(argv=None) -> None:
                                                                  args.batch_size, world)
         s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
         if args.epochs:  # time to accuracy (issue 18): each rank its share of the minibatches
-            from orchestrator.rankside import epochs_cntk
+            from orchestrator.rankside.cntk import epochs as epochs_cntk
 
             epochs_cntk.train(s, args, info, C, native, x, y, plain, classes)
             s.footer["param_checksum"] = parameter_checksum(plain)
@@ -145,7 +145,7 @@ def main(argv=None) -> None:
         pool = [(rng.standard_normal((args.batch_size, *shape)).astype(np.float32),
                  eye[rng.randint(0, classes, args.batch_size)]) for _ in range(4)]
         if args.data:  # orch's raw records (issue 18), read into memory once
-            from orchestrator.rankside.epochs_common import raw_pool
+            from orchestrator.rankside.common.epochs import raw_pool
 
             pool = [(xs, eye[ys]) for xs, ys in raw_pool(args, rank, world)]
 

@@ -47,8 +47,8 @@ def main(argv=None) -> None:
         import horovod.torch as hvd
         import torch
 
-        from orchestrator.rankside import models_torch
-        from orchestrator.rankside.torch_common import (
+        from orchestrator.rankside.torch import models as models_torch
+        from orchestrator.rankside.torch.common import (
             Dims,
             Steps,
             input_batches,
@@ -105,7 +105,9 @@ def main(argv=None) -> None:
         step = amp_step if dims.amp else documented_step
 
         if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as Horovod's
-            from orchestrator.rankside import epochs_torch  # examples shard an epoch
+            from orchestrator.rankside.torch import (
+                epochs as epochs_torch,  # examples shard an epoch
+            )
 
             epochs_torch.train(s, args, info, step, model, device,
                                reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"),

@@ -226,8 +226,8 @@ def main(argv=None) -> None:
         import torch
         from mpi4py import MPI
 
-        from orchestrator.rankside import models_torch
-        from orchestrator.rankside.torch_common import (
+        from orchestrator.rankside.torch import models as models_torch
+        from orchestrator.rankside.torch.common import (
             Dims,
             Steps,
             input_batches,
@@ -279,7 +279,7 @@ def main(argv=None) -> None:
             return loss.detach(), logits.detach()
 
         if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as torch-ddp
-            from orchestrator.rankside import epochs_torch
+            from orchestrator.rankside.torch import epochs as epochs_torch
 
             def summed(t):
                 comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)

@@ -130,7 +130,7 @@ def train(s: harness.Session, args) -> None:
     import mxnet as mx
     from mxnet import autograd, gluon
 
-    from orchestrator.rankside import models_mxnet
+    from orchestrator.rankside.mxnet import models as models_mxnet
 
     info = s.info
     s.footer["versions"] = harness.versions(mxnet=mx.__version__)
@@ -167,7 +167,7 @@ def train(s: harness.Session, args) -> None:
     mx.nd.waitall()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     if args.epochs:  # time to accuracy (issue 18): the KVStore's rank/num_workers shard
-        from orchestrator.rankside import epochs_mxnet
+        from orchestrator.rankside.mxnet import epochs as epochs_mxnet
 
         epochs_mxnet.train(s, args, info, mx, net, trainer, kv, ctx, on_server, loss_fn)
         s.footer["param_checksum"] = parameter_checksum(params)
@@ -272,7 +272,7 @@ def input_batches(mx, gluon, args, rank: int, workers: int, seed: int):
 
     import numpy as np
 
-    from orchestrator.rankside import models_mxnet
+    from orchestrator.rankside.mxnet import models as models_mxnet
 
     shape = models_mxnet.input_shape(args.dataset)
     if not args.data:

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.rankside import harness, tf_common
+from orchestrator.rankside import harness
+from orchestrator.rankside.tf import common as tf_common
 
 from .mode import MODE
 
@@ -68,7 +69,7 @@ def main(argv=None) -> None:
     with harness.rank_log(args, framework="tensorflow", mode="tf-allreduce") as s:
         import tensorflow as tf
 
-        from orchestrator.rankside import models_tf
+        from orchestrator.rankside.tf import models as models_tf
 
         info = s.info
         s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
@@ -124,7 +125,7 @@ def main(argv=None) -> None:
         total = tf_common.summed(tf, strategy, comm)
 
         if args.epochs:  # time to accuracy (issue 18): tf.data shard + per-epoch reshuffle
-            from orchestrator.rankside import epochs_tf
+            from orchestrator.rankside.tf import epochs as epochs_tf
 
             epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params, slots)
             finish(s, tf, strategy, params, total)

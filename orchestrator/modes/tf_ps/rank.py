@@ -66,7 +66,8 @@ import time
 from collections import Counter
 
 from orchestrator import protocol
-from orchestrator.rankside import harness, tf_common
+from orchestrator.rankside import harness
+from orchestrator.rankside.tf import common as tf_common
 
 from .mode import MODE
 
@@ -171,7 +172,7 @@ def coordinate(s, args) -> None:
     import numpy as np
     import tensorflow as tf
 
-    from orchestrator.rankside import models_tf
+    from orchestrator.rankside.tf import models as models_tf
 
     s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
     s.footer["threads"] = tf_common.thread_settings()
@@ -244,7 +245,7 @@ def coordinate(s, args) -> None:
         return strategy.run(replica, args=(x, y))
 
     s.samples = workers * batch  # the global samples of one chief iteration
-    from orchestrator.rankside import epochs_tf
+    from orchestrator.rankside.tf import epochs as epochs_tf
 
     if args.epochs:  # whole epochs of scheduled steps, the chief evaluates after each
         epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params, slots,

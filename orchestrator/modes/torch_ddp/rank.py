@@ -39,7 +39,7 @@ import gc
 import time
 
 from orchestrator.rankside import harness
-from orchestrator.rankside.torch_common import (
+from orchestrator.rankside.torch.common import (
     Dims,
     Steps,
     init_distributed,
@@ -116,7 +116,7 @@ def main(argv=None) -> None:
         import torch
         from torch.nn.parallel import DistributedDataParallel
 
-        from orchestrator.rankside import models_torch
+        from orchestrator.rankside.torch import models as models_torch
 
         torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts rank 0's)
         s.footer["versions"] = harness.versions(torch=torch.__version__)
@@ -129,7 +129,7 @@ def main(argv=None) -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
         if args.epochs:  # time to accuracy (issue 18): whole epochs of DDP's own step
-            from orchestrator.rankside import epochs_torch
+            from orchestrator.rankside.torch import epochs as epochs_torch
 
             plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
             epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn, dims), model,
@@ -175,7 +175,7 @@ def main(argv=None) -> None:
         if args.trace == "yes":  # after the checksum: tracing steps no optimizer
             import os
 
-            from orchestrator.rankside import trace_torch
+            from orchestrator.rankside.torch import trace as trace_torch
 
             rows = trace_torch.trace(ddp, model, loss_fn, source)
             if info.rank == 0:

@@ -20,7 +20,7 @@ MODE = Mode(
     # Like torch-ddp: env:// rendezvous from the task variables, whatever started the ranks.
     launchers=("srun", "local", "mpirun"),
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
-    epochs=True,  # torch-ddp's epoch loop (rankside/epochs_torch.py) over the sharded model
+    epochs=True,  # torch-ddp's epoch loop (rankside/torch/epochs.py) over the sharded model
     pattern="allgather-reducescatter",
     # On GPU streams (NCCL) all-gathers and reduce-scatters run behind compute; over Gloo
     # (CPU) every collective blocks the training thread: nothing is hidden.

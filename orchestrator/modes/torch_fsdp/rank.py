@@ -1,7 +1,7 @@
 """PyTorch FSDP2 rank (``fully_shard``): trains a zoo model on synthetic data, times each phase.
 
 With ``--epochs`` (time to accuracy, issue 18) the sharded model trains whole epochs with the
-same plain step through :mod:`orchestrator.rankside.epochs_torch`, the loop torch-ddp uses
+same plain step through :mod:`orchestrator.rankside.torch.epochs`, the loop torch-ddp uses
 (``DistributedSampler`` shares, as FSDP's own examples shard an epoch), and neither window runs.
 
 Two windows (issue 14): first the throughput window, the plain loop on the sharded model
@@ -72,7 +72,7 @@ from __future__ import annotations
 import time
 
 from orchestrator.rankside import harness
-from orchestrator.rankside.torch_common import (
+from orchestrator.rankside.torch.common import (
     Dims,
     Steps,
     init_distributed,
@@ -249,7 +249,7 @@ def main(argv=None) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        from orchestrator.rankside import models_torch
+        from orchestrator.rankside.torch import models as models_torch
 
         torch.manual_seed(0)  # same initial weights everywhere (FSDP2 broadcasts nothing)
         s.footer["versions"] = harness.versions(torch=torch.__version__)
@@ -272,7 +272,7 @@ def main(argv=None) -> None:
         s.footer["fsdp_units"] = len(units)
         s.footer["reshard_after_forward"] = reshard
         if args.epochs:  # time to accuracy (issue 18): whole epochs of FSDP2's own step
-            from orchestrator.rankside import epochs_torch
+            from orchestrator.rankside.torch import epochs as epochs_torch
 
             epochs_torch.train(s, args, info, step, model, device, dims=dims)
             s.footer["param_checksum"] = full_parameter_checksum(model)

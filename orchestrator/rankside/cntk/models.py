@@ -165,7 +165,7 @@ def count_params(z):
 
 
 def main():
-    """``python -m orchestrator.rankside.models_cntk``: one JSON line per model and dataset,
+    """``python -m orchestrator.rankside.cntk.models``: one JSON line per model and dataset,
     with the parameter count and output shape (what the tests compare with the zoo)."""
     import json
 

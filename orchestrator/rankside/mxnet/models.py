@@ -1,7 +1,7 @@
 """MXNet Gluon implementations of the benchmark models described in :mod:`orchestrator.zoo`.
 
 Same architectures and exactly the same trainable parameter counts as
-:mod:`orchestrator.rankside.models_torch` (weights, biases and BatchNorm gamma/beta; BatchNorm
+:mod:`orchestrator.rankside.torch.models` (weights, biases and BatchNorm gamma/beta; BatchNorm
 running statistics are auxiliary states with ``grad_req='null'`` and are not counted):
 
 * ImageNet variants: torchvision's AlexNet, GoogLeNet without aux heads, ResNet-18 and ResNet-50

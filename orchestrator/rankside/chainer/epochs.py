@@ -14,7 +14,7 @@ update). Held-out: each rank its strided share, counts summed with the communica
 
 from __future__ import annotations
 
-from orchestrator.rankside import epochs_common
+from orchestrator.rankside.common import epochs as epochs_common
 
 EVAL_BATCH = 256
 

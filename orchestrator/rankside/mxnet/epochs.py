@@ -19,7 +19,7 @@ worker's own model, which is what an asynchronous run should report.
 
 from __future__ import annotations
 
-from orchestrator.rankside import epochs_common
+from orchestrator.rankside.common import epochs as epochs_common
 
 COUNTS_KEY = 1 << 20  # a KVStore key no parameter uses (Gluon numbers them from 0)
 
@@ -41,7 +41,7 @@ def train(s, args, info, mx, net, trainer, kv, ctx, on_server: bool, loss_fn) ->
     """``--epochs`` epochs of this worker's share, the held-out accuracy after each."""
     from mxnet import autograd, gluon
 
-    from orchestrator.rankside import models_mxnet
+    from orchestrator.rankside.mxnet import models as models_mxnet
 
     shape = models_mxnet.input_shape(args.dataset)
     train_set, n = _records(mx, gluon, args.data, shape)

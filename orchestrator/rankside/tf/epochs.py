@@ -22,7 +22,8 @@ chief evaluates the whole split on the ps-held parameters.
 
 from __future__ import annotations
 
-from orchestrator.rankside import epochs_common, tf_common
+from orchestrator.rankside.common import epochs as epochs_common
+from orchestrator.rankside.tf import common as tf_common
 
 EVAL_BATCH = 256
 
@@ -41,7 +42,7 @@ def _counts(tf, logits, y):
 
 def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> None:
     """tf-allreduce: ``--epochs`` epochs of the training split, held-out accuracy after each."""
-    from orchestrator.rankside import models_tf
+    from orchestrator.rankside.tf import models as models_tf
 
     shape = models_tf.input_shape(args.dataset)
     train, n = _split(tf, args.data, shape)
@@ -111,7 +112,7 @@ def ps_dataset_fn(tf, args, shape):
 
 def train_ps(s, args, info, tf, strategy, coordinator, model, params, slots, workers) -> None:
     """tf-ps: the chief schedules ``--epochs`` epochs of steps and evaluates after each."""
-    from orchestrator.rankside import models_tf
+    from orchestrator.rankside.tf import models as models_tf
 
     shape = models_tf.input_shape(args.dataset)
     _, n = _split(tf, args.data, shape)

@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from . import jpeg_shards
-from .datagen import SHAPES
+from .. import jpeg_shards
+from ..datagen import SHAPES
 
 
 class RawRecords(Dataset):

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from orchestrator.rankside import epochs_common
+from orchestrator.rankside.common import epochs as epochs_common
 
 EVAL_BATCH = 256
 

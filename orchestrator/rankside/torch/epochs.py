@@ -26,7 +26,7 @@ def loaders(args, info, pin_memory: bool = False):
     ``pin_memory``: training batches in pinned memory (a GPU run's ``pin_memory=yes``)."""
     from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-    from orchestrator.rankside.datasets_torch import records
+    from orchestrator.rankside.torch.datasets import records
 
     train = records(args.data, args.dataset)
     test = records(os.path.join(args.data, "test"), args.dataset)
@@ -80,7 +80,7 @@ def train(s, args, info, step, model, device, reduce=None, dims=None) -> None:
     """Train ``--epochs`` epochs (or until ``--target-accuracy``) with ``step(x, y) -> (loss,
     logits)``, the mode's own training step; evaluate ``model`` after each epoch (held-out
     counts summed with ``reduce``, see :func:`evaluate`). ``dims``: the run's
-    :class:`~orchestrator.rankside.torch_common.Dims` pins and moves the training batches
+    :class:`~orchestrator.rankside.torch.common.Dims` pins and moves the training batches
     (a compiled step compiles in the first epoch's first steps: time to accuracy holds it)."""
     dl, share = loaders(args, info, pin_memory=dims is not None and dims.pin)
     move = dims.to_device if dims is not None else (lambda x, y: (x.to(device), y.to(device)))

@@ -79,7 +79,7 @@ def input_batches(args, info, models_torch, dims=None):
 
     pin = dims is not None and dims.pin
     if args.data:
-        from orchestrator.rankside import datasets_torch
+        from orchestrator.rankside.torch import datasets as datasets_torch
 
         dl = datasets_torch.loader(args.data, args.dataset, args.batch_size, info.rank,
                                    info.world_size, prefetch=args.prefetch == "yes",

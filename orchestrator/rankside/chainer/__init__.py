@@ -1,0 +1,1 @@
+"""Chainer's rank side (chainermn): the model zoo (models) and the epoch loop (epochs)."""
