@@ -35,7 +35,7 @@ __all__ = ["RETRYABLE", "STATES", "TERMINAL", "Event", "JobRecord", "Prepared",
            "write_record"]
 
 # orch's run states, the one table: state -> (terminal, retried by --max-retries, meaning).
-# The scheduler backends map their own words onto these (backends/slurm.py SLURM_STATES).
+# The scheduler backends map their own words onto these (backends/slurm/scheduler.py SLURM_STATES).
 # Retried: failures of the infrastructure, not of the workload; a run that failed by its own
 # fault (FAILED, OUT_OF_MEMORY, TIMEOUT) would fail the same way again.
 STATES: dict[str, tuple[bool, bool, str]] = {
@@ -93,7 +93,7 @@ class JobRecord(BaseModel):
     # without it was cancelled outside orch (scancel, an administrator).
     cancel_requested: str | None = None
     history: list[Event] = Field(default_factory=list)
-    # Packed sweeps (orch sweep --pack/--array, orchestrator/pack.py): the pack's name (its
+    # Packed sweeps (orch sweep --pack/--array, backends/slurm/pack.py): the pack's name (its
     # directory under packs/ and its Slurm job name), and the run's own job step (JOBID.STEP).
     pack: str | None = None
     step: str | None = None

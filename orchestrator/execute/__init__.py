@@ -1,7 +1,8 @@
 """Carry out a sweep: prepare run directories, submit what is not done, wait, finalize.
 
 One way through: runs (plan) → rendered files and provenance (render, containers,
-provenance) → run directories (rundir.materialise) → the site's scheduler (backends) → ledger
+provenance) → run directories (rundir.materialise) → a run strategy (strategies.py: a job per
+run, packs, arrays, any of them staged by scale) and the site's scheduler (backends) → ledger
 states → finalized against the rank logs (verdict).
 
 Re-running a sweep into the same directory skips finished runs (their data is never touched),
