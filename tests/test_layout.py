@@ -5,7 +5,8 @@
 * The import graph has no cycle, and every control-plane module imports alone.
 * Rank-side code imports only the rank-side floor (protocol, errors, zoo, rankside, modes), and
   the code CNTK's Python 3.6 runs compiles there.
-* A mode is one folder: no module outside ``orchestrator/modes/`` names a mode; no module
+* A mode is one folder: no module outside ``orchestrator/modes/`` names a mode or imports its
+  modules by their path (the registry is the way in); no module
   outside ``orchestrator/backends/`` (nor a template) compares a scheduler or launcher name.
 """
 
@@ -319,3 +320,59 @@ def test_registry_names_what_an_incomplete_mode_folder_lacks(tmp_path, monkeypat
                           env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert proc.returncode != 0
     assert "orchestrator/modes/horovod/ lacks rank.py" in proc.stderr
+
+
+def _mode_packages() -> set[str]:
+    return {mode.package for mode in modes.registry().values()}
+
+
+def mode_path_references(path: Path, packages: set[str], name: str | None = None) -> list[str]:
+    """Where a file imports a mode's own modules by their path (``from orchestrator.modes.x
+    import mode``, ``..modes.x.rank``) or names that path in a string; the registry
+    (``orchestrator.modes.get``, a descriptor's ``module``) is the way in. ``name``: the
+    module's dotted name (default: from its path in the package)."""
+    named = re.compile(r"\bmodes[./](" + "|".join(sorted(packages)) + r")\b")
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    if path.suffix != ".py":
+        return [f"{shown}:{n}: {line.strip()}"
+                for n, line in enumerate(path.read_text().splitlines(), 1) if named.search(line)]
+    found = []
+    for target in sorted(imports_of(name or module_name(path), path)):
+        parts = target.split(".")
+        if parts[:2] == ["orchestrator", "modes"] and len(parts) > 2 and parts[2] in packages:
+            found.append(f"{shown}: imports {target}")
+    found += [f"{shown}: names {text!r}" for text in sorted(_string_literals(path))
+              if named.search(text)]
+    return found
+
+
+def test_no_mode_is_imported_by_its_module_path_outside_its_folder():
+    """Outside orchestrator/modes/ (templates included) a mode is reached through the
+    registry, never by importing or naming its own modules."""
+    packages = _mode_packages()
+    files = _code_files("modes/")
+    files += [p for p in sorted([*(ROOT / "templates").rglob("*.j2"), *PKG.rglob("*.j2")])
+              if not p.is_relative_to(PKG / "modes")]
+    found = [line for path in files for line in mode_path_references(path, packages)]
+    assert not found, "modes imported by module path outside orchestrator/modes/:\n" + (
+        "\n".join(found))
+
+
+def test_the_mode_path_check_sees_imports_strings_and_templates(tmp_path):
+    """The check above finds each way of naming a mode's module (else it could pass blind)."""
+    packages = _mode_packages()
+    module = tmp_path / "probe.py"
+    module.write_text("from orchestrator.modes.allreduce_bench import mode\n"
+                      "from ..modes.torch_ddp.mode import MODE\n"
+                      "RANK = 'orchestrator.modes.horovod.rank'\n"
+                      "FINE = ('orchestrator.modes.base', 'orchestrator.modes')\n")
+    found = mode_path_references(module, packages, name="orchestrator.cli.probe")
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "imports orchestrator.modes.allreduce_bench",
+        "imports orchestrator.modes.allreduce_bench.mode",
+        "imports orchestrator.modes.torch_ddp.mode",
+        "names 'orchestrator.modes.horovod.rank'"], found
+    template = tmp_path / "launch.sh.j2"
+    template.write_text("python -m orchestrator.modes.cntk.rank\npython -m {{ module }}\n")
+    assert mode_path_references(template, packages) == [
+        "launch.sh.j2:1: python -m orchestrator.modes.cntk.rank"]
