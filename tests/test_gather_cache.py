@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from orchestrator import protocol, results
-from orchestrator.results import cache
+from orchestrator.results import cache, resultset
 
 from .test_report import FOOTER, check_merge, dumps, header, iteration, make_run
 
@@ -114,6 +114,41 @@ def test_a_replaced_parquet_or_run_json_invalidates(tmp_path, monkeypatch):
     read.clear()
     check_merge(out)
     assert len(read) == 4
+
+
+def test_an_entry_of_another_format_is_a_miss(tmp_path, monkeypatch):
+    """An entry written by an older orch (version 2, plain dict) or one whose fields are not
+    what they should be: that run's logs are read again, never a crash, and its entry is
+    rewritten in this version's format."""
+    out, rdirs = _sweep(tmp_path)
+    check_merge(out)
+    entries = out / results.CACHE_DIR
+    old = json.loads((entries / f"{rdirs[1].name}.json").read_text())
+    (entries / f"{rdirs[1].name}.json").write_text(json.dumps({**old, "version": 2}))
+    (entries / f"{rdirs[2].name}.json").write_text(json.dumps({**old, "count": "many"}))
+    read = _count_reads(monkeypatch)
+    check_merge(out)
+    assert sorted(p.parent.parent.name for p in read) == sorted(
+        [rdirs[1].name] * 2 + [rdirs[2].name] * 4)
+    for rdir in rdirs:
+        entry = cache.CacheEntry.model_validate_json((entries / f"{rdir.name}.json").read_text())
+        assert entry.version == cache.CACHE_VERSION
+
+
+def test_a_merge_in_many_batches_is_the_same(tmp_path, monkeypatch):
+    """Runs parsed and written one batch at a time (here: one run per batch, each appended to
+    iterations.parquet as row groups of its own), and a re-merge taking the unchanged runs'
+    rows from those row groups: the result set of a merge in one go."""
+    monkeypatch.setattr(resultset, "BATCH_BYTES", 1)
+    out, rdirs = _sweep(tmp_path)
+    check_merge(out)
+    assert pq.ParquetFile(out / "results" / "iterations.parquet").num_row_groups == 3
+    log = rdirs[0] / "ranks" / "rank-0.jsonl"
+    log.write_text(log.read_text())  # rewritten: a new mtime, the same rows
+    _age(log, 30)
+    read = _count_reads(monkeypatch)
+    check_merge(out)
+    assert [p.parent.parent.name for p in read] == [rdirs[0].name]
 
 
 def test_a_log_written_just_now_is_read_again(tmp_path, monkeypatch):
