@@ -1,7 +1,9 @@
-"""Units a user types and reads: bandwidths (``10Gb/s``, ``12.5GB/s``) and latencies (``2us``).
+"""Units a user types and reads: bandwidths (``10Gb/s``, ``12.5GB/s``), latencies (``2us``)
+and byte counts (``64KiB``, ``1M``).
 
 Pure functions, used by the CLI's what-if options, the site config (a partition's minimum bus
-bandwidth) and every place that prints a bandwidth or a time.
+bandwidth), the message sizes of the network benchmark, and every place that prints a
+bandwidth or a time.
 """
 
 from __future__ import annotations
@@ -69,3 +71,40 @@ def format_seconds(value: float) -> str:
 def format_bandwidth(value: float) -> str:
     """Bytes/s as GB/s (and Gb/s, the unit NICs are sold in)."""
     return f"{value / 1e9:.3g} GB/s ({value * 8 / 1e9:.3g} Gb/s)"
+
+
+# --- byte counts: message sizes, gradient sizes, buckets ----------------------------------
+
+def parse_sizes(text: str, what: str = "sizes") -> tuple[int, ...]:
+    """``"4:1K:64K:1M"`` (or with commas) → bytes, sorted, distinct.
+
+    Suffixes: K, M, G (also KiB, MiB, GiB) are powers of 1024; KB, MB, GB powers of 1000;
+    a trailing B alone is bytes. Every size must be a positive multiple of 4 (float32 buffers).
+    """
+    items = [t.strip() for t in text.replace(",", ":").split(":") if t.strip()]
+    if not items:
+        raise UserError(f"{what}: expected message sizes such as 4,1K,64K,1M, got '{text}'")
+    out = set()
+    for item in items:
+        value = parse_bytes(item, what)
+        if value < 4 or value % 4:
+            raise UserError(f"{what}: {item} = {value} bytes; sizes are float32 buffers: use "
+                            "a positive multiple of 4 bytes")
+        out.add(value)
+    return tuple(sorted(out))
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024 ** 2, "mib": 1024 ** 2,
+               "g": 1024 ** 3, "gib": 1024 ** 3, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3}
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """One byte count: ``4``, ``1K`` (1024), ``1KB`` (1000), ``2MiB``, ``1.5M``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _BYTE_UNITS:
+        raise UserError(f"{what}: '{text}' is not a byte count (e.g. 4, 1K, 64KiB, 1M, 1MB)")
+    value = float(match.group(1)) * _BYTE_UNITS[unit]
+    if value != int(value):
+        raise UserError(f"{what}: '{text}' is not a whole number of bytes")
+    return int(value)

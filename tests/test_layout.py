@@ -44,8 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "orchestrator.backends.slurm.pack",
               "orchestrator.watch", "orchestrator.faults", "orchestrator.execute")),
     ("results", ("orchestrator.results",)),
-    ("analysis", ("orchestrator.perfmodel", "orchestrator.netbench", "orchestrator.report",
-                  "orchestrator.preflight", "orchestrator.predictions",
+    ("analysis", ("orchestrator.model", "orchestrator.report",
                   "orchestrator.execute.staged",
                   "orchestrator.zoo_counts")),
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),
@@ -131,6 +130,80 @@ def test_no_module_imports_one_above_it():
                 upward.append(f"{name} ({LAYERS[mine][0]}) imports {target} "
                               f"({LAYERS[theirs][0]})")
     assert not upward, "imports against the flow:\n" + "\n".join(upward)
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _imported_from(node: ast.ImportFrom, name: str, path: Path) -> str:
+    """The orch module an ``ImportFrom`` in module ``name`` (file ``path``) names."""
+    if not node.level:
+        return node.module or ""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    base = package.split(".")
+    base = base[:len(base) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def private_reach_ins(name: str, path: Path) -> list[str]:
+    """Where a module uses a private name (``_x``) of an orch module outside the CLI package:
+    ``from m import _x``, a ``_x`` segment in an imported module's path, or ``alias._x`` on a
+    name an orch import bound. (The CLI's own helpers, orchestrator.cli._common, are its own.)"""
+    tree = ast.parse(path.read_text())
+    bound: dict[str, str] = {}  # local name -> the orch module it came from
+    found = []
+
+    def foreign(module: str) -> bool:
+        return module.startswith("orchestrator") and not (
+            module == "orchestrator.cli" or module.startswith("orchestrator.cli."))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if foreign(alias.name):
+                    bound[alias.asname or alias.name.split(".")[0]] = alias.name
+                    if any(_private(part) for part in alias.name.split(".")):
+                        found.append(f"{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom):
+            module = _imported_from(node, name, path)
+            if not foreign(module):
+                continue
+            if any(_private(part) for part in module.split(".")):
+                found.append(f"{node.lineno}: from {module} import ...")
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{module}.{alias.name}"
+                if _private(alias.name):
+                    found.append(f"{node.lineno}: from {module} import {alias.name}")
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and _private(node.attr)
+                and isinstance(node.value, ast.Name) and node.value.id in bound):
+            found.append(f"{node.lineno}: {node.value.id}.{node.attr} "
+                         f"({bound[node.value.id]})")
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [f"{where}:{line}" for line in found]
+
+
+def test_the_cli_uses_no_private_name_of_another_module():
+    """The CLI parses and prints: what it needs of the model, the report or the runs is their
+    public API, never a ``_name`` it would break with."""
+    found = []
+    for name, path in all_modules().items():
+        if name == "orchestrator.cli" or name.startswith("orchestrator.cli."):
+            found += private_reach_ins(name, path)
+    assert not found, "private names used by the CLI:\n" + "\n".join(found)
+
+
+def test_the_private_name_check_sees_each_kind_of_reach_in(tmp_path):
+    fake = tmp_path / "cmd.py"
+    fake.write_text("from .. import report as rep\nfrom ..report import _fmt\n"
+                    "import orchestrator.model._x\nfrom ._common import _helper\n"
+                    "def f():\n    return rep._num(1)\n")
+    found = private_reach_ins("orchestrator.cli.cmd", fake)
+    text = "\n".join(found)
+    assert len(found) == 3, found  # the CLI's own _common is not a reach-in
+    for reach_in in ("import _fmt", "import orchestrator.model._x", "rep._num"):
+        assert reach_in in text, found
 
 
 def test_import_graph_has_no_cycle():

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from orchestrator import netbench, units
+from orchestrator import units
 from orchestrator.errors import UserError
-from orchestrator.modes.allreduce_bench.mode import parse_sizes
-from orchestrator.perfmodel import allreduce_time
+from orchestrator.model import allreduce_time, netbench
+from orchestrator.units import parse_sizes
 
 from .conftest import run_orch
 

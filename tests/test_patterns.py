@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import perfmodel as pm
-from orchestrator.perfmodel import AlphaBeta, ModelInputError, Network
+from orchestrator import model as pm
+from orchestrator.model import AlphaBeta, ModelInputError, Network
 
 approx = pytest.approx
 # Round numbers: inter α = 1 ms, B = 1e6 B/s; intra α = 0.1 ms, B = 1e7 B/s; m = 1e6 B.

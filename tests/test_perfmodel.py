@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from orchestrator.errors import UserError
-from orchestrator.perfmodel import (
+from orchestrator.model import (
     AlphaBeta,
     Breakdown,
     Layer,

@@ -11,8 +11,10 @@ import time
 
 import pytest
 
-from orchestrator import predictions, preflight, rundir
+from orchestrator import rundir
 from orchestrator.errors import UserError
+from orchestrator.model import ledger as predictions
+from orchestrator.model import preflight
 
 from .conftest import run_orch
 

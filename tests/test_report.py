@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator import protocol, report, results, rundir
-from orchestrator.perfmodel import AlphaBeta, allreduce_time
+from orchestrator.model import AlphaBeta, allreduce_time
 from orchestrator.results import analyze, gather, tables
 from orchestrator.rundir import JobRecord
 from orchestrator.sweep import Run
@@ -407,7 +407,7 @@ def test_html_is_self_contained_and_markdown_links_the_plots(real_sweep):
 @pytest.mark.ranks
 def test_every_run_has_predicted_next_to_measured_speedup(real_sweep):
     out, _, _ = real_sweep
-    from orchestrator import netbench
+    from orchestrator.model import netbench
 
     runs = pd.read_parquet(out / "results" / "runs.parquet")
     train = runs[runs["mode"] == "torch-ddp"]

@@ -7,7 +7,7 @@ import csv
 
 import pytest
 
-from orchestrator import perfmodel, zoo
+from orchestrator import model, zoo
 
 from .conftest import run_orch
 
@@ -34,10 +34,10 @@ def test_trace_rows_match_the_model_and_feed_the_performance_model(tmp_path):
         assert float(r["forward_us"]) > 0
     saved = tmp_path / "trace.csv"
     run_orch("trace", run_id, "--dir", out, "--output", saved, check=True)
-    trace = perfmodel.load_trace_csv(saved)
+    trace = model.load_trace_csv(saved)
     assert len(trace.layers) == len(rows) - 1
-    wfbp = perfmodel.schedule_wfbp(trace)
-    none = perfmodel.schedule_none(trace)
+    wfbp = model.schedule_wfbp(trace)
+    none = model.schedule_none(trace)
     assert none.exposed_comm_us >= wfbp.exposed_comm_us
 
 

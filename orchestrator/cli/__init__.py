@@ -53,13 +53,13 @@ COMMANDS: tuple[Entry, ...] = (
           "backward_us, comm_us, size_bytes)."),
     Entry("models", "models:models", "The model zoo and each model's parameter count, "
           "expected and per framework."),
-    Entry("report", "analysis:report_cmd", "Tables on the terminal, PNG plots, and a Markdown "
+    Entry("report", "report:report_cmd", "Tables on the terminal, PNG plots, and a Markdown "
           "+ self-contained HTML report."),
-    Entry("predict", "analysis:predict_cmd", "Speedup and iteration time at given worker "
+    Entry("predict", "predict:predict_cmd", "Speedup and iteration time at given worker "
           "counts, from the performance model."),
-    Entry("netbench", "analysis:netbench_cmd", "Measure all-reduce latency α and bandwidth B "
+    Entry("netbench", "netbench:netbench_cmd", "Measure all-reduce latency α and bandwidth B "
           "of a partition with a real job."),
-    Entry("export", "analysis:export_cmd", "Write the result set (runs or iterations) as "
+    Entry("export", "export:export_cmd", "Write the result set (runs or iterations) as "
           "Parquet, CSV or JSON."),
     Entry("container", "container:container_app", "Framework environment images: generate "
           "their Apptainer/Charliecloud build files from containers/specs/, build them, list "

@@ -1,10 +1,10 @@
-"""Predictions stated before the runs they predict, and the sweep staging that makes that so.
+"""The ledger of predictions stated before the runs they predict, and their scorecard.
 
 Why: a model checked against the runs it was fitted to proves nothing. A staged sweep runs
 its runs in stages of increasing scale (distinct rank counts, smallest first). After each
 stage every later run of a configuration is predicted from that configuration's largest
 completed run so far (its measured phase breakdown and ``t_iter``) plus the pre-flight's
-two-level network (orchestrator.preflight), with the communication model its mode declares
+two-level network (:mod:`.preflight`), with the communication model its mode declares
 (``Mode.pattern``: ring all-reduce, parameter server with S servers, reduce-scatter +
 all-gather). Each prediction is appended, with its time, model and inputs, to
 ``<sweep>/predictions.jsonl`` (append-only, never rewritten) *before* the next stage is
@@ -25,17 +25,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import __version__, modes, perfmodel, protocol, rundir
-from .errors import UserError
+from .. import __version__, modes, protocol, rundir
+from ..errors import UserError
+from ..report.select import config_of, training_runs
+from .comm import PATTERN_MODELS, Network, pattern_comm_time
+from .inputs import ModelInputError, gradient_bytes, overlap_of, run_options
+from .predict import Measured, predict
 from .preflight import Preflight
-from .report.predict import gradient_bytes, overlap_of
-from .report.select import config_of, training_runs
 
 FILE = "predictions.jsonl"
 PARQUET = "predictions.parquet"  # in results/
 
 # The runs-table columns a prediction reads (and scores against): kept in one place, so the
-# native-window work (issue 14) can change what t_iter means without touching the model.
+# native-window measurement can change what t_iter means without touching the model.
 T_ITER = "t_iter"  # whatever iteration time the runs table reports
 PHASE_COLUMNS = protocol.PHASES
 RANKS, NODES, TASKS = "ranks", "nodes", "tasks_per_node"
@@ -73,7 +75,7 @@ def servers_of(mode_name: str, nodes: int, tasks_per_node: int, options: dict) -
     return sum(t.role in ("server", "ps") for t in mode.tasks(nodes, tasks_per_node, options))
 
 
-def comm_function(mode_name: str, options: dict, grad: int, net: perfmodel.Network,
+def comm_function(mode_name: str, options: dict, grad: int, net: Network,
                   pattern: str | None = None, servers: int | None = None,
                   ) -> tuple[str, Callable[[int, int, int], float]]:
     """(pattern, ``f(workers, nodes, tasks_per_node) -> seconds``) of a mode's declared
@@ -82,30 +84,34 @@ def comm_function(mode_name: str, options: dict, grad: int, net: perfmodel.Netwo
     mode = _mode_of(mode_name)
     if pattern is None:
         pattern = mode.pattern if mode is not None else "none"
-    if pattern not in perfmodel.PATTERN_MODELS:
-        raise perfmodel.ModelInputError(
+    if pattern not in PATTERN_MODELS:
+        raise ModelInputError(
             f"mode '{mode_name}' declares communication pattern '{pattern}', which has no "
-            f"model; patterns with one: {', '.join(perfmodel.PATTERN_MODELS)}")
+            f"model; patterns with one: {', '.join(PATTERN_MODELS)}")
     reshard = options.get("reshard_after_forward", "yes") != "no"
 
     def comm(workers: int, nodes: int, tasks: int) -> float:
         count = servers if servers is not None else servers_of(mode_name, nodes, tasks,
                                                                 options)
         count = max(1, count)
-        return perfmodel.pattern_comm_time(pattern, grad, workers, tasks, net,
+        return pattern_comm_time(pattern, grad, workers, tasks, net,
                                            servers=count, reshard_after_forward=reshard)
 
     return pattern, comm
 
 
-def _options(value) -> dict:
-    if isinstance(value, dict):
-        return value
-    try:
-        parsed = json.loads(value) if isinstance(value, str) and value else {}
-    except json.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+def measured_base(base: pd.DataFrame, comm_total: float,
+                  smallest: pd.DataFrame | None = None) -> Measured:
+    """The :class:`Measured` source of the runs of one size (the mean of each phase and of
+    ``t_iter``, their compute jitter); speedups relative to ``smallest``'s mean ``t_iter``
+    when it has runs."""
+    speedup_from = None
+    if smallest is not None and not smallest.empty:
+        speedup_from = (int(smallest[RANKS].iloc[0]), float(smallest[T_ITER].mean()))
+    return Measured(phases={p: float(base[p].mean()) for p in PHASE_COLUMNS},
+                    t_iter=float(base[T_ITER].mean()), workers=int(base[RANKS].iloc[0]),
+                    comm_total=comm_total, jitter=compute_jitter(base),
+                    speedup_from=speedup_from)
 
 
 def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Preflight],
@@ -120,67 +126,65 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
     records, notes = [], []
     for _, group in train.groupby(configs, sort=False):
         done = group[(group["state"] == "COMPLETED") & group[T_ITER].notna()]
-        smallest = group[RANKS].min()
-        first_done = done[done[RANKS] == smallest]
+        first_done = done[done[RANKS] == group[RANKS].min()]
         for _, run in group[group["run_id"].isin(targets)].iterrows():
-            w = int(run[RANKS])
-            base = done[done[RANKS] < w]
+            base = done[done[RANKS] < int(run[RANKS])]
             if base.empty:
                 continue
             base = base[base[RANKS] == base[RANKS].max()]
-            b = base.iloc[0]
-            pf = networks.get(str(run["partition"]))
-            if pf is None:
-                notes.append(f"{run['run_id']}: no pre-flight network for partition "
-                             f"{run['partition']}: not predicted")
-                continue
-            opts = _options(run.get("options"))
-            grad = gradient_bytes(str(run["model"]), str(run["dataset"]))
-            if grad is None:
-                notes.append(f"{run['run_id']}: model {run['model']} not in the zoo (gradient "
-                             "size unknown): not predicted")
-                continue
             try:
-                pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network)
-            except perfmodel.ModelInputError as exc:
-                notes.append(f"{run['run_id']}: {exc}")
-                continue
-            overlap = overlap_of(str(run["mode"]), opts, grad)
-            phases = {p: float(base[p].mean()) for p in PHASE_COLUMNS}
-            base_t = float(base[T_ITER].mean())
-            jitter = compute_jitter(base)
-            scale = pf.compute_load(w) / pf.compute_load(int(b[RANKS]))
-            pred = perfmodel.predict_from_measured(
-                phases, base_t, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])),
-                comm(w, int(run[NODES]), int(run[TASKS])), overlap=overlap, jitter=jitter,
-                base_workers=int(b[RANKS]), workers=w, compute_scale=scale)
-            speedup = None
-            if not first_done.empty:
-                t1 = float(first_done[T_ITER].mean())
-                speedup = (w / int(smallest)) * t1 / pred["t_iter"]
-            records.append({
-                "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
-                "site": run["site"], "partition": run["partition"], "model": run["model"],
-                "nodes": int(run[NODES]), "tasks_per_node": int(run[TASKS]), "workers": w,
-                "from_run_id": str(b["run_id"]) if len(base) == 1
-                else ",".join(base["run_id"]), "from_workers": int(b[RANKS]),
-                "pattern": pattern, "overlap": overlap,
-                "servers": servers_of(str(run["mode"]), int(run[NODES]), int(run[TASKS]),
-                                      opts),
-                "grad_bytes": grad, "inputs": {**phases, T_ITER: base_t},
-                "network": pf.as_record(),
-                "t_iter": pred["t_iter"], "speedup": speedup,
-                "t_comm_exposed": pred["t_comm_exposed"],
-                "t_comm_total": pred["t_comm_total"],
-                "jitter": jitter, "t_sync_wait": pred["t_sync_wait"],
-                "compute_scale": scale,
-                "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
-                              "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
-                              + (f", compute x{scale:.2f} (nodes share "
-                                 f"{pf.shared_machine_cpus()} cores)" if scale != 1 else ""),
-                "orch_version": __version__,
-            })
+                records.append(_predict_run(run, base, first_done, networks, now))
+            except _NotPredicted as why:
+                notes.append(f"{run['run_id']}: {why}")
     return records, notes
+
+
+class _NotPredicted(Exception):
+    """Why one run has no prediction (a note, never an error of the sweep)."""
+
+
+def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
+                 networks: dict[str, Preflight], now: float) -> dict:
+    """The ledger record of one run predicted from ``base`` (the runs of the largest smaller
+    size), or :class:`_NotPredicted`."""
+    pf = networks.get(str(run["partition"]))
+    if pf is None:
+        raise _NotPredicted(f"no pre-flight network for partition {run['partition']}: not "
+                            "predicted")
+    opts = run_options(run.get("options"))
+    grad = gradient_bytes(str(run["model"]), str(run["dataset"]))
+    if grad is None:
+        raise _NotPredicted(f"model {run['model']} not in the zoo (gradient size unknown): not "
+                            "predicted")
+    try:
+        pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network)
+    except ModelInputError as exc:
+        raise _NotPredicted(str(exc)) from None
+    w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
+    b = base.iloc[0]
+    overlap = overlap_of(str(run["mode"]), opts, grad)
+    source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
+    scale = pf.compute_load(w) / pf.compute_load(int(b[RANKS]))
+    pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
+                   compute_scale=lambda _n: scale)[0]
+    return {
+        "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
+        "site": run["site"], "partition": run["partition"], "model": run["model"],
+        "nodes": nodes, "tasks_per_node": tasks, "workers": w,
+        "from_run_id": str(b["run_id"]) if len(base) == 1 else ",".join(base["run_id"]),
+        "from_workers": int(b[RANKS]), "pattern": pattern, "overlap": overlap,
+        "servers": servers_of(str(run["mode"]), nodes, tasks, opts),
+        "grad_bytes": grad, "inputs": {**source.phases, T_ITER: source.t_iter},
+        "network": pf.as_record(),
+        "t_iter": pred.t_iter, "speedup": pred.speedup,
+        "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
+        "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
+        "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
+                      "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
+                      + (f", compute x{scale:.2f} (nodes share "
+                         f"{pf.shared_machine_cpus()} cores)" if scale != 1 else ""),
+        "orch_version": __version__,
+    }
 
 
 def append(sweep_dir: Path, records: list[dict]) -> None:
@@ -296,7 +300,7 @@ def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | No
 def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
     """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
     stated predictions."""
-    from .report.scorecard import scorecard_summary
+    from ..report.scorecard import scorecard_summary
 
     frame = scorecard_of_sweep(sweep_dir, runs)
     if frame is None:

@@ -3,7 +3,7 @@
 ``orch netbench --site S --partition P`` runs the ``allreduce-bench`` mode (one all-reduce per
 message size and iteration, see orchestrator/modes/allreduce_bench/rank.py) as an ordinary run
 (render, submit, gather), then fits latency α and bandwidth B of the ring all-reduce cost
-``2(N−1)·α + 2(N−1)/N · m/B`` (perfmodel.fit_alpha_beta) to the measured seconds and stores
+``2(N−1)·α + 2(N−1)/N · m/B`` (model.comm.fit_alpha_beta) to the measured seconds and stores
 the result, keyed by site and partition, where ``orch report`` and ``orch predict`` find it:
 
     $ORCH_NETBENCH_DIR/<site>-<partition>.json     when the variable is set, else
@@ -27,10 +27,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import __version__, gather, modes, rundir
-from .errors import UserError
-from .perfmodel import AlphaBeta, ModelInputError, allreduce_time, fit_alpha_beta
-from .units import format_bandwidth, format_seconds
+from .. import __version__, modes, rundir
+from ..errors import UserError
+from ..results import gather
+from ..units import format_bandwidth, format_seconds
+from .comm import AlphaBeta, allreduce_time, fit_alpha_beta
+from .inputs import ModelInputError
 
 MODE = modes.network_benchmark().name  # allreduce-bench
 FIELD_PREFIX = "allreduce_"

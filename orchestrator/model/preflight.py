@@ -28,11 +28,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from . import execute, gather, netbench, results, rundir, units
-from . import sweep as sweepmod
-from .errors import FabricBelowMinimum, UserError
-from .perfmodel import AlphaBeta, Network
-from .site import Site
+from .. import execute, results, rundir, units
+from .. import sweep as sweepmod
+from ..errors import FabricBelowMinimum, UserError
+from ..results import gather
+from ..site import Site
+from . import netbench
+from .comm import AlphaBeta, Network
 
 MODES = ("auto", "always", "never")
 MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
@@ -202,6 +204,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     runs = sweepmod.expand(spec, site)
     prepared = execute.prepare(runs, site, out, retry_failed=True)
     execute.execute(prepared, site, wait=True, on_event=on_event)
+    results.recheck(out)  # the run records first: merge only reads
     results.merge(out)
     rdir = out / runs[0].run_id
     fit = netbench.fit_run(rdir)

@@ -7,7 +7,7 @@ What a report answers, for every configuration (mode, model, partition, batch, o
   total communication (how much was hidden behind backward);
 * who is slow: per-rank spread of the iteration and of its compute part; a straggler is a rank
   whose compute is >= 10 % above the run's median rank (the others wait for it in ``t_comm``);
-* why: the performance model (orchestrator/perfmodel.py) predicts every run's speedup from
+* why: the performance model (orchestrator/model/) predicts every run's speedup from
   the *1-node* measured breakdown of the same configuration, with communication at N workers
   either from an α–β fit of the partition (``orch netbench``: ring all-reduce of the model's
   float32 gradient) or, without one, taken as measured in that run. Measured − predicted is
@@ -16,7 +16,7 @@ What a report answers, for every configuration (mode, model, partition, batch, o
 One module per step, data flowing one way:
 
 * ``select``: training runs, configuration keys and labels, the 1-node baseline;
-* ``predict``: the prediction from a baseline (perfmodel's formulas) and its residuals;
+* ``predict``: every run's prediction from its baseline (orchestrator.model) and residuals;
 * ``ranks``: per-rank statistics and stragglers;
 * ``fmt``: numbers → table cells;
 * ``tables``: ``Table`` and one builder per question;
@@ -39,9 +39,6 @@ from .render import to_html, to_markdown
 from .select import baseline, completed, config_labels, config_of, training_runs
 from .tables import Table
 
-# The names orchestrator.cli_analysis uses for these (its rewrite can take the new ones).
-_num, _fmt, _completed = as_float, fmt_num, completed
-
 __all__ = [
     "COMPUTE",
     "CONFIG_COLORS",
@@ -49,10 +46,13 @@ __all__ = [
     "CommModel",
     "Report",
     "Table",
+    "as_float",
     "baseline",
     "build",
+    "completed",
     "config_labels",
     "config_of",
+    "fmt_num",
     "gradient_bytes",
     "ms",
     "overlap_of",

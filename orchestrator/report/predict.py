@@ -2,22 +2,21 @@
 
 Communication at N workers comes either from an α–β fit of the partition (ring all-reduce of
 the model's float32 gradient, exposed per the mode's overlap policy: both computed by
-orchestrator.perfmodel) or, without one, as measured in that run. Iteration times follow
-perfmodel's phase rule. Per-mode knowledge (the overlap policy) is read from the mode
-descriptors (``modes.get(name).overlap_for``).
+orchestrator.model, ``predict_from_baseline``) or, without one, as measured in that run.
+Iteration times follow the model's phase rule. Per-mode knowledge (the overlap policy) is read
+from the mode descriptors (``model.overlap_of``).
 """
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
 
-from .. import modes, perfmodel, zoo
-from ..protocol import PHASES
+from ..model.comm import AlphaBeta
+from ..model.inputs import gradient_bytes, overlap_of
+from ..model.predict import predict_from_baseline
 from .fmt import as_float
 from .select import baseline, config_of, training_runs
 
@@ -26,103 +25,9 @@ from .select import baseline, config_of, training_runs
 class CommModel:
     """Where the α–β of one site/partition comes from (or that there is none)."""
 
-    alpha_beta: perfmodel.AlphaBeta | None
+    alpha_beta: AlphaBeta | None
     source: str
 
-
-def gradient_bytes(model: str, dataset: str) -> int | None:
-    """float32 gradient bytes of a zoo model, or None if the zoo does not know it."""
-    try:
-        return 4 * int(zoo.get(model).expected_params[dataset])
-    except (KeyError, ValueError, TypeError):
-        return None
-
-
-def overlap_of(mode: str, options: str | dict | None, grad_bytes: int | None = None) -> str:
-    """The overlap policy the model assumes for a run, as its mode declares it
-    (``Mode.overlap_for``: "wfbp", sent while backward goes on, exposed = max(0, total − t_b);
-    or "none", after backward): a run's own overlap option (mpi-ssgd) wins, and a gradient
-    that fits DDP's first bucket (1 MiB) is one bucket, sent after backward."""
-    opts = json.loads(options) if isinstance(options, str) and options else (options or {})
-    opts = opts if isinstance(opts, dict) else {}
-    if mode not in modes.registry():  # a result set from a mode this orch does not know
-        return opts.get("overlap") if opts.get("overlap") in modes.OVERLAPS else "none"
-    return modes.get(mode).overlap_for(opts, grad_bytes)
-
-
-def predict_from_baseline(
-    base: dict[str, float],
-    base_workers: int,
-    workers: list[int],
-    *,
-    alpha_beta: perfmodel.AlphaBeta | None = None,
-    grad_bytes: int | None = None,
-    measured_comm: dict[int, tuple[float, float | None]] | None = None,
-    overlap: str = "none",
-    prefetch: bool = False,
-) -> list[dict]:
-    """Predict iteration time and speedup at ``workers`` from one measured breakdown.
-
-    ``base``: the phases (seconds) measured with ``base_workers`` workers (usually the 1-node
-    run); its ``t_comm`` is the exposed communication measured there. Communication at ``w``:
-
-    * with ``alpha_beta`` and ``grad_bytes``: total ``allreduce(grad_bytes, w)`` (α–β ring),
-      exposed per ``overlap`` (``wfbp``: ``max(0, total − t_b)``), both from
-      ``perfmodel.predict``; the baseline's own exposed communication is kept and only the α–β
-      difference to ``base_workers`` is added;
-    * else ``measured_comm[w] = (exposed, total)``, as measured at ``w`` ("scaled as measured").
-
-    Iteration times use perfmodel's phase rule (``prefetch``: pipelined I/O);
-    ``speedup = (w / base_workers) · t_iter(base_workers) / t_iter(w)``.
-    """
-    if alpha_beta is not None and grad_bytes is None:
-        raise perfmodel.ModelInputError("alpha_beta needs grad_bytes (the gradient size)")
-    counts = sorted({base_workers, *workers})
-    compute = {p: float(base[p]) for p in PHASES if p != "t_comm"}
-    if alpha_beta is not None:
-        comms = _alpha_beta_comm(base, base_workers, counts, compute, alpha_beta, grad_bytes,
-                                 overlap)
-    else:
-        comms = {w: _measured_comm(base, base_workers, w, measured_comm) for w in counts}
-    breakdown = perfmodel.Breakdown(**compute, t_comm={w: comms[w][0] for w in counts})
-    t_base = perfmodel.iteration_time(breakdown, base_workers, prefetch=prefetch)
-    out = []
-    for w in workers:
-        t = perfmodel.iteration_time(breakdown, w, prefetch=prefetch)
-        s = (w / base_workers) * t_base / t if t > 0 else math.nan
-        out.append({"workers": w, "t_iter": t, "speedup": s, "efficiency": s / (w / base_workers),
-                    "t_comm_exposed": comms[w][0], "t_comm_total": comms[w][1],
-                    **compute,
-                    "overlap": overlap, "prefetch": prefetch,
-                    "source": "breakdown+alpha-beta" if alpha_beta is not None
-                    else "breakdown+measured-comm"})
-    return out
-
-
-def _alpha_beta_comm(base: dict[str, float], base_workers: int, counts: list[int],
-                     compute: dict[str, float], alpha_beta: perfmodel.AlphaBeta,
-                     grad_bytes: int, overlap: str) -> dict[int, tuple[float, float]]:
-    """(exposed, total) communication at every count: perfmodel's α–β ring all-reduce of the
-    gradient, exposed per ``overlap``, shifted so that at ``base_workers`` it is the exposed
-    communication measured there."""
-    ring = {p.workers: p for p in perfmodel.predict(
-        perfmodel.Breakdown(**compute, t_comm=0.0), counts, overlap=overlap,
-        alpha_beta=alpha_beta, grad_bytes=grad_bytes)}
-    at_base = ring[base_workers].t_comm_exposed
-    return {w: (max(0.0, base["t_comm"] + (ring[w].t_comm_exposed - at_base)),
-                ring[w].t_comm_total) for w in counts}
-
-
-def _measured_comm(base: dict[str, float], base_workers: int, w: int,
-                   measured_comm: dict[int, tuple[float, float | None]] | None,
-                   ) -> tuple[float, float | None]:
-    if w == base_workers:
-        return base["t_comm"], base.get("t_comm_total")
-    if measured_comm is None or w not in measured_comm:
-        raise perfmodel.ModelInputError(
-            f"no α–β and no measured communication at {w} worker(s): run "
-            "'orch netbench' on the partition or give --bandwidth and --latency")
-    return measured_comm[w]
 
 def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd.DataFrame:
     """Predicted speedup and t_iter of every run of a training mode, with the residuals.

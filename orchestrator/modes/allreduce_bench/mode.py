@@ -3,53 +3,15 @@
 Not a training mode: its ranks all-reduce float32 buffers of several sizes with
 torch.distributed (Gloo on CPU partitions, NCCL on GPU ones) and log, per iteration, the
 seconds of one all-reduce of every size. ``orch netbench`` runs it and fits the α–β model
-(orchestrator/netbench.py); ``orch sweep --mode allreduce-bench`` runs it at every node count
+(orchestrator/model/netbench.py); ``orch sweep --mode allreduce-bench`` runs it at every node count
 of the sweep (throughput, speedup and efficiency are empty for it: it moves no samples). The
 ``--model`` of such a run only adds that model's gradient size to the measured sizes.
 """
 
-import re
-
-from ...errors import UserError
 from ..base import Mode, Option
 
 # 4 B .. 16 MiB in steps of 4: small sizes pin the latency α, large ones the bandwidth B.
 DEFAULT_SIZES = tuple(4 ** k for k in range(1, 13))
-
-
-def parse_sizes(text, what="sizes"):
-    """``"4:1K:64K:1M"`` (or with commas) → bytes, sorted, distinct.
-
-    Suffixes: K, M, G (also KiB, MiB, GiB) are powers of 1024; KB, MB, GB powers of 1000;
-    a trailing B alone is bytes. Every size must be a positive multiple of 4 (float32 buffers).
-    """
-    items = [t.strip() for t in text.replace(",", ":").split(":") if t.strip()]
-    if not items:
-        raise UserError(f"{what}: expected message sizes such as 4,1K,64K,1M, got '{text}'")
-    out = set()
-    for item in items:
-        value = parse_bytes(item, what)
-        if value < 4 or value % 4:
-            raise UserError(f"{what}: {item} = {value} bytes; sizes are float32 buffers: use "
-                            "a positive multiple of 4 bytes")
-        out.add(value)
-    return tuple(sorted(out))
-
-
-_BYTE_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024 ** 2, "mib": 1024 ** 2,
-               "g": 1024 ** 3, "gib": 1024 ** 3, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3}
-
-
-def parse_bytes(text, what):
-    """One byte count: ``4``, ``1K`` (1024), ``1KB`` (1000), ``2MiB``, ``1.5M``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?(?:[eE]\d+)?)\s*([A-Za-z]*)\s*", text)
-    unit = match.group(2).lower() if match else None
-    if match is None or unit not in _BYTE_UNITS:
-        raise UserError(f"{what}: '{text}' is not a byte count (e.g. 4, 1K, 64KiB, 1M, 1MB)")
-    value = float(match.group(1)) * _BYTE_UNITS[unit]
-    if value != int(value):
-        raise UserError(f"{what}: '{text}' is not a whole number of bytes")
-    return int(value)
 
 
 class SizesOption(Option):
@@ -58,6 +20,10 @@ class SizesOption(Option):
     numeric = False
 
     def check(self, mode, value):
+        # Imported here, not above: ranks import this module from their staged copy of the
+        # rank floor, which has no orchestrator.units; only the control plane checks options.
+        from ...units import parse_sizes
+
         sizes = parse_sizes(value, f"mode '{mode}': sizes")
         return ":".join(str(s) for s in sizes)  # normalised: the same sizes, the same run id
 

@@ -1,0 +1,124 @@
+"""``orch netbench``: measure a partition's all-reduce latency α and bandwidth B with a real
+job (the network benchmark mode), fit the α–β model (orchestrator.model.netbench) and store it
+for orch report and orch predict."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from ._common import err_console, out_console
+
+
+def netbench_cmd(
+    site: Annotated[str, typer.Option(help="Site name (site-configs/) or path to a site YAML.")],
+    partition: Annotated[str | None, typer.Option(help="Partition; default: the site's.")]
+    = None,
+    nodes: Annotated[int, typer.Option(help="Nodes (ranks = nodes x tasks per node, >= 2).")]
+    = 2,
+    tasks_per_node: Annotated[int | None, typer.Option(help="Ranks per node; default one per "
+                                                       "GPU, or 1 on CPU partitions.")] = None,
+    sizes: Annotated[str | None, typer.Option(
+        help="Message sizes, comma-separated (K/M/G = 1024^n bytes); default 4 B .. 16 MiB "
+        "in steps of 4.")] = None,
+    reps: Annotated[int, typer.Option(help="All-reduces per size and iteration.")] = 5,
+    iters: Annotated[int, typer.Option(help="Measured iterations (each runs every size).")]
+    = 10,
+    warmup: Annotated[int, typer.Option(help="Warm-up iterations (not measured).")] = 2,
+    backend: Annotated[str | None, typer.Option(help="nccl or gloo; default nccl on GPU "
+                                                "partitions, gloo on CPU ones.")] = None,
+    model: Annotated[str, typer.Option(help="Also measure this zoo model's gradient size "
+                                       "(float32).")] = "lenet5",
+    dataset: Annotated[str, typer.Option(help="Dataset of --model.")] = "cifar",
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Sweep directory for the job; "
+                                             "default runs/<site>.")] = None,
+    store: Annotated[Path | None, typer.Option(
+        help="Directory of netbench results; default $ORCH_NETBENCH_DIR, else "
+        "$XDG_CACHE_HOME/orch/netbench (~/.cache/orch/netbench).")] = None,
+    save: Annotated[bool, typer.Option("--save/--no-save", help="Store the fit for report "
+                                       "and predict.")] = True,
+    time_limit: Annotated[int | None, typer.Option(help="Time limit, minutes.")] = None,
+    format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+) -> None:
+    """Measure all-reduce latency α and bandwidth B of a partition with a real job.
+
+    Runs the allreduce-bench mode (torch.distributed; Gloo, or NCCL on GPU partitions) on
+    --nodes nodes, fits the ring all-reduce model 2(N-1)·α + 2(N-1)/N·m/B, and stores it as
+    <store>/<site>-<partition>.json for orch report and orch predict.
+    """
+    from .. import envs, execute, results
+    from .. import site as sitemod
+    from .. import sweep as sweepmod
+    from ..model import netbench as nb
+    from ..units import parse_sizes
+
+    if format not in ("table", "json"):
+        raise UserError(f"--format {format}: valid: table, json")
+    if reps < 1:
+        raise UserError("--reps: must be at least 1")
+    site_obj, _ = sitemod.load(site)
+    part = site_obj.partition(partition)
+    tpn = tasks_per_node or part.gpus_per_node or 1
+    if nodes * tpn < 2:
+        raise UserError(f"--nodes {nodes} x {tpn} task(s) per node = 1 rank: an all-reduce "
+                        "over one rank sends nothing; use --nodes 2 (or more tasks per node)")
+    options = {"reps": (str(reps),)}
+    if sizes is not None:
+        options["sizes"] = (":".join(str(n) for n in parse_sizes(sizes, "--sizes")),)
+    if backend is not None:
+        options["backend"] = (backend,)
+    spec = sweepmod.SweepSpec(nodes=(nodes,), modes=(nb.MODE,), models=(model,),
+                              dataset=dataset, partitions=(part.name,),
+                              tasks_per_node=tasks_per_node, iters=iters, warmup=warmup,
+                              time_limit_min=time_limit, options=options)
+    runs = sweepmod.expand(spec, site_obj)
+    out_dir = (out or Path("runs") / site_obj.name).resolve()
+    envs.check(site_obj, {r.framework for r in runs})
+    prepared = execute.prepare(runs, site_obj, out_dir)
+    run = runs[0]
+    verb = "already measured" if prepared[0].action == "skip" else "submitting"
+    err_console.print(f"netbench {site_obj.name}/{part.name}: {run.ranks} ranks on {nodes} "
+                      f"node(s), {verb}: {out_dir / run.run_id}", highlight=False)
+    execute.execute(prepared, site_obj, wait=True, on_event=_print_event)
+    results.recheck(out_dir)  # the run records first: merge only reads
+    results.merge(out_dir)
+    result = nb.fit_run(out_dir / run.run_id)
+    path = nb.save(result, nb.store_path(site_obj.name, part.name, store)) if save else None
+    if format == "json":
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        _print_fit(result, f"{site_obj.name}/{part.name}")
+    if path is not None:
+        err_console.print(f"stored {path}", highlight=False, markup=False)
+
+
+def _print_fit(result, where: str) -> None:
+    """Each size as measured, its algorithm and bus bandwidth, the fit's model beside it."""
+    from rich.table import Table as RichTable
+
+    from ..model import netbench as nb
+
+    table = RichTable(box=None, header_style="bold",
+                      title=f"all-reduce over {result.workers} ranks ({result.backend}), "
+                      f"median of {result.iterations} iterations, slowest rank",
+                      title_justify="left")
+    for c in ("bytes", "measured µs", "algbw GB/s", "busbw GB/s", "model µs",
+              "model / measured"):
+        table.add_column(c, justify="right")
+    for size, t, m, bus in zip(result.sizes, result.seconds, result.model_seconds(),
+                               result.bus_bandwidths(), strict=True):
+        table.add_row(f"{size:,}", f"{t * 1e6:,.1f}", f"{nb.algbw(size, t) / 1e9:.3f}",
+                      f"{bus / 1e9:.3f}", f"{m * 1e6:,.1f}", f"{m / t:.2f}")
+    out_console.print(table)
+    out_console.print(f"{where}: {result.describe()}", markup=False, highlight=False)
+
+
+def _print_event(run, record) -> None:
+    job = f" job {record.job_id}" if record.job_id else ""
+    reason = f": {record.reason.splitlines()[0]}" if record.reason else ""
+    err_console.print(f"  {run.run_id}{job} {record.state}{reason}", highlight=False,
+                      markup=False)

@@ -1,0 +1,483 @@
+"""Prediction: iteration time and speedup at other worker counts, from one of three inputs.
+
+:func:`predict` is the one entry point. Its source says what was measured or given:
+
+* a :class:`~.inputs.Breakdown` (phase times; ``t_comm`` given, or priced by a link model);
+* a :class:`~.inputs.Trace` (layer-wise times; messages priced by a link model or as traced,
+  scheduled without overlap or wait-free, :mod:`.schedule`);
+* a :class:`Measured` run (a smaller run's phases and iteration time; the change in modelled
+  communication added to what was measured, :func:`predict_from_measured`).
+
+Communication is priced, where the source does not carry it, by an α–β ring all-reduce
+(``alpha_beta``) or by a declared pattern on a two-level network (``network``, ``pattern``).
+The other functions here are callers of :func:`predict` that shape its rows for a use: a
+trace on a two-level network (:func:`predict_trace_network`), a report's 1-node baseline
+(:func:`predict_from_baseline`). Nothing here reads a clock or a file: every function is
+deterministic.
+"""
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from .comm import AlphaBeta, Network, pattern_comm_time
+from .compute import expected_max_normal, iteration_time, phase_iteration_time
+from .inputs import (
+    OVERLAPS,
+    PHASES,
+    Breakdown,
+    ModelInputError,
+    Overlap,
+    Trace,
+    check_workers,
+    describe_value,
+    is_number,
+    non_negative_seconds,
+)
+from .schedule import schedule_none, schedule_wfbp, trace_iteration_us
+
+#: ``cost(size_bytes, workers) -> seconds`` of one message (a layer's, a bucket's or the
+#: whole gradient's) among ``workers`` ranks.
+MessageCost = Callable[[float, int], float]
+
+
+class Prediction(BaseModel):
+    """Predicted iteration time and speedup at one worker count (all times in seconds).
+
+    ``speedup = workers · t_iter(1) / t_iter(workers)`` (weak scaling); ``t_comm_total`` is all
+    communication, ``t_comm_exposed`` the part on the critical path. ``source`` says which
+    inputs were used: ``breakdown``, ``breakdown+alpha-beta``, ``breakdown+network``,
+    ``trace``, ``trace+alpha-beta``, ``trace+network`` or ``measured``. For traces ``t_h2d``
+    and ``t_u`` are 0 (folded into other rows). A ``measured`` prediction also says the
+    modelled communication at the measured size, the synchronization wait and the compute
+    scale (None for the others), and has a speedup only when :class:`Measured` names the run
+    it is relative to.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    workers: int
+    t_iter: float
+    speedup: float | None
+    efficiency: float | None
+    t_comm_exposed: float
+    t_comm_total: float
+    t_io: float
+    t_h2d: float
+    t_f: float
+    t_b: float
+    t_u: float
+    overlap: str
+    prefetch: bool
+    source: str
+    t_comm_model_base: float | None = None
+    t_sync_wait: float | None = None
+    compute_scale: float | None = None
+
+    def row(self) -> dict:
+        """The prediction as a plain row, without the fields its source does not have."""
+        return self.model_dump(exclude_none=True)
+
+
+class Measured(BaseModel):
+    """A measured run (the mean of the runs of one size) that larger runs are predicted from.
+
+    ``comm_total``: the pattern model's total communication at the measured size (what the
+    model's change is taken from); ``jitter``: the per-iteration standard deviation of a rank's
+    compute there (synchronization wait); ``speedup_from``: (workers, t_iter) of the run the
+    speedups are relative to (the smallest measured), or None for no speedup.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    phases: dict[str, float]
+    t_iter: float
+    workers: int
+    comm_total: float
+    jitter: float = 0.0
+    speedup_from: tuple[int, float] | None = None
+
+
+def predict(
+    source: Breakdown | Trace | Measured,
+    workers: Sequence[int],
+    *,
+    overlap: Overlap = "none",
+    prefetch: bool = False,
+    alpha_beta: AlphaBeta | None = None,
+    grad_bytes: int | None = None,
+    bucket_bytes: int | None = None,
+    network: Network | None = None,
+    per_node: int = 1,
+    pattern: str = "allreduce",
+    servers: int = 1,
+    comm: Callable[[int], float] | None = None,
+    compute_scale: Callable[[int], float] | None = None,
+) -> list[Prediction]:
+    """Predict iteration time and speedup for each worker count in ``workers``.
+
+    Inputs, one of:
+
+    * a :class:`Breakdown` alone: phases (and ``t_comm``) resolved with ``.at(N)``;
+    * a :class:`Breakdown` with ``t_comm`` left at 0, plus ``grad_bytes`` and a link model
+      (``alpha_beta``: ``t_comm(N) = allreduce(grad_bytes, N)``, 0 at N = 1; or ``network``:
+      the ``pattern``'s cost, ``per_node`` ranks a node), the other phases from ``.at(N)``;
+    * a :class:`Trace`, optionally with a link model (then each layer's message is priced by
+      it for every N). Without one the trace's ``comm_us`` are used as measured for every
+      N > 1. For N = 1 a trace has no communication (but a parameter server's push and pull);
+    * a :class:`Measured` run with ``comm`` (the model's total communication at N workers)
+      and optionally ``compute_scale`` (N -> the compute phases' factor there).
+
+    ``overlap``: ``"none"`` — all communication is exposed. ``"wfbp"`` — with a trace, the WFBP
+    schedule (:func:`schedule_wfbp`, optional ``bucket_bytes``); with a breakdown or a measured
+    run, which have no layer detail, communication is assumed to overlap the whole backward
+    pass: ``exposed = max(0, t_comm − t_b)``. In that case a breakdown's ``t_comm`` is read as
+    the *total* communication time — a measured (already exposed) ``t_comm`` should be
+    predicted with ``overlap="none"`` or it would be hidden twice.
+
+    ``prefetch`` selects the pipelined-I/O rule (see :func:`phase_iteration_time`).
+    ``speedup = N · t_iter(1) / t_iter(N)`` with the same options at N = 1.
+    """
+    counts = check_predict_options(workers, overlap, prefetch)
+    if isinstance(source, Measured):
+        return _measured(source, counts, overlap, prefetch, comm, compute_scale)
+    cost = _message_cost(alpha_beta, network, per_node, pattern, servers)
+    if isinstance(source, Trace):
+        at, kind = _trace_source(source, overlap, prefetch, cost, grad_bytes, bucket_bytes)
+    elif isinstance(source, Breakdown):
+        at, kind = _breakdown_source(source, overlap, prefetch, cost, grad_bytes,
+                                     bucket_bytes)
+    else:
+        raise ModelInputError(f"source: expected a Breakdown, a Trace or a Measured run, got "
+                              f"{describe_value(source)}")
+    if cost is not None:
+        kind += "+alpha-beta" if network is None else "+network"
+    base = at(1)["t_iter"]
+    out = []
+    for n in counts:
+        point = at(n)
+        s = n * base / point["t_iter"] if point["t_iter"] > 0 else math.nan
+        out.append(Prediction(workers=n, speedup=s, efficiency=s / n, overlap=overlap,
+                              prefetch=prefetch, source=kind, **point))
+    return out
+
+
+def _message_cost(alpha_beta: AlphaBeta | None, network: Network | None, per_node: int,
+                  pattern: str, servers: int) -> MessageCost | None:
+    """How a message is priced: the α–β ring all-reduce, a pattern on a two-level network,
+    or (None) not at all — the source carries its own communication."""
+    if alpha_beta is not None and network is not None:
+        raise ModelInputError("give alpha_beta (one link) or network (two levels), not both")
+    if network is not None:
+        per_node = check_workers(per_node, "tasks per node")
+        pattern_comm_time(pattern, 0, 1, 1, network, servers=servers)  # no model: say so first
+
+        def on_network(size: float, n: int) -> float:
+            return pattern_comm_time(pattern, size, n, per_node, network, servers=servers)
+
+        return on_network
+    if alpha_beta is not None:
+        return alpha_beta.allreduce
+    return None
+
+
+def _trace_source(trace: Trace, overlap: str, prefetch: bool, cost: MessageCost | None,
+                  grad_bytes: int | None, bucket_bytes: int | None,
+                  ) -> tuple[Callable[[int], dict[str, float]], str]:
+    if bucket_bytes is not None and overlap != "wfbp":
+        raise ModelInputError("bucket_bytes only applies to a trace with overlap='wfbp'")
+    if grad_bytes is not None:
+        raise ModelInputError(
+            "grad_bytes: not used with a trace (gradient sizes come from size_bytes)")
+    if bucket_bytes is not None and (not is_number(bucket_bytes) or bucket_bytes <= 0):
+        raise ModelInputError(
+            f"bucket_bytes: expected a positive byte count, got {bucket_bytes!r}")
+
+    def at(n: int) -> dict[str, float]:
+        return _trace_point(trace, n, overlap, prefetch, cost, bucket_bytes)
+
+    return at, "trace"
+
+
+def _breakdown_source(breakdown: Breakdown, overlap: str, prefetch: bool,
+                      cost: MessageCost | None, grad_bytes: int | None,
+                      bucket_bytes: int | None,
+                      ) -> tuple[Callable[[int], dict[str, float]], str]:
+    if bucket_bytes is not None:
+        raise ModelInputError("bucket_bytes only applies to a trace with overlap='wfbp'")
+    if (cost is None) != (grad_bytes is None):
+        raise ModelInputError(
+            "alpha_beta and grad_bytes go together: give both to model t_comm(N) as a ring "
+            "all-reduce of grad_bytes, or neither to use the breakdown's t_comm")
+    if cost is not None:
+        if not is_number(grad_bytes) or grad_bytes < 0:  # type: ignore[operator]
+            raise ModelInputError(
+                f"grad_bytes: expected a non-negative byte count, got {grad_bytes!r}")
+        if breakdown.t_comm != 0.0:
+            raise ModelInputError(
+                "t_comm: the breakdown gives t_comm and alpha_beta was also given; use one "
+                "(set t_comm to 0 to predict it from alpha_beta and grad_bytes)")
+
+    def at(n: int) -> dict[str, float]:
+        return _breakdown_point(breakdown, n, overlap, prefetch, cost, grad_bytes)
+
+    return at, "breakdown"
+
+
+def check_predict_options(workers: Sequence[int], overlap: object, prefetch: object,
+                          ) -> list[int]:
+    """The worker counts, once ``overlap`` and ``prefetch`` are known to be valid."""
+    if overlap not in OVERLAPS:
+        raise ModelInputError(
+            f"overlap: expected one of {', '.join(repr(o) for o in OVERLAPS)}, got {overlap!r}"
+        )
+    if not isinstance(prefetch, bool):
+        raise ModelInputError(f"prefetch: expected true or false, got {describe_value(prefetch)}")
+    if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence) or not workers:
+        raise ModelInputError(
+            f"workers: expected a non-empty list of worker counts (integers >= 1), got "
+            f"{describe_value(workers)}"
+        )
+    return [check_workers(n, "workers") for n in workers]
+
+
+def _breakdown_point(breakdown: Breakdown, n: int, overlap: str, prefetch: bool,
+                     cost: MessageCost | None, grad_bytes: int | None) -> dict[str, float]:
+    phases = {p: breakdown.phase_at(p, n) for p in PHASES if p != "t_comm"}
+    total = (cost(float(grad_bytes or 0), n) if cost is not None
+             else breakdown.phase_at("t_comm", n))
+    exposed = total if overlap == "none" else max(0.0, total - phases["t_b"])
+    t_iter = phase_iteration_time(**phases, t_comm_exposed=exposed, prefetch=prefetch)
+    return {"t_iter": t_iter, "t_comm_exposed": exposed, "t_comm_total": total, **phases}
+
+
+def _trace_point(trace: Trace, n: int, overlap: str, prefetch: bool, cost: MessageCost | None,
+                 bucket_bytes: int | None) -> dict[str, float]:
+    """One worker count of a trace: each layer's message priced (a layer of 0 bytes sends
+    nothing), or as traced (nothing at N = 1), then scheduled."""
+    if cost is not None:
+        layers = tuple(layer.model_copy(update={
+            "comm_us": cost(layer.size_bytes, n) * 1e6 if layer.size_bytes > 0 else 0.0})
+            for layer in trace.layers)
+    elif n == 1:
+        layers = tuple(layer.model_copy(update={"comm_us": 0.0}) for layer in trace.layers)
+    else:
+        layers = trace.layers
+    if overlap == "none":
+        schedule = schedule_none(layers)
+    else:
+        # A bucket's message is priced whole: one α per bucket, not per layer.
+        bucket_cost = None if cost is None else (lambda size: cost(size, n) * 1e6)
+        schedule = schedule_wfbp(layers, bucket_bytes=bucket_bytes, cost_us=bucket_cost)
+    t_iter_us = trace_iteration_us(trace.t_io_us, schedule, prefetch=prefetch)
+    return {
+        "t_iter": t_iter_us / 1e6,
+        "t_comm_exposed": schedule.exposed_comm_us / 1e6,
+        "t_comm_total": schedule.comm_total_us / 1e6,
+        "t_io": trace.t_io_us / 1e6,
+        "t_h2d": 0.0,
+        "t_f": schedule.forward_us / 1e6,
+        "t_b": schedule.backward_us / 1e6,
+        "t_u": 0.0,
+    }
+
+
+def _measured(base: Measured, counts: list[int], overlap: str, prefetch: bool,
+              comm: Callable[[int], float] | None,
+              compute_scale: Callable[[int], float] | None) -> list[Prediction]:
+    if comm is None:
+        raise ModelInputError("a measured run needs comm: the model's communication at N")
+    out = []
+    for n in counts:
+        point = predict_from_measured(
+            base.phases, base.t_iter, base.comm_total, comm(n), overlap=overlap,
+            prefetch=prefetch, jitter=base.jitter, base_workers=base.workers, workers=n,
+            compute_scale=compute_scale(n) if compute_scale is not None else 1.0)
+        s = efficiency = None
+        if base.speedup_from is not None:
+            smallest, t_smallest = base.speedup_from
+            s = (n / smallest) * t_smallest / point["t_iter"]
+            efficiency = s / (n / smallest)
+        out.append(Prediction(workers=n, speedup=s, efficiency=efficiency, overlap=overlap,
+                              prefetch=prefetch, source="measured", **point))
+    return out
+
+
+def predict_from_measured(
+    base_phases: Mapping[str, float],
+    base_t_iter: float,
+    comm_base: float,
+    comm_target: float,
+    *,
+    overlap: str = "none",
+    prefetch: bool = False,
+    jitter: float = 0.0,
+    base_workers: int = 1,
+    workers: int = 1,
+    compute_scale: float = 1.0,
+) -> dict[str, float]:
+    """One larger run from a measured smaller one: the point formula of a :class:`Measured`
+    source (the predictions a staged sweep states before its runs).
+
+    ``base_phases``: the mean phases (s) of the measured run; ``base_t_iter`` its measured
+    iteration time; ``comm_base`` and ``comm_target``: the pattern's total communication time
+    (s) at the measured run's size and at the predicted one. Compute phases are taken as
+    measured (weak scaling: the same work per worker); communication at the predicted size is
+    the measured exposed communication plus the model's change in exposed communication
+    (per ``overlap``: ``wfbp`` hides up to ``t_b``). The
+    iteration time is the measured one plus the change the phase rule gives, so loop
+    overhead the phases do not time is carried over instead of being lost.
+
+    ``jitter`` (s, the measured run's per-iteration standard deviation) adds the
+    synchronization wait of a synchronous step: every rank waits for the slowest of
+    ``workers``, whose excess over the mean is ``jitter · E[max of N standard normals]``
+    (:func:`expected_max_normal`); the change from ``base_workers`` to ``workers`` is added to
+    the exposed communication (where a rank's wait is timed). 0 leaves it out.
+
+    ``compute_scale`` multiplies the compute phases at the predicted size: ranks per core
+    there over ranks per core in the measured run (nodes that share one machine's cores, as
+    the pre-flight found them; 1 on machines of their own).
+    """
+    if overlap not in OVERLAPS:
+        raise ModelInputError(f"overlap: expected one of {', '.join(OVERLAPS)}, got {overlap!r}")
+    for name in (*PHASES,):
+        if name not in base_phases:
+            raise ModelInputError(f"breakdown: phase '{name}' is missing; every phase of "
+                                  f"{', '.join(PHASES)} must be measured")
+        _non_negative_or_error(base_phases[name], name)
+    _non_negative_or_error(base_t_iter, "t_iter")
+    _non_negative_or_error(comm_base, "t_comm (model, measured size)")
+    _non_negative_or_error(comm_target, "t_comm (model, predicted size)")
+    compute = {p: float(base_phases[p]) for p in PHASES if p != "t_comm"}
+
+    def exposed(total: float) -> float:
+        return total if overlap == "none" else max(0.0, total - compute["t_b"])
+
+    total_base, total_n = float(comm_base), float(comm_target)
+    _non_negative_or_error(jitter, "jitter")
+    wait = float(jitter) * (expected_max_normal(check_workers(workers))
+                            - expected_max_normal(check_workers(base_workers, "base workers")))
+    exp_n = max(0.0, float(base_phases["t_comm"]) + exposed(total_n) - exposed(total_base)
+                + wait)
+    t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
+                                        prefetch=prefetch)
+    if not is_number(compute_scale) or not math.isfinite(compute_scale) or compute_scale <= 0:
+        raise ModelInputError(f"compute_scale: expected a positive number, got "
+                              f"{compute_scale!r}")
+    scaled = {p: v * float(compute_scale) for p, v in compute.items()}
+    t_n_model = phase_iteration_time(**scaled, t_comm_exposed=exp_n, prefetch=prefetch)
+    t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
+    return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
+            "t_comm_model_base": total_base, "t_sync_wait": wait,
+            "compute_scale": float(compute_scale), **scaled}
+
+
+def _non_negative_or_error(value: object, field: str) -> float:
+    try:
+        return non_negative_seconds(value, field)
+    except ValueError as exc:
+        raise ModelInputError(f"breakdown: {exc}") from None
+
+
+def predict_trace_network(
+    trace: Trace,
+    workers: Sequence[int],
+    per_node: int,
+    net: Network,
+    *,
+    pattern: str = "allreduce",
+    overlap: Overlap = "none",
+    prefetch: bool = False,
+    bucket_bytes: int | None = None,
+    servers: int = 1,
+) -> list[dict[str, float]]:
+    """A layer-wise trace extrapolated to ``workers`` ranks, ``per_node`` to a node: every
+    layer's (or bucket's) message priced by the pattern's model on the two-level network, then
+    scheduled (``none``: after backward; ``wfbp``: wait-free, optional buckets).
+
+    Rows: workers, nodes, t_iter, speedup (``N · t_iter(1) / t_iter(N)``), efficiency,
+    t_comm_exposed, t_comm_total and the phases (seconds)."""
+    per_node = check_workers(per_node, "tasks per node")
+    preds = predict(trace, workers, overlap=overlap, prefetch=prefetch,
+                    bucket_bytes=bucket_bytes, network=net, per_node=per_node,
+                    pattern=pattern, servers=servers)
+    fields = ("t_iter", "t_comm_exposed", "t_comm_total", *(p for p in PHASES if p != "t_comm"))
+    return [{"workers": p.workers, "nodes": -(-p.workers // per_node),
+             **{f: getattr(p, f) for f in fields}, "speedup": p.speedup,
+             "efficiency": p.efficiency} for p in preds]
+
+
+def predict_from_baseline(
+    base: dict[str, float],
+    base_workers: int,
+    workers: list[int],
+    *,
+    alpha_beta: AlphaBeta | None = None,
+    grad_bytes: int | None = None,
+    measured_comm: dict[int, tuple[float, float | None]] | None = None,
+    overlap: str = "none",
+    prefetch: bool = False,
+) -> list[dict]:
+    """Predict iteration time and speedup at ``workers`` from one measured breakdown.
+
+    ``base``: the phases (seconds) measured with ``base_workers`` workers (usually the 1-node
+    run); its ``t_comm`` is the exposed communication measured there. Communication at ``w``:
+
+    * with ``alpha_beta`` and ``grad_bytes``: total ``allreduce(grad_bytes, w)`` (α–β ring),
+      exposed per ``overlap`` (``wfbp``: ``max(0, total − t_b)``), both from :func:`predict`;
+      the baseline's own exposed communication is kept and only the α–β difference to
+      ``base_workers`` is added;
+    * else ``measured_comm[w] = (exposed, total)``, as measured at ``w`` ("scaled as measured").
+
+    Iteration times use the phase rule (``prefetch``: pipelined I/O);
+    ``speedup = (w / base_workers) · t_iter(base_workers) / t_iter(w)``.
+    """
+    if alpha_beta is not None and grad_bytes is None:
+        raise ModelInputError("alpha_beta needs grad_bytes (the gradient size)")
+    counts = sorted({base_workers, *workers})
+    compute = {p: float(base[p]) for p in PHASES if p != "t_comm"}
+    if alpha_beta is not None:
+        comms = _alpha_beta_comm(base, base_workers, counts, compute, alpha_beta, grad_bytes,
+                                 overlap)
+    else:
+        comms = {w: _measured_comm(base, base_workers, w, measured_comm) for w in counts}
+    breakdown = Breakdown(**compute, t_comm={w: comms[w][0] for w in counts})
+    t_base = iteration_time(breakdown, base_workers, prefetch=prefetch)
+    out = []
+    for w in workers:
+        t = iteration_time(breakdown, w, prefetch=prefetch)
+        s = (w / base_workers) * t_base / t if t > 0 else math.nan
+        out.append({"workers": w, "t_iter": t, "speedup": s, "efficiency": s / (w / base_workers),
+                    "t_comm_exposed": comms[w][0], "t_comm_total": comms[w][1],
+                    **compute,
+                    "overlap": overlap, "prefetch": prefetch,
+                    "source": "breakdown+alpha-beta" if alpha_beta is not None
+                    else "breakdown+measured-comm"})
+    return out
+
+
+def _alpha_beta_comm(base: dict[str, float], base_workers: int, counts: list[int],
+                     compute: dict[str, float], alpha_beta: AlphaBeta,
+                     grad_bytes: int, overlap: str) -> dict[int, tuple[float, float]]:
+    """(exposed, total) communication at every count: the α–β ring all-reduce of the
+    gradient, exposed per ``overlap``, shifted so that at ``base_workers`` it is the exposed
+    communication measured there."""
+    ring = {p.workers: p for p in predict(
+        Breakdown(**compute, t_comm=0.0), counts, overlap=overlap,
+        alpha_beta=alpha_beta, grad_bytes=grad_bytes)}
+    at_base = ring[base_workers].t_comm_exposed
+    return {w: (max(0.0, base["t_comm"] + (ring[w].t_comm_exposed - at_base)),
+                ring[w].t_comm_total) for w in counts}
+
+
+def _measured_comm(base: dict[str, float], base_workers: int, w: int,
+                   measured_comm: dict[int, tuple[float, float | None]] | None,
+                   ) -> tuple[float, float | None]:
+    if w == base_workers:
+        return base["t_comm"], base.get("t_comm_total")
+    if measured_comm is None or w not in measured_comm:
+        raise ModelInputError(
+            f"no α–β and no measured communication at {w} worker(s): run "
+            "'orch netbench' on the partition or give --bandwidth and --latency")
+    return measured_comm[w]
