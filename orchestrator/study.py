@@ -26,14 +26,13 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from . import modes, zoo
+from . import modes, sweep
 from .errors import UserError
 from .resources import data_dir
 from .site import Site
 from .spec.models import Count, Name, OptionLists, SweepSpec, study_fields
 from .spec.settings import OPTIONS_DOC, STUDY_SETTINGS, ZIPPABLE
 from .sweep import Run
-from .sweep import expand as expand_spec
 from .yamlconf import format_validation_error, location, read_yaml
 
 
@@ -194,103 +193,61 @@ def _opt_text(value: Any) -> str:
     return str(value)
 
 
-def _check_semantics(ls: LoadedStudy, site: Site, fields: dict[str, Any],
-                     from_cli: set[str]) -> None:
-    """The checks sweep.validate makes, each located in the file (a dimension given on the
-    command line is checked by sweep.expand, which names the flag)."""
-    s = ls.study
+def locator(ls: LoadedStudy, from_cli: set[str], cli_options: set[str],
+            mode: str | None = None) -> sweep.Where:
+    """sweep.validate's ``where`` for a study: a setting's value located at its file:line and
+    path (``nodes[1]``, ``per_mode.tf-ps.options.servers[0]``); a setting given on the command
+    line is named by its flag. ``mode``: the mode whose per_mode values a spec holds."""
+    def where(name: str, value: Any = None, key: str | None = None) -> str:
+        if name in from_cli or (name == "options" and key in cli_options):
+            return sweep.cli_where(name, value, key)
+        path = _path_in_file(ls.study, name, value, key, mode)
+        return f"{ls.at(*path)}: {_dotted(path)}"
+    return where
 
-    def where(*loc: Any) -> str:
-        return ls.at(*loc)
 
-    if "dataset" not in from_cli and s.dataset not in zoo.DATASETS:
-        raise UserError(f"{where('dataset')}: dataset: unknown dataset '{s.dataset}'; valid: "
-                        f"{', '.join(zoo.DATASETS)}")
-    mode_objs = []
-    if "modes" not in from_cli:
-        for i, name in enumerate(s.modes):
-            try:
-                mode_objs.append(modes.get(name))
-            except UserError as exc:
-                raise UserError(f"{where('modes', i)}: modes[{i}]: {exc}") from None
+def _path_in_file(s: Study, name: str, value: Any, key: str | None,
+                  mode: str | None) -> tuple:
+    """Where in the study a setting's value is written: its list item where it is one."""
+    per = s.per_mode.get(mode) if mode else None
+    if name == "options":
+        mine = per is not None and key in per.options
+        base: tuple = ("per_mode", mode, "options", key) if mine else ("options", key)
+        values: Any = [_opt_text(v) for v in (per.options[key] if mine
+                                               else s.options.get(key, []))]
+    elif per is not None and name in ("models", "batch_sizes") and getattr(per, name):
+        base, values = ("per_mode", mode, name), getattr(per, name)
     else:
-        mode_objs = [modes.get(m) for m in fields["modes"]]
-    if "models" not in from_cli:
-        for i, model in enumerate(s.models):
-            _check_model(model, fields["dataset"], f"{where('models', i)}: models[{i}]")
-    for name, values in s.options.items():
-        owners = [m for m in mode_objs if name in {o.name for o in m.options}]
-        if not owners:
-            valid = sorted({o.name for m in mode_objs for o in m.options})
-            raise UserError(f"{where('options', name)}: options.{name}: none of the modes "
-                            f"{', '.join(m.name for m in mode_objs)} has it; valid: "
-                            f"{', '.join(valid) or '(none)'}")
-        for j, value in enumerate(values):
-            problems = []
-            for owner in owners:  # valid if one of the modes that have the option takes it
-                try:
-                    owner.option(name).check(owner.name, _opt_text(value))
-                except UserError as exc:
-                    problems.append(str(exc))
-            if len(problems) == len(owners):
-                raise UserError(f"{where('options', name, j)}: options.{name}[{j}]: "
-                                f"{problems[0]}")
-    names = [m.name for m in mode_objs]
-    for mode_name, per in s.per_mode.items():
-        if "modes" in from_cli and mode_name not in names:
-            continue  # --mode chose other modes: this mode's overrides are not used
-        if mode_name not in names:
-            raise UserError(f"{where('per_mode', mode_name)}: per_mode.{mode_name}: not one of "
-                            f"the study's modes ({', '.join(names)}); fix the name or add it "
-                            "to modes")
-        mode = modes.get(mode_name)
-        for name, values in per.options.items():
+        base, values = (name,), getattr(s, name, None)
+    if value is not None and isinstance(values, list) and value in values:
+        return (*base, values.index(value))
+    return base
+
+
+def _dotted(path: tuple) -> str:
+    """("per_mode", "tf-ps", "options", "servers", 0) → per_mode.tf-ps.options.servers[0]."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+def _check_per_mode(ls: LoadedStudy, mode_names: tuple[str, ...], from_cli: set[str]) -> None:
+    """per_mode names the study's modes, and only options its mode has (what the sweep
+    settings are is checked by sweep.validate, located by :func:`locator`)."""
+    for mode_name, per in ls.study.per_mode.items():
+        if mode_name not in mode_names:
+            if "modes" in from_cli:
+                continue  # --mode chose other modes: this mode's overrides are not used
+            raise UserError(f"{ls.at('per_mode', mode_name)}: per_mode.{mode_name}: not one of "
+                            f"the study's modes ({', '.join(mode_names)}); fix the name or add "
+                            "it to modes")
+        for name in per.options:
             try:
-                opt = mode.option(name)
+                modes.get(mode_name).option(name)
             except UserError as exc:
-                raise UserError(f"{where('per_mode', mode_name, 'options', name)}: "
+                raise UserError(f"{ls.at('per_mode', mode_name, 'options', name)}: "
                                 f"per_mode.{mode_name}.options.{name}: {exc}") from None
-            for j, value in enumerate(values):
-                try:
-                    opt.check(mode_name, _opt_text(value))
-                except UserError as exc:
-                    raise UserError(f"{where('per_mode', mode_name, 'options', name, j)}: "
-                                    f"per_mode.{mode_name}.options.{name}[{j}]: {exc}") from None
-        for i, model in enumerate(per.models or []):
-            _check_model(model, fields["dataset"], f"{where('per_mode', mode_name, 'models', i)}"
-                         f": per_mode.{mode_name}.models[{i}]")
-    parts = []
-    if "partitions" not in from_cli and s.partitions is not None:
-        for i, p in enumerate(s.partitions):
-            try:
-                parts.append(site.partition(p))
-            except UserError as exc:
-                raise UserError(f"{where('partitions', i)}: partitions[{i}]: {exc}") from None
-    else:
-        parts = [site.partition(p) for p in fields.get("partitions") or (None,)]
-    if "nodes" not in from_cli:
-        for i, n in enumerate(s.nodes):
-            for part in parts:
-                if n > part.nodes:
-                    raise UserError(f"{where('nodes', i)}: nodes[{i}]: {n} nodes; partition "
-                                    f"'{part.name}' of site '{site.name}' has only "
-                                    f"{part.nodes}: lower it (or choose another partition)")
-    if "launcher" not in from_cli and s.launcher is not None:
-        from . import backends
-
-        if s.launcher not in backends.launcher_names():
-            raise UserError(f"{where('launcher')}: launcher: '{s.launcher}' is not a launcher; "
-                            f"valid: {', '.join(backends.launcher_names())}")
-
-
-def _check_model(model: str, dataset: str, prefix: str) -> None:
-    try:
-        entry = zoo.get(model)
-    except (KeyError, ValueError) as exc:
-        raise UserError(f"{prefix}: {str(exc).strip(chr(39) + chr(34))}") from None
-    if dataset not in entry.datasets:
-        raise UserError(f"{prefix}: model '{model}' has no '{dataset}' variant; valid: "
-                        f"{', '.join(entry.datasets)}")
 
 
 def spec_fields(study: Study) -> dict[str, Any]:
@@ -312,26 +269,22 @@ def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
           ) -> list[SweepSpec]:
     """One SweepSpec per (mode, point of the zipped groups). ``overrides``: SweepSpec fields
     given on the command line; they replace the study's (a zip group loses a dimension the
-    command line gave); ``options`` replace the study's options of the same names only."""
+    command line gave); ``options`` replace the study's options of the same names only.
+
+    The study as a whole is validated first (every mode's common values, located in the
+    file); each spec holds the options of its own mode only."""
     overrides = dict(overrides or {})
     cli_options = overrides.pop("options", {})  # per option name, over the file's and per_mode
     fields = {**spec_fields(ls.study), **overrides}
     fields["options"] = {**fields["options"], **cli_options}
-    _check_semantics(ls, site, fields, set(overrides))
+    from_cli = set(overrides)
+    sweep.validate(SweepSpec(**fields), site, locator(ls, from_cli, set(cli_options)))
+    _check_per_mode(ls, fields["modes"], from_cli)
     groups = [[d for d in g if d not in overrides] for g in ls.study.zip]
     groups = [g for g in groups if g]
     out = []
     for mode in fields["modes"]:
-        per = ls.study.per_mode.get(mode)
-        base = {**fields, "modes": (mode,)}
-        if per is not None:
-            base["options"] = {**base["options"], **{k: tuple(_opt_text(v) for v in vs)
-                                                     for k, vs in per.options.items()},
-                               **cli_options}
-            if per.models and "models" not in overrides:
-                base["models"] = tuple(per.models)
-            if per.batch_sizes and "batch_sizes" not in overrides:
-                base["batch_sizes"] = tuple(per.batch_sizes)
+        base = _mode_fields(ls.study, fields, mode, cli_options, from_cli)
         indexes = [range(len(fields[g[0]])) for g in groups]
         for point in itertools.product(*indexes):
             spec = dict(base)
@@ -342,14 +295,40 @@ def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
     return out
 
 
+def _mode_fields(study: Study, fields: dict[str, Any], mode: str,
+                 cli_options: dict[str, tuple[str, ...]], from_cli: set[str]) -> dict[str, Any]:
+    """One mode's SweepSpec fields: its per_mode values over the common ones, and only the
+    options it has (the others are the other modes')."""
+    base = {**fields, "modes": (mode,)}
+    per = study.per_mode.get(mode)
+    if per is not None:
+        base["options"] = {**base["options"], **{k: tuple(_opt_text(v) for v in vs)
+                                                 for k, vs in per.options.items()},
+                           **cli_options}
+        if per.models and "models" not in from_cli:
+            base["models"] = tuple(per.models)
+        if per.batch_sizes and "batch_sizes" not in from_cli:
+            base["batch_sizes"] = tuple(per.batch_sizes)
+    has = {o.name for o in modes.get(mode).options}
+    base["options"] = {k: v for k, v in base["options"].items() if k in has}
+    return base
+
+
 def expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None) -> list[Run]:
-    """The study's runs in order, each once. Errors left to sweep.expand name the file."""
+    """The study's runs in order, each once. An error no check located names the file."""
+    try:
+        return _expand(ls, site, dict(overrides or {}))
+    except UserError as exc:
+        if str(exc).startswith(str(ls.path)):
+            raise
+        raise UserError(f"{ls.path}: {exc}") from None
+
+
+def _expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any]) -> list[Run]:
+    from_cli, cli_options = set(overrides) - {"options"}, set(overrides.get("options", {}))
     runs: dict[str, Run] = {}
     for spec in specs(ls, site, overrides):
-        try:
-            found = expand_spec(spec, site)
-        except UserError as exc:
-            raise UserError(f"{ls.path}: {exc}") from None
-        for run in found:
+        where = locator(ls, from_cli, cli_options, spec.modes[0])
+        for run in sweep.expand(spec, site, where):
             runs.setdefault(run.run_id, run)
     return list(runs.values())

@@ -10,7 +10,7 @@ import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from . import backends, data, modes, protocol, zoo
 from .errors import UserError
 from .site import Partition, Site
+from .spec import settings
 from .spec.models import SweepSpec
 
 SCHEMA_VERSION = 1
@@ -136,36 +137,69 @@ def slurm_minutes(text: str) -> int:
     return days * 1440 + h * 60 + m + (1 if s else 0)
 
 
-def _check_failure(text: str | None) -> None:
-    if text is not None and not protocol.FAILURE_SPEC.match(text):
-        actions = "|".join(protocol.FAILURE_ACTIONS)
-        raise UserError(f"--inject-failure '{text}': expected RANK@ITER[:{actions}], e.g. 1@3 "
-                        "or 1@3:stop")
+# Where an error is: ``where(setting, value=None, key=None)`` gives a message's prefix for a
+# setting's value (key: the mode option's name). On the command line that is the flag and the
+# value; a study file locates the value at its file:line (study.locator). Every check below
+# names what it checks through it, so the command line and study files share one validate.
+Where = Callable[..., str]
 
 
-def expand(spec: SweepSpec, site: Site) -> list[Run]:
+def cli_where(name: str, value: Any = None, key: str | None = None) -> str:
+    """An error's prefix on the command line: the option and, where it helps, the value."""
+    if name == "options":
+        return f"--option {key}" if value is None else f"--option {key}={value}"
+    flag = settings.BY_NAME[name].option
+    return flag if value is None else f"{flag} {value}"
+
+
+def expand(spec: SweepSpec, site: Site, where: Where = cli_where) -> list[Run]:
     """The sweep's runs in a stable order. Every input error is raised before anything runs."""
-    mode_list, partitions, data_dir = validate(spec, site)
+    mode_list, partitions, data_dir = validate(spec, site, where)
     runs: list[Run] = []
     for point in matrix(spec, partitions, mode_list, data_dir):
-        runs += runs_at(spec, site, data_dir, *point)
+        runs += runs_at(spec, site, data_dir, *point, where=where)
     return runs
 
 
-def validate(spec: SweepSpec, site: Site) -> tuple[list[modes.Mode], list[Partition], str | None]:
+def validate(spec: SweepSpec, site: Site, where: Where = cli_where
+             ) -> tuple[list[modes.Mode], list[Partition], str | None]:
     """Check the spec against the zoo, the modes and the site (in this order, so the first
     error is always the same one); returns the modes, the partitions and the data directory."""
-    _check_numbers(spec)
+    _check_numbers(spec, where)
     if spec.dataset not in zoo.DATASETS:
-        raise UserError(f"unknown dataset '{spec.dataset}'; valid: {', '.join(zoo.DATASETS)}")
-    _check_failure(spec.inject_failure)
-    mode_list = [modes.get(m) for m in spec.modes]
-    _check_models(spec.models, spec.dataset)
-    _check_options(spec, mode_list)
-    partitions = [site.partition(p) for p in spec.partitions]
-    data_dir = _check_data(spec, mode_list, site) if spec.data is not None else None
-    _check_epochs(spec, mode_list)
+        raise UserError(f"{where('dataset', spec.dataset)}: unknown dataset '{spec.dataset}'; "
+                        f"valid: {', '.join(zoo.DATASETS)}")
+    _check_failure(spec.inject_failure, where)
+    mode_list = [_mode(m, where) for m in spec.modes]
+    _check_models(spec.models, spec.dataset, where)
+    _check_options(spec, mode_list, where)
+    partitions = [_partition(site, p, where) for p in spec.partitions]
+    _check_nodes(spec.nodes, partitions, site, where)
+    _check_launcher(spec.launcher, where)
+    data_dir = _check_data(spec, mode_list, site, where) if spec.data is not None else None
+    _check_epochs(spec, mode_list, where)
     return mode_list, partitions, data_dir
+
+
+def _check_failure(text: str | None, where: Where) -> None:
+    if text is not None and not protocol.FAILURE_SPEC.match(text):
+        actions = "|".join(protocol.FAILURE_ACTIONS)
+        raise UserError(f"{where('inject_failure', repr(text))}: expected "
+                        f"RANK@ITER[:{actions}], e.g. 1@3 or 1@3:stop")
+
+
+def _mode(name: str, where: Where) -> modes.Mode:
+    try:
+        return modes.get(name)
+    except UserError as exc:
+        raise UserError(f"{where('modes', name)}: {exc}") from None
+
+
+def _partition(site: Site, name: str | None, where: Where) -> Partition:
+    try:
+        return site.partition(name)
+    except UserError as exc:
+        raise UserError(f"{where('partitions', name)}: {exc}") from None
 
 
 MAX_COUNT = 1_000_000
@@ -175,61 +209,88 @@ MAX_ITERS = 1_000_000_000
 MAX_TASKS_PER_CORE = 4
 
 
-def _check_numbers(spec: SweepSpec) -> None:
-    positive = {"--iters": spec.iters, "--batch-size": min(spec.batch_sizes, default=0),
-                "--tasks-per-node": min(spec.tasks_per_node or (1,), default=0),
-                "--repeats": spec.repeats}
-    for what, values in (("--mode", spec.modes), ("--model", spec.models),
-                         ("--nodes", spec.nodes), ("--batch-size", spec.batch_sizes),
-                         ("--partition", spec.partitions)):
-        if not values:
-            raise UserError(f"{what}: empty; give at least one value")
-    for what, value in positive.items():
+def _check_numbers(spec: SweepSpec, where: Where) -> None:
+    for name in ("modes", "models", "nodes", "batch_sizes", "partitions"):
+        if not getattr(spec, name):
+            raise UserError(f"{where(name)}: empty; give at least one value")
+    positive = {"iters": spec.iters, "batch_sizes": min(spec.batch_sizes),
+                "tasks_per_node": min(spec.tasks_per_node or (1,), default=0),
+                "repeats": spec.repeats}
+    for name, value in positive.items():
         if value < 1:
-            raise UserError(f"{what}: must be at least 1")
+            raise UserError(f"{where(name)}: must be at least 1")
     if spec.warmup < 0:
-        raise UserError("--warmup: must be 0 or more")
-    for what, value, most in (("--iters", spec.iters, MAX_ITERS),
-                              ("--warmup", spec.warmup, MAX_ITERS),
-                              ("--repeats", spec.repeats, MAX_COUNT),
-                              ("--batch-size", max(spec.batch_sizes), MAX_COUNT)):
+        raise UserError(f"{where('warmup')}: must be 0 or more")
+    for name, value, most in (("iters", spec.iters, MAX_ITERS),
+                              ("warmup", spec.warmup, MAX_ITERS),
+                              ("repeats", spec.repeats, MAX_COUNT),
+                              ("batch_sizes", max(spec.batch_sizes), MAX_COUNT)):
         if value > most:
-            raise UserError(f"{what}: {value} is beyond any sensible benchmark "
+            raise UserError(f"{where(name)}: {value} is beyond any sensible benchmark "
                             f"(at most {most})")
 
 
-def _check_models(models: tuple[str, ...], dataset: str) -> None:
+def _check_models(models: tuple[str, ...], dataset: str, where: Where) -> None:
     for model in models:
         try:
             entry = zoo.get(model)
         except (KeyError, ValueError) as exc:
-            raise UserError(str(exc).strip("'\"")) from None
+            raise UserError(f"{where('models', model)}: {str(exc).strip(chr(39) + chr(34))}"
+                            ) from None
         if dataset not in entry.datasets:
-            raise UserError(f"model '{model}' has no '{dataset}' variant")
+            raise UserError(f"{where('models', model)}: model '{model}' has no '{dataset}' "
+                            f"variant; valid: {', '.join(entry.datasets)}")
 
 
-def _check_options(spec: SweepSpec, mode_list: list[modes.Mode]) -> None:
-    for opt_name in spec.options:
-        if not any(opt_name in {o.name for o in m.options} for m in mode_list):
+def _check_options(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:
+    """Every option is one of a swept mode's, and each value valid for a mode that has it."""
+    for name, values in spec.options.items():
+        owners = [m for m in mode_list if name in {o.name for o in m.options}]
+        if not owners:
             having = [m.name for m in modes.registry().values()
-                      if opt_name in {o.name for o in m.options}]
-            raise UserError(
-                f"--option {opt_name}: none of the modes {', '.join(spec.modes)} has it"
-                + (f" (modes with it: {', '.join(having)})" if having else "")
-            )
+                      if name in {o.name for o in m.options}]
+            raise UserError(f"{where('options', key=name)}: none of the modes "
+                            f"{', '.join(spec.modes)} has it"
+                            + (f" (modes with it: {', '.join(having)})" if having else ""))
+        for value in values:
+            problems = []
+            for owner in owners:  # valid if one of the modes that have the option takes it
+                try:
+                    owner.option(name).check(owner.name, value)
+                except UserError as exc:
+                    problems.append(str(exc))
+            if len(problems) == len(owners):
+                raise UserError(f"{where('options', value, name)}: {problems[0]}")
 
 
-def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site) -> str:
+def _check_nodes(nodes: tuple[int, ...], partitions: list[Partition], site: Site,
+                 where: Where) -> None:
+    for n in nodes:
+        for part in partitions:
+            if n > part.nodes:
+                raise UserError(f"{where('nodes', n)}: {n} nodes; partition '{part.name}' of "
+                                f"site '{site.name}' has only {part.nodes} node(s): lower it "
+                                "(or choose another partition)")
+
+
+def _check_launcher(launcher: str | None, where: Where) -> None:
+    if launcher is not None and launcher not in backends.launcher_names():
+        raise UserError(f"{where('launcher', launcher)}: '{launcher}' is not a launcher; "
+                        f"valid: {', '.join(backends.launcher_names())}")
+
+
+def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site, where: Where) -> str:
     """The on-disk data set's directory, once it holds the sweep's dataset in a format every
     mode reads (data.check_reading: JPEG only where the mode decodes it and has Pillow)."""
     assert spec.data is not None
     root, manifest = data.load_manifest(spec.data)
     if manifest.dataset != spec.dataset:
-        raise UserError(f"--data {spec.data} holds {manifest.dataset} images; the sweep "
-                        f"trains on {spec.dataset} (--dataset)")
+        raise UserError(f"{where('data', spec.data)}: holds {manifest.dataset} images; the "
+                        f"sweep trains on {spec.dataset} ({where('dataset')})")
     for mode in mode_list:
         if mode.data_format is None:
-            raise UserError(f"mode '{mode.name}' reads no on-disk data yet; drop --data")
+            raise UserError(f"{where('data')}: mode '{mode.name}' reads no on-disk data yet; "
+                            "drop it")
         data.check_reading(site, mode, root, manifest)
     return str(root)
 
@@ -237,29 +298,32 @@ def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site) -> str
 MAX_EPOCHS = 10_000
 
 
-def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode]) -> None:
+def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode], where: Where = cli_where
+                  ) -> None:
     """--epochs needs a labelled data set with a held-out split and modes that train epochs;
     --target-accuracy is a share in (0, 1] and needs --epochs."""
     if spec.target_accuracy is not None:
         if not 0 < spec.target_accuracy <= 1:
-            raise UserError(f"--target-accuracy {spec.target_accuracy}: a share of the held-out "
-                            f"images, in (0, 1] (e.g. 0.9)")
+            raise UserError(f"{where('target_accuracy', spec.target_accuracy)}: a share of the "
+                            f"held-out images, in (0, 1] (e.g. 0.9)")
         if spec.epochs is None:
-            raise UserError("--target-accuracy: give --epochs N too (the most epochs to train)")
+            raise UserError(f"{where('target_accuracy')}: give {where('epochs')} N too (the "
+                            "most epochs to train)")
     if spec.epochs is None:
         return
     if not 1 <= spec.epochs <= MAX_EPOCHS:
-        raise UserError(f"--epochs {spec.epochs}: between 1 and {MAX_EPOCHS}")
+        raise UserError(f"{where('epochs', spec.epochs)}: between 1 and {MAX_EPOCHS}")
     if spec.data is None:
-        raise UserError("--epochs: needs --data DIR of a labelled data set with a held-out "
-                        "split; make one with 'orch data make --out DIR --from digits'")
+        raise UserError(f"{where('epochs')}: needs --data DIR of a labelled data set with a "
+                        "held-out split; make one with 'orch data make --out DIR --from digits'")
     _, manifest = data.load_manifest(spec.data)
     if not manifest.test_samples:
-        raise UserError(f"--epochs: {spec.data} holds random images without a held-out split; "
-                        f"make a labelled set with 'orch data make --out DIR --from digits'")
+        raise UserError(f"{where('epochs')}: {spec.data} holds random images without a held-out "
+                        f"split; make a labelled set with 'orch data make --out DIR --from "
+                        "digits'")
     for mode in mode_list:
         if not mode.epochs:
-            raise UserError(f"--epochs: mode '{mode.name}' does not train epochs yet; "
+            raise UserError(f"{where('epochs')}: mode '{mode.name}' does not train epochs yet; "
                             f"modes that do: {', '.join(modes.epoch_modes())}")
 
 
@@ -294,32 +358,27 @@ NEEDS_GPUS = (("backend", "nccl", "gloo"), ("implementation", "nccl", "ring"),
 
 def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, mode: modes.Mode,
             model: str, nodes: int, tasks_per_node: int | None, batch: int, prefetch: bool,
-            repeat: int) -> list[Run]:
+            repeat: int, *, where: Where = cli_where) -> list[Run]:
     """The runs of one matrix point: one per option combination."""
-    if nodes > part.nodes:
-        raise UserError(
-            f"--nodes {nodes}: partition '{part.name}' of site '{site.name}' has only "
-            f"{part.nodes} node(s)"
-        )
     per_node = tasks_per_node or part.gpus_per_node or 1
     if per_node > MAX_TASKS_PER_CORE * max(part.cpus_per_node, part.gpus_per_node):
-        raise UserError(f"--tasks-per-node {per_node}: partition '{part.name}' has "
+        raise UserError(f"{where('tasks_per_node', per_node)}: partition '{part.name}' has "
                         f"{part.cpus_per_node} core(s) per node; at most "
                         f"{MAX_TASKS_PER_CORE * part.cpus_per_node} ranks per node")
-    launcher = _launcher(spec.launcher, site, part.launcher, mode)
+    launcher = _launcher(spec.launcher, site, part.launcher, mode, where)
     for opts in option_sets(spec, mode):
         for name, value, cpu_choice in NEEDS_GPUS:
             if opts.get(name) == value and not part.gpus_per_node:
-                raise UserError(f"--option {name}={value}: partition '{part.name}' has no "
-                                f"GPUs (gpus_per_node 0); NCCL needs them: use "
+                raise UserError(f"{where('options', value, name)}: partition '{part.name}' has "
+                                f"no GPUs (gpus_per_node 0); NCCL needs them: use "
                                 f"{name}={cpu_choice}")
         backend = mode.resolve_options(opts, part.gpus_per_node).get("backend")
         if part.gpus_per_node and backend in mode.cpu_only_backends:
-            raise UserError(f"--option backend={backend}: {mode.name} on GPU partition "
-                            f"'{part.name}': {mode.cpu_only_backends[backend]}; use "
+            raise UserError(f"{where('options', backend, 'backend')}: {mode.name} on GPU "
+                            f"partition '{part.name}': {mode.cpu_only_backends[backend]}; use "
                             f"backend=nccl")
         if backend == "nccl" and part.gpus_per_node and per_node > part.gpus_per_node:
-            raise UserError(f"--tasks-per-node {per_node}: NCCL takes one rank per GPU and "
+            raise UserError(f"{where('tasks_per_node', per_node)}: NCCL takes one rank per GPU and "
                             f"partition '{part.name}' has {part.gpus_per_node}; use "
                             f"--tasks-per-node {part.gpus_per_node} or backend=gloo (ranks "
                             f"then share the GPUs)")
@@ -366,22 +425,17 @@ def _data_classes(data_dir: str) -> int | None:
     return data.load_manifest(data_dir)[1].classes
 
 
-def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode) -> str:
+def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode,
+              where: Where = cli_where) -> str:
     """The launcher for a run: the user's choice, else the partition's, else the mode's own."""
     allowed_here = backends.scheduler(site.scheduler).launchers
     if requested is not None:
-        if requested not in backends.launcher_names():
-            raise UserError(f"--launcher {requested}: valid: "
-                            f"{', '.join(backends.launcher_names())}")
         if requested not in allowed_here:
-            raise UserError(
-                f"--launcher {requested}: not available on a {site.scheduler} site "
-                f"(valid here: {', '.join(allowed_here)})"
-            )
+            raise UserError(f"{where('launcher', requested)}: not available on a "
+                            f"{site.scheduler} site (valid here: {', '.join(allowed_here)})")
         if requested not in mode.launchers:
-            raise UserError(
-                f"--launcher {requested}: mode '{mode.name}' runs with {', '.join(mode.launchers)}"
-            )
+            raise UserError(f"{where('launcher', requested)}: mode '{mode.name}' runs with "
+                            f"{', '.join(mode.launchers)}")
         return requested
     if partition_default in mode.launchers and partition_default in allowed_here:
         return partition_default

@@ -162,7 +162,8 @@ def test_overlap_none_and_wfbp_average_the_same_gradients(torch_mpi, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--launcher", "foo"], "--launcher foo: valid: srun, mpirun, local"),
+        (["--launcher", "foo"], "--launcher foo: 'foo' is not a launcher; valid: srun, mpirun, "
+                                "local"),
         (["--overlap", "maybe"], "mode 'mpi-ssgd': overlap=maybe is not valid; choices: none, "
                                  "wfbp"),
         (["--bucket-size", "0"], "mode 'mpi-ssgd': bucket_size=0 must be a whole number >= 1"),
