@@ -34,7 +34,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__, containers, protocol, rundir
+from . import __version__, protocol, rundir
+from .containers import checks, runtime
+from .containers.image import ImageFacts, ImageTree
 from .errors import UserError
 from .render import Rendered, transport_env
 from .resources import package_dir
@@ -96,7 +98,7 @@ def rendered_files(rendered: Rendered) -> dict[str, str]:
 
 
 def build(run: Run, site: Site, rdir: Path, lib: Path, files: dict[str, str],
-          image: containers.ImageFacts | None, rerun_of: dict | None = None,
+          image: ImageFacts | None, rerun_of: dict | None = None,
           study: dict | None = None) -> dict:
     env = site.environment(run.framework)
     partition = site.partition(run.partition)
@@ -256,7 +258,7 @@ def prepare_rerun(src: Path, out: Path | None = None):
     image = None
     if prov.get("container"):
         c = prov["container"]
-        facts = containers.check(site, [run], src.parent, lib)  # exists, runtime, binds
+        facts = checks.check(site, [run], src.parent, lib)  # exists, runtime, binds
         image = facts.get(run.framework)
         if image is None or image.digest != c["digest"]:
             raise UserError(f"the image {c['image']} changed since the run (digest "
@@ -266,10 +268,10 @@ def prepare_rerun(src: Path, out: Path | None = None):
     new = sweep / src.name
     if new.exists():
         raise UserError(f"{new} exists: a rerun never writes over a run; choose another --out")
-    if image and image.runtime == "charliecloud":
-        containers.charliecloud_binds(site.environment(run.framework).container,
-                                      [str(new), str(lib)],
-                                      containers.ImageTree(Path(image.image)))
+    if image and runtime(image.runtime).binds_need_targets:
+        runtime(image.runtime).binds([str(new), str(lib)],
+                                     list(site.environment(run.framework).container.binds),
+                                     ImageTree(Path(image.image)))
         if not _covered(new, files.get("container-python", "")):
             raise UserError(f"the copied container wrapper cannot see {new} (it binds the "
                             f"paths of the original run): rerun into the original sweep "

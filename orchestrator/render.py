@@ -15,9 +15,10 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, backends, containers, data, envs, modes, templating
+from . import __version__, backends, data, envs, modes, templating
 from .backends.slurm import options as slurm_options
 from .backends.slurm.options import SlurmJob
+from .containers.wrapper import wrapper_context
 from .site import Environment, Partition, Site
 from .sweep import Run
 
@@ -170,8 +171,8 @@ def render_run(
     }
     if env.container is not None:
         data = [run.data] if getattr(run, "data", None) else []
-        ctx["container"] = containers.wrapper_context(env, partition, run_dir, lib_dir, data,
-                                                      ctx["transport"], image_digest)
+        ctx["container"] = wrapper_context(env, partition, run_dir, lib_dir, data,
+                                           ctx["transport"], image_digest)
     job = templating.template("job.sbatch.j2").render(**ctx)
     launch = templating.template(mode.template).render(**ctx)
     files: tuple[tuple[str, str], ...] = ()

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from . import backends, units
+from . import backends, containers, units
 from .errors import UserError
 from .resources import data_dir
 from .yamlconf import control_chars, dotted, format_validation_error, read_yaml
@@ -32,13 +32,18 @@ from .yamlconf import control_chars, dotted, format_validation_error, read_yaml
 Interconnect = Literal["infiniband", "ethernet"]
 
 
-def _registered(kind: str, names: tuple[str, ...]):
-    """A str field that must name a registered scheduler or launcher (backends): the JSON
-    schema lists them, and a wrong one gets the same message a Literal would give."""
+def _registered(kind: str, names: tuple[str, ...], commas: bool = False):
+    """A str field that must name a registered scheduler, launcher (backends) or container
+    runtime (containers): the JSON schema lists them, and a wrong one gets the message a
+    Literal gives (``commas``: "'a', 'b' or 'c'", as pydantic lists them; without, the
+    "'a' or 'b' or 'c'" schedulers and launchers have always said)."""
+    shown = [repr(n) for n in names]
+    listed = (f"{', '.join(shown[:-1])} or {shown[-1]}" if commas and len(shown) > 1
+              else " or ".join(shown))
 
     def check(value: str) -> str:
         if value not in names:
-            raise ValueError(f"Input should be {' or '.join(repr(n) for n in names)}")
+            raise ValueError(f"Input should be {listed}")
         return value
 
     return Annotated[str, AfterValidator(check), WithJsonSchema({"enum": list(names),
@@ -47,6 +52,7 @@ def _registered(kind: str, names: tuple[str, ...]):
 
 Scheduler = _registered("scheduler", backends.scheduler_names())
 Launcher = _registered("launcher", backends.launcher_names())
+ContainerRuntime = _registered("container runtime", containers.runtime_names(), commas=True)
 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # NAME==VERSION (extras allowed): how every package of a framework environment is pinned.
@@ -188,7 +194,7 @@ class Container(_Strict):
 
     image: str = Field(pattern=r"\S", description="image path (.sif, SquashFS, or "
                        "directory; '~' expands)")
-    runtime: Literal["apptainer", "singularity", "charliecloud"] = "apptainer"
+    runtime: ContainerRuntime = "apptainer"
     binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts "
                              "(data directories)")
     python: str = Field("python3", pattern=r"^\S+$",

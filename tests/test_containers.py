@@ -1,4 +1,4 @@
-"""Containers (issue #8): image files generated from one spec, the per-run container wrapper,
+"""Containers: image files generated from one spec, the per-run container wrapper,
 bad input, provenance, reruns, and real multi-rank runs inside a Charliecloud image.
 
 Apptainer/Singularity cannot be installed here: their command lines are tested by golden files
@@ -24,6 +24,9 @@ import yaml
 
 from orchestrator import containers
 from orchestrator import site as sitemod
+from orchestrator.containers import recipes, specs
+from orchestrator.containers.digest import image_digest
+from orchestrator.containers.image import ImageTree
 from orchestrator.errors import UserError
 from orchestrator.render import render_run
 from orchestrator.sweep import SweepSpec, expand
@@ -48,10 +51,10 @@ def check_golden(name: str, text: str) -> None:
 # --- image files generated from the specs --------------------------------------------------
 
 
-@pytest.mark.parametrize("name", containers.spec_names())
+@pytest.mark.parametrize("name", specs.spec_names())
 def test_generated_files_are_what_the_generator_makes(name):
     """The checked-in .def and Charliecloud build script are exactly the spec's output."""
-    generated = containers.generate(containers.load_spec(name))
+    generated = recipes.generate(specs.load_spec(name))
     assert set(generated) == {f"{name}.def", f"{name}.charliecloud.sh"}
     for fname, text in generated.items():
         path = ROOT / "containers" / fname
@@ -60,15 +63,15 @@ def test_generated_files_are_what_the_generator_makes(name):
 
 
 def test_every_framework_has_a_spec_and_generate_check_agrees():
-    assert {"torch", "torch-mpi", "tensorflow", "mxnet"} <= set(containers.spec_names())
+    assert {"torch", "torch-mpi", "tensorflow", "mxnet"} <= set(specs.spec_names())
     proc = run_orch("container", "generate", "--check", check=True)
     assert "up to date: " in proc.stderr
 
 
-@pytest.mark.parametrize("name", containers.spec_names())
+@pytest.mark.parametrize("name", specs.spec_names())
 def test_generated_files_share_the_install_steps_and_are_valid(name):
-    spec = containers.load_spec(name)
-    files = containers.generate(spec)
+    spec = specs.load_spec(name)
+    files = recipes.generate(spec)
     definition, script = files[f"{name}.def"], files[f"{name}.charliecloud.sh"]
     proc = subprocess.run(["bash", "-n", "-c", script], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -76,21 +79,21 @@ def test_generated_files_share_the_install_steps_and_are_valid(name):
                                             f"MirrorURL: {spec.base.mirror}"]
     assert "debootstrap --variant=minbase bookworm" in script
     # One set of install steps in both: the %post body is the chroot script, indented.
-    install = containers._jinja().get_template("containers/_install.sh.j2").render(
-        spec=spec, marker=containers.marker(spec))
+    install = recipes._jinja().get_template("containers/_install.sh.j2").render(
+        spec=spec, marker=specs.marker(spec))
     assert install in script
     assert "\n".join("    " + ln if ln else ln for ln in install.splitlines()) in definition
     assert f"apt-get install -y -q --no-install-recommends {' '.join(spec.apt)}" in install
     for req in spec.pip.local:  # local wheels never come from an index
         assert f"--no-index --no-deps --find-links /opt/orch-wheels \\\n  {req}" in install
-    assert containers.spec_hash(spec) in definition and containers.spec_hash(spec) in script
+    assert specs.spec_hash(spec) in definition and specs.spec_hash(spec) in script
 
 
 def test_specs_must_pin_every_package():
     spec = yaml.safe_load((ROOT / "containers" / "specs" / "torch.yaml").read_text())
     spec["pip"]["index"].append("requests")
     with pytest.raises(ValueError, match="'requests' is not pinned"):
-        containers.SpecFile.model_validate(spec)
+        specs.SpecFile.model_validate(spec)
 
 
 def test_apptainer_build_is_refused_clearly_without_apptainer():
@@ -172,7 +175,7 @@ def _fake_runtime(bindir: Path, name: str) -> Path:
 
 def _run_wrapper(tmp_path: Path, runtime: str, wrapper: str, extra_env: dict) -> list[str]:
     bindir = tmp_path / "bin"
-    log = _fake_runtime(bindir, containers.COMMAND[runtime])
+    log = _fake_runtime(bindir, containers.runtime(runtime).command)
     path = tmp_path / "container-python"
     path.write_text(wrapper)
     path.chmod(0o755)
@@ -237,15 +240,16 @@ def test_charliecloud_binds_only_onto_empty_mount_points(tmp_path):
     image = tmp_path / "image"
     for d in ("opt/venv/bin", "work", "home", "tmp", "etc"):
         (image / d).mkdir(parents=True)
-    tree = containers.ImageTree(image)
+    tree = ImageTree(image)
     c = sitemod.Container(image=str(image), runtime="charliecloud", binds=["/data/x:/data"])
-    assert containers.charliecloud_binds(
-        c, ["/work/a/run", "/work/a/.orch/lib-1", "/tmp/b", "/home/u/runs"], tree) == [
+    charliecloud = containers.runtime(c.runtime)
+    assert charliecloud.binds(
+        ["/work/a/run", "/work/a/.orch/lib-1", "/tmp/b", "/home/u/runs"], c.binds, tree) == [
         "/home:/home", "/work:/work", "/data/x:/data"]
     with pytest.raises(UserError, match="holds image files that a bind would hide"):
-        containers.charliecloud_binds(c, ["/opt/runs/x"], tree)
+        charliecloud.binds(["/opt/runs/x"], c.binds, tree)
     with pytest.raises(UserError, match="has no /srv to mount it on"):
-        containers.charliecloud_binds(c, ["/srv/runs/x"], tree)
+        charliecloud.binds(["/srv/runs/x"], c.binds, tree)
 
 
 def test_directory_image_digest_is_cached_and_changes_with_the_image(tmp_path):
@@ -253,16 +257,16 @@ def test_directory_image_digest_is_cached_and_changes_with_the_image(tmp_path):
     (image / "etc").mkdir(parents=True)
     (image / "etc" / "a").write_text("1")
     os.symlink("a", image / "etc" / "b")
-    first = containers.image_digest(image)
-    assert first.startswith("sha256:") and containers.image_digest(image) == first
+    first = image_digest(image)
+    assert first.startswith("sha256:") and image_digest(image) == first
     (image / "etc" / "c").write_text("2")  # a file added: the directory's mtime changes
-    second = containers.image_digest(image)
+    second = image_digest(image)
     assert second != first
     f = tmp_path / "image.sqfs"
     f.write_bytes(b"squash")
     import hashlib
 
-    assert containers.image_digest(f) == "sha256:" + hashlib.sha256(b"squash").hexdigest()
+    assert image_digest(f) == "sha256:" + hashlib.sha256(b"squash").hexdigest()
 
 
 # --- bad input: one line, exit 2, nothing written or submitted -----------------------------
@@ -353,8 +357,8 @@ def results(out: Path) -> list[dict]:
 
 def assert_ranks_in_image(out: Path, image: Path) -> None:
     """Every rank of every run logged, from inside, the image's own marker and digest."""
-    digest = containers.image_digest(image)
-    spec_sha = containers.spec_hash(containers.load_spec("torch"))
+    digest = image_digest(image)
+    spec_sha = specs.spec_hash(specs.load_spec("torch"))
     for rdir in (p for p in out.iterdir() if (p / "run.json").is_file()):
         run = json.loads((rdir / "run.json").read_text())
         prov = json.loads((rdir / "provenance.json").read_text())
@@ -403,7 +407,7 @@ def test_show_prints_the_image_digest(local_container_sweep, torch_image):
     out, _ = local_container_sweep
     run_id = next(r["run_id"] for r in results(out) if r["nodes"] == 2)
     proc = run_orch("show", run_id, "--dir", out, check=True)
-    digest = containers.image_digest(torch_image)
+    digest = image_digest(torch_image)
     assert f"image digest {digest}" in proc.stdout
     assert "ranks        2 logged, 2 inside the image" in proc.stdout
     assert "torch 2.13.0+cpu" in proc.stdout
@@ -456,13 +460,13 @@ def test_run_dir_on_a_mount_point_is_bound(torch_image, tmp_path):
     wherever CI clones the repository."""
     made = None
     top = "/" + ROOT.parts[1] if len(ROOT.parts) > 1 else None
-    if top in containers.DEFAULT_MOUNT_POINTS and os.access(ROOT, os.W_OK):
+    if top in specs.DEFAULT_MOUNT_POINTS and os.access(ROOT, os.W_OK):
         base = ROOT / "runs"
     else:
-        top = next((m for m in containers.DEFAULT_MOUNT_POINTS if Path(m).is_dir()
+        top = next((m for m in specs.DEFAULT_MOUNT_POINTS if Path(m).is_dir()
                     and os.access(m, os.W_OK)), None)
         if top is None:
-            top = containers.DEFAULT_MOUNT_POINTS[1]  # /scratch
+            top = specs.DEFAULT_MOUNT_POINTS[1]  # /scratch
             try:
                 Path(top).mkdir()
             except OSError as exc:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import containers, envs
+from orchestrator import envs
 from orchestrator import site as sitemod
+from orchestrator.containers import recipes, specs
 from orchestrator.errors import UserError
 
 from .conftest import ROOT, run_orch
@@ -93,7 +94,7 @@ def specs_dir(tmp_path, monkeypatch) -> Path:
     """An empty containers/specs/ for image specs written by the test."""
     top = tmp_path / "containers"
     (top / "specs").mkdir(parents=True)
-    monkeypatch.setattr(containers, "containers_dir", lambda: top)
+    monkeypatch.setattr(specs, "containers_dir", lambda: top)
     return top / "specs"
 
 
@@ -141,14 +142,14 @@ def test_the_build_hash_ignores_where_the_build_is_written(stamp, tmp_path):
 
 def test_shipped_images_take_their_frameworks_pins_first():
     for name in ("torch", "torch-mpi", "tensorflow", "mxnet"):
-        spec = containers.load_spec(name)
+        spec = specs.load_spec(name)
         fw = sitemod.load_framework(name)
         raw = yaml.safe_load((ROOT / "containers" / "specs" / f"{name}.yaml").read_text())
         assert raw["environment"] == name
         pins = spec.pip.local + spec.pip.index
         for req in fw.packages:  # torch from the wheel directory, as the +cpu build
             assert req in pins or f"{req}+cpu" in spec.pip.local
-    assert containers.load_spec("torch-mpi").pip.local == ["torch==2.13.0+cpu"]
+    assert specs.load_spec("torch-mpi").pip.local == ["torch==2.13.0+cpu"]
 
 
 def test_image_resolved_from_a_framework_is_the_legacy_inline_image(specs_dir, tmp_path,
@@ -158,20 +159,20 @@ def test_image_resolved_from_a_framework_is_the_legacy_inline_image(specs_dir, t
     fw_dir.mkdir()
     (fw_dir / "torch-mpi.yaml").write_text(yaml.safe_dump(LEGACY_TORCH_MPI_FRAMEWORK))
     monkeypatch.setattr(sitemod, "frameworks_dir", lambda: fw_dir)
-    monkeypatch.setattr(containers, "containers_dir",
+    monkeypatch.setattr(specs, "containers_dir",
                         lambda: ROOT / "containers")  # build-horovod.sh is hashed too
-    legacy = containers.ImageSpec.model_validate(yaml.safe_load(LEGACY_TORCH_MPI_SPEC))
-    assert containers.spec_hash(legacy) == LEGACY_TORCH_MPI_HASH
+    legacy = specs.ImageSpec.model_validate(yaml.safe_load(LEGACY_TORCH_MPI_SPEC))
+    assert specs.spec_hash(legacy) == LEGACY_TORCH_MPI_HASH
     text = (ROOT / "containers" / "specs" / "torch-mpi.yaml").read_text()
-    source = containers.SpecFile.model_validate(yaml.safe_load(text))
-    resolved = containers.resolve_spec(source, Path("torch-mpi.yaml"))
+    source = specs.SpecFile.model_validate(yaml.safe_load(text))
+    resolved = specs.resolve_spec(source, Path("torch-mpi.yaml"))
     if resolved.model_dump(exclude={"pip"}) != legacy.model_dump(exclude={"pip"}):
         pytest.skip("the shipped torch-mpi spec changed beyond its pins since this snapshot")
     if source.pip.index != legacy.pip.index[8:]:  # after the framework's 8 index pins
         pytest.skip("the shipped torch-mpi spec's own pins changed since this snapshot")
     assert resolved == legacy
-    assert containers.spec_hash(resolved) == LEGACY_TORCH_MPI_HASH
-    assert containers.generate(resolved) == containers.generate(legacy)
+    assert specs.spec_hash(resolved) == LEGACY_TORCH_MPI_HASH
+    assert recipes.generate(resolved) == recipes.generate(legacy)
 
 
 # --- a version bump is one edit ---------------------------------------------------------------
@@ -182,7 +183,7 @@ def test_a_version_bump_is_one_edit(frameworks_copy):
     torch-mpi image see it (new packages, new build stamp, new image hash and files)."""
     before_sites = {n: sitemod.load(n)[0].environments["torch-mpi"] for n in
                     ("local", "testcluster")}
-    before_image = containers.load_spec("torch-mpi")
+    before_image = specs.load_spec("torch-mpi")
     path = frameworks_copy / "torch-mpi.yaml"
     path.write_text(path.read_text().replace("numpy==2.3.5", "numpy==2.3.6"))
 
@@ -190,20 +191,20 @@ def test_a_version_bump_is_one_edit(frameworks_copy):
         env = sitemod.load(name)[0].environments["torch-mpi"]
         assert "numpy==2.3.6" in env.build.packages and "numpy==2.3.5" not in env.build.packages
         assert envs.spec_hash(env) != envs.spec_hash(old)
-    image = containers.load_spec("torch-mpi")
+    image = specs.load_spec("torch-mpi")
     assert "numpy==2.3.6" in image.pip.index and "numpy==2.3.5" not in image.pip.index
-    assert containers.spec_hash(image) != containers.spec_hash(before_image)
-    assert "numpy==2.3.6" in containers.generate(image)["torch-mpi.def"]
+    assert specs.spec_hash(image) != specs.spec_hash(before_image)
+    assert "numpy==2.3.6" in recipes.generate(image)["torch-mpi.def"]
     # The checked-in generated files are now stale: the drift check says so.
-    assert containers.generate(image) != containers.generate(before_image)
+    assert recipes.generate(image) != recipes.generate(before_image)
 
 
 def test_torch_bump_reaches_the_wheel_directory_pin(frameworks_copy):
     path = frameworks_copy / "torch.yaml"
     path.write_text(path.read_text().replace("torch==2.13.0", "torch==2.14.0"))
-    spec = containers.load_spec("torch")
+    spec = specs.load_spec("torch")
     assert spec.pip.local == ["torch==2.14.0+cpu"]
-    assert "torch-2.14.0+cpu-*.whl" in containers.generate(spec)["torch.def"]
+    assert "torch-2.14.0+cpu-*.whl" in recipes.generate(spec)["torch.def"]
 
 
 # --- references: unknown names, broken files, the inline form ---------------------------------
@@ -283,13 +284,13 @@ pip:
 
 def test_image_spec_takes_the_framework_pins_then_its_own(specs_dir):
     write_spec(specs_dir, SPEC)
-    spec = containers.load_spec("img")
+    spec = specs.load_spec("img")
     assert spec.pip.index == ["mxnet==1.9.1", "numpy==1.23.5", "requests==2.34.2"]
 
 
 def test_inline_image_spec_still_works(specs_dir):
     write_spec(specs_dir, SPEC.replace("environment: mxnet\n", ""))
-    assert containers.load_spec("img").pip.index == ["requests==2.34.2"]
+    assert specs.load_spec("img").pip.index == ["requests==2.34.2"]
 
 
 @pytest.mark.parametrize(("change", "expected"), [
@@ -311,7 +312,7 @@ def test_inline_image_spec_still_works(specs_dir):
 def test_image_spec_reference_errors_name_file_line_and_field(specs_dir, change, expected):
     write_spec(specs_dir, SPEC.replace(*change))
     with pytest.raises(UserError, match=expected):
-        containers.load_spec("img")
+        specs.load_spec("img")
 
 
 # --- the command line shows where each build comes from ---------------------------------------

@@ -8,6 +8,8 @@
 * A mode is one folder: no module outside ``orchestrator/modes/`` names a mode or imports its
   modules by their path (the registry is the way in); no module
   outside ``orchestrator/backends/`` (nor a template) compares a scheduler or launcher name.
+* A container runtime is one class: outside its class (``orchestrator/containers/``) nothing
+  compares a runtime name.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import modes
+from orchestrator import containers, modes
 
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "orchestrator"
@@ -34,11 +36,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "orchestrator.units", "orchestrator.jobscript", "orchestrator.yamlconf",
                 "orchestrator.spec", "orchestrator.spec.settings", "orchestrator.spec.models")),
     ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
-                    "orchestrator.staging")),
+                    "orchestrator.staging", "orchestrator.containers")),
     ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",
-                "orchestrator.datasources", "orchestrator.data", "orchestrator.sitedetect")),
+                "orchestrator.datasources", "orchestrator.data", "orchestrator.sitedetect",
+                "orchestrator.containers.specs")),
     ("plan", ("orchestrator.sweep", "orchestrator.study")),
-    ("render", ("orchestrator.render", "orchestrator.containers")),
+    ("render", ("orchestrator.render", "orchestrator.containers.recipes",
+                "orchestrator.containers.build", "orchestrator.containers.digest",
+                "orchestrator.containers.image", "orchestrator.containers.checks",
+                "orchestrator.containers.wrapper")),
     ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
               "orchestrator.fabric", "orchestrator.progress",
               "orchestrator.backends.slurm.pack",
@@ -368,6 +374,30 @@ def test_no_scheduler_or_launcher_name_is_compared_outside_backends():
             if re.search(r"(scheduler|launcher)\b[^%}]*(==|!=)", line):
                 found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
     assert not found, "scheduler/launcher names compared outside backends:\n" + "\n".join(found)
+
+
+RUNTIME_CLASSES = ("containers/base.py", "containers/apptainer.py", "containers/charliecloud.py")
+
+
+def test_no_container_runtime_name_is_compared_outside_its_class():
+    """A container runtime is one registered class: outside the runtime classes no module (nor
+    a template) compares a runtime's name or keys a table by it."""
+    names = "|".join(map(re.escape, containers.runtime_names()))
+    comparison = re.compile(rf"runtime\w*\s*(==|!=)|(==|!=)\s*[\"']({names})[\"']"
+                            rf"|[\"']({names})[\"']\s*:(?!\S)")
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        if path.relative_to(PKG).as_posix() in RUNTIME_CLASSES:
+            continue
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if comparison.search(line.split("#", 1)[0]):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    for path in sorted([*(ROOT / "templates").rglob("*.j2"), *PKG.rglob("*.j2")]):
+        for lineno, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"runtime\b[^%}]*(==|!=)", line):
+                found.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
+    assert not found, "container runtime names compared outside their classes:\n" + "\n".join(
+        found)
 
 
 def test_every_mode_folder_is_complete_and_declares_what_others_ask():

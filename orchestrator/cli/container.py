@@ -23,17 +23,17 @@ def generate(
                                         "file differs from its spec.")] = False,
 ) -> None:
     """Write containers/<name>.def and containers/<name>.charliecloud.sh from every spec."""
-    from .. import containers
+    from ..containers import recipes, specs
 
-    changed = containers.generate_all(check=check)
+    changed = recipes.generate_all(check=check)
     for path in changed:
         _log(f"{'differs' if check else 'wrote'}: {path}")
     if check and changed:
         _log("generated container files are out of date: run 'orch container generate'")
         raise typer.Exit(1)
     if not changed:
-        _log(f"up to date: {len(containers.spec_names())} spec(s) in "
-             f"{containers.containers_dir() / 'specs'}")
+        _log(f"up to date: {len(specs.spec_names())} spec(s) in "
+             f"{specs.containers_dir() / 'specs'}")
 
 
 @container_app.command("build")
@@ -48,16 +48,15 @@ def build(
     force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
 ) -> None:
     """Build an image where its runtime exists; print its path and digest."""
-    from .. import containers
+    from ..containers import build as builds
+    from ..containers import runtime_names
+    from ..containers.digest import image_digest
+    from ..containers.specs import load_spec
 
-    if runtime not in containers.RUNTIMES:
-        raise UserError(f"--runtime {runtime}: valid: {', '.join(containers.RUNTIMES)}")
-    spec = containers.load_spec(name)
-    if runtime == "charliecloud":
-        image = containers.build_charliecloud(spec, out, squash=squash, force=force, log=_log)
-    else:
-        image = containers.build_apptainer(spec, runtime, out, log=_log)
-    _log(f"digest {containers.image_digest(image)}")
+    if runtime not in runtime_names():
+        raise UserError(f"--runtime {runtime}: valid: {', '.join(runtime_names())}")
+    image = builds.build(load_spec(name), runtime, out, squash=squash, force=force, log=_log)
+    _log(f"digest {image_digest(image)}")
     sys.stdout.write(f"{image}\n")
 
 
@@ -69,14 +68,15 @@ def list_images(
     """The image specs, their hashes, and whether the current Charliecloud build exists."""
     from rich.table import Table
 
-    from .. import containers
+    from ..containers import build as builds
+    from ..containers import specs
 
     table = Table("image", "framework", "spec sha256", "charliecloud image", box=None)
-    for name in containers.spec_names():
-        spec = containers.load_spec(name)
-        path = containers.charliecloud_image_path(spec, out)
-        built = path.is_dir() and (path / containers.MARKER.lstrip("/")).is_file()
-        table.add_row(name, spec.framework, containers.spec_hash(spec)[:16],
+    for name in specs.spec_names():
+        spec = specs.load_spec(name)
+        path = builds.directory_image_path(spec, out)
+        built = path.is_dir() and (path / specs.MARKER.lstrip("/")).is_file()
+        table.add_row(name, spec.framework, specs.spec_hash(spec)[:16],
                       str(path) if built else "[dim]not built[/]")
     out_console.print(table)
 
@@ -121,7 +121,6 @@ def rerun(
     if not wait and not backends.scheduler(site.scheduler).sequential:
         _log(f"submitted; follow with: orch status {sweep_dir}")
         return
-    results.recheck(sweep_dir)  # the run records first: merge only reads
     recs = results.records(results.merge(sweep_dir))
     for rec in recs:
         rate = rec.get("samples_per_s")

@@ -15,8 +15,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import backends, containers, fabric, faults, provenance, rundir, verdict
+from .. import backends, fabric, faults, provenance, rundir, verdict
 from ..backends.slurm import pack as packing
+from ..containers import checks
+from ..containers.image import ImageFacts
 from ..render import Rendered, render_run, slurm_job
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
@@ -35,13 +37,13 @@ POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
 
 
 def render_for(run: Run, site: Site, out: Path, lib: Path,
-               images: dict[str, containers.ImageFacts] | None = None,
+               images: dict[str, ImageFacts] | None = None,
                packed: bool = False) -> Rendered:
     return _render(run, site, _resolved_run_dir(out.resolve(), run), lib, images, packed)
 
 
 def _render(run: Run, site: Site, rdir: Path, lib: Path,
-            images: dict[str, containers.ImageFacts] | None = None,
+            images: dict[str, ImageFacts] | None = None,
             packed: bool = False) -> Rendered:
     partition = site.partition(run.partition)
     env = site.environment(run.framework)
@@ -77,7 +79,7 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
     is submitted again: it says nothing about the workload. A failure of the workload
     itself is submitted again only with ``retry_failed``."""
     # Container images (exist, runtime installed, binds possible): before anything is written.
-    images = containers.check(site, runs, out, rundir.lib_path(out))
+    images = checks.check(site, runs, out, rundir.lib_path(out))
     out.mkdir(parents=True, exist_ok=True)
     rundir.lock_sweep(out)
     lib = rundir.stage_lib(out)
