@@ -98,5 +98,3 @@ def image_digest(path: Path) -> str:
     except OSError:
         pass  # a read-only home: the digest is still right, just computed again next time
     return digest
-
-

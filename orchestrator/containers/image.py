@@ -100,5 +100,3 @@ def inspect(container: Container) -> ImageFacts:
     tree = ImageTree(image)
     return ImageFacts(runtime=container.runtime, image=str(image), digest=image_digest(image),
                       kind="directory" if image.is_dir() else "file", spec=tree.read_marker())
-
-

@@ -51,5 +51,3 @@ def generate_all(check: bool = False) -> list[Path]:
                     if fname.endswith(".sh"):
                         path.chmod(0o755)
     return changed
-
-

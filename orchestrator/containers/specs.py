@@ -215,5 +215,3 @@ def marker(spec: ImageSpec) -> str:
             "base": f"{spec.base.distro} {spec.base.suite} ({spec.base.variant})",
             "apt": spec.apt, "pip": spec.pip.local + spec.pip.index}
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
