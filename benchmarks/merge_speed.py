@@ -52,7 +52,7 @@ from orchestrator import rundir  # noqa: E402
 from orchestrator.protocol import PHASES  # noqa: E402
 from orchestrator.rankside.harness import RankLogWriter  # noqa: E402
 from orchestrator.rundir import JobRecord  # noqa: E402
-from orchestrator.sweep import Run  # noqa: E402
+from orchestrator.spec.api import Run  # noqa: E402
 
 MODELS = ("lenet5", "alexnet", "googlenet", "resnet18", "resnet50")
 BATCHES = (16, 32, 64, 128, 256)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from . import backends, fabric, protocol, rundir
 from .errors import UserError
 from .rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
-from .sweep import Run
+from .spec.api import Run
 from .watch import Hang, HangPolicy, RunWatch
 
 DEFAULT_MAX_RETRIES = 1

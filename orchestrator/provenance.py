@@ -42,7 +42,7 @@ from .render import Rendered, transport_env
 from .resources import package_dir
 from .rundir import JobRecord, Prepared
 from .site import Site
-from .sweep import Run
+from .spec.api import Run
 
 SCHEMA = 1
 FILE = protocol.PROVENANCE_FILE

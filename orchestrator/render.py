@@ -20,7 +20,7 @@ from .backends.slurm import options as slurm_options
 from .backends.slurm.options import SlurmJob
 from .containers.wrapper import wrapper_context
 from .site import Environment, Partition, Site
-from .sweep import Run
+from .spec.api import Run
 
 
 @dataclass(frozen=True)

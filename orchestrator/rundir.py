@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from . import files, protocol
 from .errors import UserError
+from .spec.api import Run
 from .staging import lib_path, stage_lib
-from .sweep import Run
 
 __all__ = ["RETRYABLE", "STATES", "TERMINAL", "Event", "JobRecord", "Prepared",
            "archive_attempt", "find_run", "lib_path", "materialise", "next_attempt",

@@ -30,9 +30,9 @@ from . import modes, sweep
 from .errors import UserError
 from .resources import data_dir
 from .site import Site
+from .spec.api import Run
 from .spec.models import Count, Name, OptionLists, SweepSpec, study_fields
 from .spec.settings import OPTIONS_DOC, STUDY_SETTINGS, ZIPPABLE
-from .sweep import Run
 from .yamlconf import format_validation_error, location, read_yaml
 
 

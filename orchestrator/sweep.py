@@ -7,107 +7,16 @@ finds the same ids (and skips what is finished) while any changed parameter make
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
-import json
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar
-
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from . import backends, data, modes, protocol, zoo
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
+from .spec.api import Run
 from .spec.models import SweepSpec
-
-SCHEMA_VERSION = 1
-
-
-class Run(BaseModel):
-    """One point of a sweep: everything needed to render, submit and interpret it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: int = SCHEMA_VERSION
-    site: str
-    scheduler: str
-    partition: str
-    interconnect: str
-    mode: str
-    framework: str
-    launcher: str
-    model: str
-    dataset: str
-    nodes: int
-    tasks_per_node: int
-    batch_size: int  # per rank (weak scaling: the global batch grows with the ranks)
-    iters: int  # measured iterations
-    warmup: int  # iterations run first and excluded from the statistics
-    repeat: int
-    time_limit_min: int
-    options: dict[str, str] = Field(default_factory=dict)
-    inject_failure: str | None = None  # "RANK@ITER": a test aid that makes one rank fail
-    data: str | None = None  # on-disk data set (orch data make); None: synthetic in memory
-    prefetch: bool = True  # with data: read ahead in a loader process, or not (t_io exposed)
-    # Time to accuracy (issue 18): whole epochs of a labelled data set instead of ``iters``.
-    epochs: int | None = None
-    target_accuracy: float | None = None
-    # The labelled data set's class count (its manifest's): the models' output width; None:
-    # the dataset's (random images, or no --data).
-    classes: int | None = None
-
-    # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
-    # for each run's id and task table several times per run. functools.cached_property keeps
-    # them in the instance's __dict__, which pydantic leaves out of equality and dumps;
-    # model_copy drops them, so a copy with other fields never shows a stale one.
-    _CACHED: ClassVar[tuple[str, ...]] = ("task_table", "ranks", "run_id")
-
-    @functools.cached_property
-    def task_table(self) -> tuple[modes.Task, ...]:
-        """:meth:`tasks` as a tuple, shared with equal runs: read it, never change a Task."""
-        return _placement(self.mode, self.nodes, self.tasks_per_node,
-                          tuple(self.options.items()))
-
-    def tasks(self) -> list[modes.Task]:
-        """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
-        return list(self.task_table)
-
-    @functools.cached_property
-    def ranks(self) -> int:
-        """Processes that train (workers): what speedup and efficiency are relative to."""
-        roles = modes.get(self.mode).training_roles
-        return sum(t.role in roles for t in self.task_table)
-
-    @functools.cached_property
-    def run_id(self) -> str:
-        return run_id(self)
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Run:
-        copied = super().model_copy(update=update, deep=deep)
-        for name in self._CACHED:
-            copied.__dict__.pop(name, None)
-        return copied
-
-
-@functools.lru_cache(maxsize=4096)
-def _placement(mode: str, nodes: int, tasks_per_node: int,
-               options: tuple[tuple[str, str], ...]) -> tuple[modes.Task, ...]:
-    """A mode's task table, shared by the runs that differ only in what it does not depend on
-    (model, batch, repeat, partition). Tasks are never changed once made."""
-    return tuple(modes.get(mode).tasks(nodes, tasks_per_node, dict(options)))
-
-
-def run_id(run: Run) -> str:
-    """``<mode>-<model>-<partition>-n<nodes>-r<repeat>-<hash>``: readable and unique."""
-    params = run.model_dump(mode="json")
-    if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
-        del params["data"], params["prefetch"]
-    for name in ("epochs", "target_accuracy", "classes"):  # the same for runs of iterations
-        if params.get(name) is None:
-            params.pop(name, None)
-    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
 
 
 def _time_limit(spec: SweepSpec, site_time: str | None) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import modes, protocol
 from .protocol import RankLog
-from .sweep import Run
+from .spec.api import Run
 
 CHECKSUM_RTOL = 1e-6
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import modes, protocol
-from .sweep import Run
+from .spec.api import Run
 
 HANG_TIMEOUT_S = 300.0
 STARTUP_TIMEOUT_S = 900.0

@@ -23,7 +23,7 @@ import pytest
 
 from orchestrator import faults, protocol, rundir, watch
 from orchestrator.backends.slurm import expand_hostlist
-from orchestrator.sweep import Run
+from orchestrator.spec.api import Run
 
 from .conftest import ROOT, run_orch
 

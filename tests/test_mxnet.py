@@ -22,7 +22,7 @@ import pytest
 from orchestrator import envs, zoo
 from orchestrator import site as sitemod
 from orchestrator.results.gather import PHASES
-from orchestrator.sweep import Run
+from orchestrator.spec.api import Run
 
 from .conftest import (
     IN_CI,

@@ -26,7 +26,7 @@ from orchestrator import protocol, report, results, rundir
 from orchestrator.model import AlphaBeta, allreduce_time
 from orchestrator.results import analyze, gather, tables
 from orchestrator.rundir import JobRecord
-from orchestrator.sweep import Run
+from orchestrator.spec.api import Run
 
 from .conftest import run_orch
 

@@ -22,7 +22,7 @@ from ..containers.image import ImageFacts
 from ..render import Rendered, render_run, slurm_job
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
-from ..sweep import Run
+from ..spec.api import Run
 from .strategies import Event, Plain, Strategy, choose
 
 __all__ = ["Prepared", "Strategy", "cancel", "choose", "dry_run", "execute", "finalize",

@@ -20,7 +20,7 @@ from ..errors import UserError
 from ..render import slurm_job
 from ..rundir import JobRecord, Prepared
 from ..site import Site
-from ..sweep import Run
+from ..spec.api import Run
 
 Event = Callable[[Run, JobRecord], None]
 # A run just submitted, to follow (the execution decides how: at once on a sequential site).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .. import modes
 from ..modes.torch_options import COLUMNS
 from ..protocol import RankLog
-from ..sweep import Run
+from ..spec.api import Run
 
 
 def dimension_facts(run: Run, logs: list[RankLog]) -> dict:

@@ -10,11 +10,9 @@ import pandas as pd
 
 from .. import protocol, rundir, verdict
 from ..rundir import TERMINAL, JobRecord
-from ..sweep import Run
+from ..spec.api import Run, column_names
 
-RUN_FIELDS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
-              "model", "dataset", "nodes", "tasks_per_node", "batch_size", "iters", "warmup",
-              "repeat", "data", "prefetch", "epochs", "target_accuracy")
+RUN_FIELDS = column_names()  # the Run fields marked as columns (spec.api)
 
 
 def run_columns(run: Run, record: JobRecord | None, rdir: Path) -> dict:

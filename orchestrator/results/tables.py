@@ -18,12 +18,12 @@ import pyarrow.parquet as pq
 
 from .. import files
 from ..protocol import PHASES, WINDOW, WINDOW_BREAKDOWN, WINDOW_NATIVE, RankLog, read_rank_log
-from ..sweep import Run
+from ..spec.api import Run, column_names
 from . import iterlines
 from .iterlines import ITER_FIELDS
 
-RUN_COLUMNS = ("run_id", "site", "partition", "interconnect", "mode", "framework", "launcher",
-               "model", "dataset", "nodes", "tasks_per_node", "batch_size", "warmup", "repeat")
+# The Run fields each iteration row repeats (spec.api marks them), strings or whole numbers.
+RUN_COLUMNS = column_names(iterations=True)
 
 
 def phase_default(window: str) -> float | None:
@@ -57,8 +57,8 @@ def iteration_rows(run: Run, logs: list[RankLog]) -> list[dict]:
 
 
 ITER_SCHEMA = pa.schema(
-    [(c, pa.string()) for c in RUN_COLUMNS[:9]]
-    + [(c, pa.int64()) for c in ("nodes", "tasks_per_node", "batch_size", "warmup", "repeat")]
+    [(c, pa.int64() if c != "run_id" and Run.model_fields[c].annotation is int
+      else pa.string()) for c in RUN_COLUMNS]
     + [("ranks", pa.int64()), ("rank", pa.int64()), ("host", pa.string()),
        ("node", pa.string()), ("node_rank", pa.int64()), ("iter", pa.int64()),
        ("window", pa.string()), ("warmup_iter", pa.bool_()), ("t_start", pa.float64()),

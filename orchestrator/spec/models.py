@@ -20,7 +20,8 @@ from pydantic import (
     field_validator,
 )
 
-from .settings import KINDS, SETTINGS, Setting
+from . import settings
+from .settings import KINDS, Setting
 
 # Strict, so YAML's `true` is no count and `2.5` no node count.
 Count = Annotated[StrictInt, Field(ge=1)]
@@ -44,7 +45,7 @@ assert set(STRICT) == set(KINDS)
 def study_fields() -> dict[str, tuple[Any, Any]]:
     """Each setting a study may give, as a pydantic field definition: (annotation, field)."""
     out: dict[str, tuple[Any, Any]] = {}
-    for s in SETTINGS:
+    for s in settings.SETTINGS:
         if not s.study:
             continue
         item = STRICT[s.type]
@@ -86,6 +87,6 @@ class _SpecBase(BaseModel):
 SweepSpec = create_model(
     "SweepSpec", __base__=_SpecBase, __module__=__name__,
     __doc__="What the user asked for on the command line; lists are matrix dimensions.",
-    **{s.name: _spec_field(s) for s in SETTINGS},
+    **{s.name: _spec_field(s) for s in settings.SETTINGS},
     options=(dict[str, tuple[str, ...]], Field(default_factory=dict)),
 )

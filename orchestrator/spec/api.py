@@ -1,0 +1,132 @@
+"""A run: one point of a sweep, frozen, with a stable id — what every later stage reads.
+
+Like torchx's ``specs/api.py``, the type the whole pipeline shares sits near the ground floor:
+the plan makes Runs (``sweep``); rendering, submission and the run directory read them. The
+result set's run columns (:func:`column_names`) are the Run fields marked :data:`COLUMN`
+(:data:`ITER_COLUMN`: of the iterations table too), in the order they are declared here."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .. import modes
+
+
+@dataclass(frozen=True)
+class Column:
+    """Marks a Run field as a column of the runs table (``iterations``: of the iterations
+    table too, one value per row, so only what a row needs)."""
+
+    iterations: bool = False
+
+
+COLUMN = Column()
+ITER_COLUMN = Column(iterations=True)
+
+
+SCHEMA_VERSION = 1
+
+
+class Run(BaseModel):
+    """One point of a sweep: everything needed to render, submit and interpret it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    site: Annotated[str, ITER_COLUMN]
+    scheduler: str
+    partition: Annotated[str, ITER_COLUMN]
+    interconnect: Annotated[str, ITER_COLUMN]
+    mode: Annotated[str, ITER_COLUMN]
+    framework: Annotated[str, ITER_COLUMN]
+    launcher: Annotated[str, ITER_COLUMN]
+    model: Annotated[str, ITER_COLUMN]
+    dataset: Annotated[str, ITER_COLUMN]
+    nodes: Annotated[int, ITER_COLUMN]
+    tasks_per_node: Annotated[int, ITER_COLUMN]
+    # Samples per rank (weak scaling: the global batch grows with the ranks).
+    batch_size: Annotated[int, ITER_COLUMN]
+    iters: Annotated[int, COLUMN]  # measured iterations
+    # Iterations run first and excluded from the statistics.
+    warmup: Annotated[int, ITER_COLUMN]
+    repeat: Annotated[int, ITER_COLUMN]
+    time_limit_min: int
+    options: dict[str, str] = Field(default_factory=dict)
+    inject_failure: str | None = None  # "RANK@ITER": a test aid that makes one rank fail
+    # The on-disk data set (orch data make); None: synthetic batches in memory.
+    data: Annotated[str | None, COLUMN] = None
+    # With data: read ahead in a loader process, or not (t_io exposed).
+    prefetch: Annotated[bool, COLUMN] = True
+    # Time to accuracy: whole epochs of a labelled data set instead of ``iters``.
+    epochs: Annotated[int | None, COLUMN] = None
+    target_accuracy: Annotated[float | None, COLUMN] = None
+    # The labelled data set's class count (its manifest's): the models' output width; None:
+    # the dataset's (random images, or no --data).
+    classes: int | None = None
+
+    # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
+    # for each run's id and task table several times per run. functools.cached_property keeps
+    # them in the instance's __dict__, which pydantic leaves out of equality and dumps;
+    # model_copy drops them, so a copy with other fields never shows a stale one.
+    _CACHED: ClassVar[tuple[str, ...]] = ("task_table", "ranks", "run_id")
+
+    @functools.cached_property
+    def task_table(self) -> tuple[modes.Task, ...]:
+        """:meth:`tasks` as a tuple, shared with equal runs: read it, never change a Task."""
+        return _placement(self.mode, self.nodes, self.tasks_per_node,
+                          tuple(self.options.items()))
+
+    def tasks(self) -> list[modes.Task]:
+        """Every process of the job (task k = SLURM_PROCID k), with its role and node."""
+        return list(self.task_table)
+
+    @functools.cached_property
+    def ranks(self) -> int:
+        """Processes that train (workers): what speedup and efficiency are relative to."""
+        roles = modes.get(self.mode).training_roles
+        return sum(t.role in roles for t in self.task_table)
+
+    @functools.cached_property
+    def run_id(self) -> str:
+        return run_id(self)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Run:
+        copied = super().model_copy(update=update, deep=deep)
+        for name in self._CACHED:
+            copied.__dict__.pop(name, None)
+        return copied
+
+
+@functools.lru_cache(maxsize=4096)
+def _placement(mode: str, nodes: int, tasks_per_node: int,
+               options: tuple[tuple[str, str], ...]) -> tuple[modes.Task, ...]:
+    """A mode's task table, shared by the runs that differ only in what it does not depend on
+    (model, batch, repeat, partition). Tasks are never changed once made."""
+    return tuple(modes.get(mode).tasks(nodes, tasks_per_node, dict(options)))
+
+
+def run_id(run: Run) -> str:
+    """``<mode>-<model>-<partition>-n<nodes>-r<repeat>-<hash>``: readable and unique."""
+    params = run.model_dump(mode="json")
+    if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
+        del params["data"], params["prefetch"]
+    for name in ("epochs", "target_accuracy", "classes"):  # the same for runs of iterations
+        if params.get(name) is None:
+            params.pop(name, None)
+    digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
+
+
+
+def column_names(iterations: bool = False) -> tuple[str, ...]:
+    """The result set's run columns: ``run_id`` and the marked Run fields, in their order."""
+    return ("run_id", *(name for name, field in Run.model_fields.items()
+                        if any(isinstance(m, Column) and (m.iterations or not iterations)
+                               for m in field.metadata)))
