@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from .. import fabric, files, protocol, rundir
 from ..protocol import RankLog
 from ..rundir import JobRecord
-from ..sweep import Run
+from ..spec.api import Run
 from . import analyze, cache, convergence, devices, gather, tables
 from .dimensions import dimension_facts
 from .runs import run_columns
