@@ -81,24 +81,8 @@ def sweep(
     # flags (--overlap, …) are added to this signature from their one declaration
     # (spec.settings, by _add_setting_options below): ``given`` receives them by name.
     from .. import backends, envs, execute, results
-    from .. import site as sitemod
-    from .. import sweep as sweepmod
 
-    values = spec_values(given, option)
-    loaded = None
-    if study is not None:
-        from .. import study as studymod
-
-        loaded = studymod.load(study)
-        named = _given(ctx)
-        site_obj, _path = sitemod.load(site if "site" in named or not loaded.study.site
-                                       else loaded.study.site)
-        runs = studymod.expand(loaded, site_obj, _overrides(values, named))
-    else:
-        site_obj, _path = sitemod.load(site)
-        from ..spec.models import SweepSpec
-
-        runs = sweepmod.expand(SweepSpec(**values), site_obj)
+    runs, site_obj, loaded = plan(ctx, spec_values(given, option), study, site)
     out_dir = check_out(out or Path("runs") / site_obj.name)
     strategy = execute.choose(pack=pack, pack_shared=pack_shared, array=array)
     strategy.refuse(site_obj)
@@ -179,6 +163,26 @@ def sweep(
         say(line)
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
+
+
+def plan(ctx: typer.Context, values: dict[str, Any], study: str | None, site: str):
+    """The sweep's runs, its site and its study (None without --study): every input error is
+    raised here, before anything is written."""
+    from .. import site as sitemod
+    from .. import sweep as sweepmod
+
+    if study is None:
+        from ..spec.models import SweepSpec
+
+        site_obj, _path = sitemod.load(site)
+        return sweepmod.expand(SweepSpec(**values), site_obj), site_obj, None
+    from .. import study as studymod
+
+    loaded = studymod.load(study)
+    named = _given(ctx)
+    site_obj, _path = sitemod.load(site if "site" in named or not loaded.study.site
+                                   else loaded.study.site)
+    return studymod.expand(loaded, site_obj, _overrides(values, named)), site_obj, loaded
 
 
 def spec_values(given: dict[str, Any], option: list[str] | None) -> dict[str, Any]:
