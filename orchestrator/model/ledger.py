@@ -9,7 +9,8 @@ two-level network (:mod:`.preflight`), with the communication model its mode dec
 all-gather). Each prediction is appended, with its time, model and inputs, to
 ``<sweep>/predictions.jsonl`` (append-only, never rewritten) *before* the next stage is
 submitted. A run's own measurements are never used to predict it: a run is predicted only from
-a run with fewer ranks that had already finished.
+a run with fewer ranks that had already finished. (The staging itself, which submits the
+stages, is orchestrator.execute.staged: this module only predicts, writes and reads.)
 
 ``scorecard_frame`` joins every run with the latest prediction made before the run started,
 and the result set keeps them (``results/predictions.parquet``).
