@@ -4,7 +4,8 @@ Why it exists: measured scaling numbers only tell what happened on the nodes we 
 *why* a run scales (I/O, compute or communication bound) and to answer what-if questions
 (10GbE vs 100Gb InfiniBand, more workers than we measured, wait-free back-propagation or not)
 we need a small analytic model fed by measured phase times. The formulas follow the two source
-papers summarised in DESIGN.md ("Measurement definitions", "Performance model").
+papers summarised in docs/measurements.md ("One iteration, split into phases", "The
+performance model").
 
 One module per part, data flowing one way:
 

@@ -2,9 +2,9 @@
 gradient size and overlap policy of a run; with the checks that turn bad input into one line.
 
 Units: breakdowns are in seconds; layer traces are in microseconds (the trace format of the
-second paper, DESIGN.md "Performance model"). Errors in user input (files, options) raise
-:class:`ModelInputError`, a ``ValueError`` whose message names the file or option, the field
-and what was expected, so the CLI can print it and exit with code 2.
+second paper, docs/measurements.md "The performance model"). Errors in user input (files,
+options) raise :class:`ModelInputError`, a ``ValueError`` whose message names the file or
+option, the field and what was expected, so the CLI can print it and exit with code 2.
 """
 
 import csv
@@ -119,8 +119,8 @@ class Breakdown(BaseModel):
     not interpolate: a silent guess would make predictions look measured).
 
     ``t_comm`` is the communication time placed on the iteration's timeline. In measured
-    breakdowns it is the *exposed* part (DESIGN.md); give ``{1: 0, ...}`` if a single worker
-    has no communication.
+    breakdowns it is the *exposed* part (docs/measurements.md); give ``{1: 0, ...}`` if a
+    single worker has no communication.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
