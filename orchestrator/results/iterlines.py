@@ -26,7 +26,6 @@ Arrow's number parser also takes a few spellings JSON does not (``+1``, ``01``, 
 
 from __future__ import annotations
 
-import io
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -53,38 +52,18 @@ ITER_FIELDS = ("iter", "window", "warmup_iter", "t_start", "t_iter", "samples",
 THREADS = 2  # column work (checks, casts) in parallel; Arrow releases the GIL
 
 
-class _Lines(io.RawIOBase):
-    """A readable stream of byte chunks, without joining them in memory."""
-
-    def __init__(self, chunks: list[bytes | memoryview]) -> None:
-        self._parts = [memoryview(c).cast("B") for c in chunks]
-        self._index = self._offset = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        out = memoryview(buffer).cast("B")
-        filled = 0
-        while filled < len(out) and self._index < len(self._parts):
-            part = self._parts[self._index]
-            n = min(len(out) - filled, len(part) - self._offset)
-            out[filled:filled + n] = part[self._offset:self._offset + n]
-            filled += n
-            self._offset += n
-            if self._offset == len(part):
-                self._index, self._offset = self._index + 1, 0
-        return filled
-
-
 def _read_cells(keys: tuple[str, ...], segs: list[Segment]) -> pa.Table:
-    """The ':'-separated cells of the segments' lines, each segment after its marker line."""
+    """The ':'-separated cells of the segments' lines, each segment after its marker line.
+
+    The lines are joined into one buffer (a batch of the merge's: tens of MB) that Arrow's
+    reader splits into blocks for its threads; read through a Python file object instead,
+    every block would be copied under the GIL, one reader at a time."""
     chunks: list[bytes | memoryview] = []
     for seg in segs:
         chunks += [_MARK_CELL + seg.first[len(_TYPE_CELL):] + b"\n", seg.raw, b"\n"]
     names = [f"c{i}" for i in range(len(keys) + 1)]
     return pcsv.read_csv(
-        pa.PythonFile(_Lines(chunks), mode="r"),
+        pa.BufferReader(b"".join(chunks)),
         read_options=pcsv.ReadOptions(column_names=names, block_size=4 << 20),
         parse_options=pcsv.ParseOptions(delimiter=":", quote_char=False, double_quote=False,
                                         escape_char=False, newlines_in_values=False),

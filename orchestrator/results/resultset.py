@@ -152,6 +152,9 @@ def _merge_batch(inputs: list[RunInput], hits: list[cache.CacheEntry | None],
     table, counts = tables.merged_iteration_table(
         [(inputs[k].run, logs) for k, logs in zip(todo, scanned, strict=True)])
     metrics = _metrics(table, counts)
+    for logs in scanned:  # their lines are in the table now: holding them would hold the files
+        for log in logs:
+            log.segments = []
     pieces: list[pa.Table] = []
     parts: list[RunPart] = []
     start = 0
