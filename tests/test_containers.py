@@ -24,7 +24,7 @@ import yaml
 
 from orchestrator import containers
 from orchestrator import site as sitemod
-from orchestrator.containers import recipes, specs
+from orchestrator.containers import build, recipes, specs
 from orchestrator.containers.digest import image_digest
 from orchestrator.containers.image import ImageTree
 from orchestrator.errors import UserError
@@ -94,6 +94,23 @@ def test_specs_must_pin_every_package():
     spec["pip"]["index"].append("requests")
     with pytest.raises(ValueError, match="'requests' is not pinned"):
         specs.SpecFile.model_validate(spec)
+
+
+def test_every_runtime_declares_what_others_ask():
+    """Each registered runtime has a wrapper template, a recipe the generator writes, and an
+    image format the builder knows; the site schema lists exactly the registered names."""
+    spec = specs.load_spec("torch")
+    generated = recipes.generate(spec)
+    for name in containers.runtime_names():
+        rt = containers.runtime(name)
+        assert rt.command and rt.install_hint
+        assert (ROOT / "templates" / "containers" / f"{name}.sh.j2").is_file()
+        assert rt.recipe(spec.name) in generated
+        assert rt.builds in build._BUILDERS
+    schema = sitemod.schema()["$defs"]["Container"]["properties"]["runtime"]
+    assert schema["enum"] == list(containers.runtime_names())
+    assert set(generated) == {containers.runtime(n).recipe(spec.name)
+                              for n in containers.runtime_names()}
 
 
 def test_apptainer_build_is_refused_clearly_without_apptainer():

@@ -16,6 +16,7 @@ class Apptainer(Runtime):
     command = "apptainer"
     env_prefix = "APPTAINERENV_"
     builds = "sif"
+    recipe_template = "containers/apptainer.def.j2"
 
     @property
     def install_hint(self) -> str:

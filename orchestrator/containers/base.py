@@ -44,7 +44,9 @@ class Runtime:
     * ``squashes``: a directory image can also be packed into one SquashFS file it runs;
     * ``binds_need_targets``: a bind's destination must already be a directory of the
       (read-only) image, so :meth:`binds` needs the image's directories;
-    * ``install_hint``: what to do where its executable is missing.
+    * ``install_hint``: what to do where its executable is missing;
+    * ``recipe_template``: the template of the file its images are built from
+      (:meth:`recipe`; ``orch container generate`` writes it for every spec).
     """
 
     name: ClassVar[str] = ""
@@ -53,15 +55,11 @@ class Runtime:
     builds: ClassVar[str] = "sif"
     squashes: ClassVar[bool] = False
     binds_need_targets: ClassVar[bool] = False
+    recipe_template: ClassVar[str] = ""
 
     @property
     def install_hint(self) -> str:
         return f"install {self.command} on the nodes, or load its module in the environment"
-
-    @property
-    def template(self) -> str:
-        """The per-run wrapper (``container-python``) that starts the image's Python."""
-        return f"containers/{self.name}.sh.j2"
 
     def recipe(self, spec_name: str) -> str:
         """The generated file (under ``containers/``) an image of the spec is built from."""

@@ -27,6 +27,7 @@ class Charliecloud(Runtime):
     builds = "directory"
     squashes = True
     binds_need_targets = True
+    recipe_template = "containers/charliecloud-build.sh.j2"
 
     @property
     def install_hint(self) -> str:

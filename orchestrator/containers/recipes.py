@@ -1,5 +1,6 @@
-"""The build files generated from each spec (``orch container generate``): the Apptainer
-definition and the Charliecloud build script, both running the same install steps."""
+"""The build files generated from each spec (``orch container generate``): each runtime's
+recipe (the Apptainer definition, the Charliecloud build script), all running the same install
+steps."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from .. import templating
 from . import specs
+from .base import runtime, runtime_names
 from .specs import ImageSpec, load_spec, marker, spec_hash
 
 
@@ -30,11 +32,12 @@ def generate(spec: ImageSpec) -> dict[str, str]:
     env = _jinja()
     install = env.get_template("containers/_install.sh.j2").render(**ctx)
     ctx["install"] = install
-    return {
-        f"{spec.name}.def": env.get_template("containers/apptainer.def.j2").render(**ctx),
-        f"{spec.name}.charliecloud.sh":
-            env.get_template("containers/charliecloud-build.sh.j2").render(**ctx),
-    }
+    out: dict[str, str] = {}
+    for rt in map(runtime, runtime_names()):  # Apptainer and Singularity share their recipe
+        name = rt.recipe(spec.name)
+        if name not in out:
+            out[name] = env.get_template(rt.recipe_template).render(**ctx)
+    return out
 
 
 def generate_all(check: bool = False) -> list[Path]:
