@@ -47,8 +47,8 @@ from ...rundir import JobRecord, Prepared
 from ...site import Site
 from .options import SlurmJob, sbatch_options
 
-# --pack, --pack-shared (a pack whose runs may share nodes), --array: as orch sweep spells them.
-KINDS = ("pack", "pack-shared", "array")
+# A pack whose runs may share nodes, as orch sweep spells it (the strategies, each kind's name:
+# orchestrator/execute/strategies.py).
 SHARED = "pack-shared"
 # Grace after a run's own time limit before its job.sbatch is killed (timeout --kill-after).
 KILL_GRACE_S = 10
