@@ -42,7 +42,7 @@ from .render import Rendered, transport_env
 from .resources import package_dir
 from .rundir import JobRecord, Prepared
 from .site import Site
-from .spec.api import Run
+from .spec.resolved import ResolvedRun
 
 SCHEMA = 1
 FILE = protocol.PROVENANCE_FILE
@@ -97,11 +97,10 @@ def rendered_files(rendered: Rendered) -> dict[str, str]:
             **dict(rendered.files)}
 
 
-def build(run: Run, site: Site, rdir: Path, lib: Path, files: dict[str, str],
+def build(resolved: ResolvedRun, rdir: Path, lib: Path, files: dict[str, str],
           image: ImageFacts | None, rerun_of: dict | None = None,
           study: dict | None = None) -> dict:
-    env = site.environment(run.framework)
-    partition = site.partition(run.partition)
+    run, site, env = resolved.run, resolved.site, resolved.environment
     rdir = rdir.resolve()
     return {
         "schema": SCHEMA,
@@ -115,7 +114,7 @@ def build(run: Run, site: Site, rdir: Path, lib: Path, files: dict[str, str],
         "environment": {"framework": run.framework, **env.model_dump(mode="json")},
         "container": image.as_dict() if image else None,
         "scripts": script_digests(files, str(rdir)),
-        "env": dict([*transport_env(partition), *sorted(env.env.items())]),
+        "env": dict([*transport_env(resolved.partition), *sorted(env.env.items())]),
         "lib_dir": str(lib),
         "rerun_of": rerun_of,
         "study": study,
@@ -279,7 +278,8 @@ def prepare_rerun(src: Path, out: Path | None = None):
     copied = {name: text.replace(str(src), str(new)) for name, text in files.items()}
     rerun_of = {"run_dir": str(src), "provenance_sha256":
                 hashlib.sha256((src / FILE).read_bytes()).hexdigest()}
-    data = build(run, site, new, lib, copied, image, rerun_of=rerun_of, study=prov.get("study"))
+    data = build(ResolvedRun.of(run, site), new, lib, copied, image, rerun_of=rerun_of,
+                 study=prov.get("study"))
     data["site"]["file"] = prov["site"].get("file")
     record = JobRecord(run_id=run.run_id, attempt=1, scheduler=site.scheduler)
     new.mkdir(parents=True)

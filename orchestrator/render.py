@@ -19,8 +19,9 @@ from . import __version__, backends, data, envs, modes, templating
 from .backends.slurm import options as slurm_options
 from .backends.slurm.options import SlurmJob
 from .containers.wrapper import wrapper_context
-from .site import Environment, Partition, Site
+from .site import Partition
 from .spec.api import Run
+from .spec.resolved import ResolvedRun
 
 
 @dataclass(frozen=True)
@@ -106,8 +107,9 @@ def transport_env(partition: Partition) -> list[tuple[str, str]]:
     return merged + sorted(overrides.items())
 
 
-def workload_args(run: Run, run_dir: Path, site: Site) -> list[str]:
+def workload_args(resolved: ResolvedRun, run_dir: Path) -> list[str]:
     """Arguments every workload's harness understands (orchestrator.rankside.harness)."""
+    run = resolved.run
     args = [
         "--run-id", run.run_id,
         "--log-dir", str(run_dir / "ranks"),
@@ -122,7 +124,7 @@ def workload_args(run: Run, run_dir: Path, site: Site) -> list[str]:
     if run.inject_failure:
         args += ["--inject-failure", run.inject_failure]
     if run.data:
-        fmt = data.run_format(site, modes.get(run.mode), run.data)
+        fmt = data.run_format(resolved.site, resolved.mode, run.data)
         args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
     if run.classes is not None:
         args += ["--classes", str(run.classes)]
@@ -134,15 +136,14 @@ def workload_args(run: Run, run_dir: Path, site: Site) -> list[str]:
 
 
 
-def render_run(
-    run: Run, site: Site, partition: Partition, env: Environment, run_dir: Path, lib_dir: Path,
-    image_digest: str | None = None, packed: bool = False,
-) -> Rendered:
+def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,
+               image_digest: str | None = None, packed: bool = False) -> Rendered:
     """Both scripts of a run; with a container environment also ``container-python``, the
     wrapper job.sbatch makes every rank's ORCH_PYTHON (``image_digest`` is recorded in it).
     ``packed``: the run is one step of a pack allocation (orch sweep --pack): its srun step
     keeps to the nodes the pack gave it (SLURM_JOB_NODELIST) and is named after the run."""
-    mode = modes.get(run.mode)
+    run, site, partition, env, mode = (resolved.run, resolved.site, resolved.partition,
+                                       resolved.environment, resolved.mode)
     tasks = run.tasks()
     layout = _layout(run.task_table, run.nodes)
     ctx = {
@@ -165,7 +166,7 @@ def render_run(
         "sbatch": sbatch_lines(slurm_options.sbatch_options(slurm_job(run, run_dir), partition)),
         "transport": transport_env(partition),
         "env_vars": sorted(env.env.items()),
-        "args": workload_args(run, run_dir, site),
+        "args": workload_args(resolved, run_dir),
         "container": None,
         "packed": packed,
     }

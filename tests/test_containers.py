@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import containers
+from orchestrator import containers, modes
 from orchestrator import site as sitemod
 from orchestrator.containers import build, recipes, specs
 from orchestrator.containers.digest import image_digest
 from orchestrator.containers.image import ImageTree
 from orchestrator.errors import UserError
 from orchestrator.render import render_run
+from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import IN_CI, ROOT, run_orch
@@ -140,8 +141,8 @@ def render_container(site: sitemod.Site, partition: str, nodes: int = 2, run_dir
     env = site.environment("torch")
     env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
     rdir = run_dir or Path("/scratch/runs") / run.run_id
-    return run, render_run(run, site, site.partition(partition), env, rdir, lib,
-                           image_digest=FAKE_DIGEST)
+    return run, render_run(ResolvedRun(run, site, site.partition(partition), env,
+                                       modes.get(run.mode)), rdir, lib, image_digest=FAKE_DIGEST)
 
 
 WRAPPER_TARGETS = [
@@ -173,8 +174,8 @@ def test_container_changes_nothing_for_other_sites():
     site = sitemod.load("local")[0]
     run = expand(SweepSpec(nodes=(2,)), site)[0]
     env = site.environment("torch").model_copy(update={"python": "/opt/orch/venv/bin/python"})
-    r = render_run(run, site, site.partition(None), env, Path("/scratch/runs") / run.run_id,
-                   Path("/scratch/runs/.orch/lib-0123456789ab"))
+    r = render_run(ResolvedRun(run, site, site.partition(None), env, modes.get(run.mode)),
+                   Path("/scratch/runs") / run.run_id, Path("/scratch/runs/.orch/lib-0123456789ab"))
     assert r.files == ()
     assert "container" not in r.job_script
     assert "export ORCH_PYTHON=/opt/orch/venv/bin/python\n" in r.job_script

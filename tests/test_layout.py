@@ -41,7 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("config", ("orchestrator.site", "orchestrator.frameworks", "orchestrator.envs",
                 "orchestrator.datasources", "orchestrator.data", "orchestrator.sitedetect",
                 "orchestrator.containers.specs")),
-    ("plan", ("orchestrator.sweep", "orchestrator.study")),
+    ("plan", ("orchestrator.sweep", "orchestrator.study", "orchestrator.spec.resolved")),
     ("render", ("orchestrator.render", "orchestrator.containers.recipes",
                 "orchestrator.containers.build", "orchestrator.containers.digest",
                 "orchestrator.containers.image", "orchestrator.containers.checks",

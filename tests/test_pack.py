@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import protocol
+from orchestrator import modes, protocol
 from orchestrator import site as sitemod
 from orchestrator.backends.slurm import pack
 from orchestrator.backends.slurm.packed import minutes, packed_state
 from orchestrator.render import render_run
 from orchestrator.rundir import JobRecord, Prepared
+from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import run_orch, wait_until
@@ -229,8 +230,9 @@ def test_packed_job_script_golden():
     run = expand(SweepSpec(nodes=(2,)), site)[0]
     env = site.environment(run.framework)
     env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
-    r = render_run(run, site, site.partition("ib"), env, Path("/scratch/runs") / run.run_id,
-                   Path("/scratch/runs/.orch/lib-0123456789ab"), packed=True)
+    r = render_run(ResolvedRun(run, site, site.partition("ib"), env, modes.get(run.mode)),
+                   Path("/scratch/runs") / run.run_id, Path("/scratch/runs/.orch/lib-0123456789ab"),
+                   packed=True)
     check_golden("torch-ddp.testcluster.ib.packed.job.sbatch", r.job_script)
     assert '--nodelist="$SLURM_JOB_NODELIST"' in r.job_script
 

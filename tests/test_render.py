@@ -16,6 +16,7 @@ import pytest
 from orchestrator import modes
 from orchestrator import site as sitemod
 from orchestrator.render import render_run, transport_env
+from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -34,7 +35,8 @@ def rendered(site_name, partition, mode, nodes=2, **spec):
     env = site.environment(run.framework)
     # A fixed interpreter path keeps the golden files machine-independent.
     env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
-    return run, render_run(run, site, part, env, Path("/scratch/runs") / run.run_id,
+    return run, render_run(ResolvedRun(run, site, part, env, modes.get(run.mode)),
+                           Path("/scratch/runs") / run.run_id,
                            Path("/scratch/runs/.orch/lib-0123456789ab"))
 
 
@@ -98,8 +100,8 @@ def test_values_reaching_the_shell_are_quoted(tmp_path):
     env = site.environment("torch").model_copy(update={"env": {"EVIL": hostile},
                                                        "python": "/bin/echo"})
     run = expand(SweepSpec(nodes=(1,)), site)[0]
-    r = render_run(run, site, site.partition(None), env, tmp_path / "run dir; rm -rf x",
-                   tmp_path / "lib")
+    r = render_run(ResolvedRun(run, site, site.partition(None), env, modes.get(run.mode)),
+                   tmp_path / "run dir; rm -rf x", tmp_path / "lib")
     script = tmp_path / "check.sh"
     # Evaluate only the export lines: a quoting bug would create the files.
     exports = [ln for ln in r.job_script.splitlines() if ln.startswith("export EVIL=")]

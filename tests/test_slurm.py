@@ -15,6 +15,7 @@ import pytest
 from orchestrator import modes
 from orchestrator import site as sitemod
 from orchestrator.render import render_run
+from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import (
@@ -127,8 +128,7 @@ def test_no_wait_then_status_gather_and_cancel(slurm_cluster, tmp_path):
 def test_rendered_scripts_pass_sbatch_test_only(slurm_cluster, tmp_path, mode, partition):
     site = sitemod.load(slurm_cluster)[0]
     for run in expand(SweepSpec(nodes=(1, 4), modes=(mode,), partitions=(partition,)), site):
-        rendered = render_run(run, site, site.partition(partition),
-                              site.environment(run.framework), tmp_path / run.run_id,
+        rendered = render_run(ResolvedRun.of(run, site), tmp_path / run.run_id,
                               tmp_path / "lib")
         (tmp_path / run.run_id).mkdir()
         script = tmp_path / run.run_id / "job.sbatch"

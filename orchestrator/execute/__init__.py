@@ -23,6 +23,7 @@ from ..render import Rendered, render_run, slurm_job
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
+from ..spec.resolved import ResolvedRun
 from .strategies import Event, Plain, Strategy, choose
 
 __all__ = ["Prepared", "Strategy", "cancel", "choose", "dry_run", "execute", "finalize",
@@ -36,20 +37,19 @@ Progress = Callable[[dict[str, str]], None]
 POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
 
 
-def render_for(run: Run, site: Site, out: Path, lib: Path,
+def render_for(resolved: ResolvedRun, out: Path, lib: Path,
                images: dict[str, ImageFacts] | None = None,
                packed: bool = False) -> Rendered:
-    return _render(run, site, _resolved_run_dir(out.resolve(), run), lib, images, packed)
+    return _render(resolved, _resolved_run_dir(out.resolve(), resolved.run), lib, images,
+                   packed)
 
 
-def _render(run: Run, site: Site, rdir: Path, lib: Path,
+def _render(resolved: ResolvedRun, rdir: Path, lib: Path,
             images: dict[str, ImageFacts] | None = None,
             packed: bool = False) -> Rendered:
-    partition = site.partition(run.partition)
-    env = site.environment(run.framework)
-    image = (images or {}).get(run.framework)
-    return render_run(run, site, partition, env, rdir, lib,
-                      image_digest=image.digest if image else None, packed=packed)
+    image = (images or {}).get(resolved.run.framework)
+    return render_run(resolved, rdir, lib, image_digest=image.digest if image else None,
+                      packed=packed)
 
 
 def _resolved_run_dir(resolved_out: Path, run: Run) -> Path:
@@ -65,7 +65,8 @@ def dry_run(runs: list[Run], site: Site, out: Path,
     rendering error comes first). The rank-side code's hash and ``out`` are resolved once."""
     lib = rundir.lib_path(out)
     resolved_out = out.resolve()
-    return [(run, _render(run, site, _resolved_run_dir(resolved_out, run), lib, packed=packed))
+    return [(run, _render(ResolvedRun.of(run, site), _resolved_run_dir(resolved_out, run), lib,
+                          packed=packed))
             for run in runs]
 
 
@@ -105,12 +106,13 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
         if record is not None and record.state in ("PENDING", "RUNNING"):
             prepared.append(Prepared(run, rdir, record, "wait"))
             continue
-        rendered = render_for(run, site, out, lib, images, packed)
+        resolved = ResolvedRun.of(run, site)  # the names it carries, looked up once
+        rendered = render_for(resolved, out, lib, images, packed)
         scripts = provenance.rendered_files(rendered)
         record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler,
                            history=history)
         rundir.materialise(rdir, run, scripts,
-                           provenance.build(run, site, rdir, lib, scripts,
+                           provenance.build(resolved, rdir, lib, scripts,
                                             images.get(run.framework), study=study), record)
         prepared.append(Prepared(run, rdir, record, "submit"))
     return prepared
