@@ -121,6 +121,7 @@ def rerun(
     if not wait and not backends.scheduler(site.scheduler).sequential:
         _log(f"submitted; follow with: orch status {sweep_dir}")
         return
+    results.recheck(sweep_dir)  # the run records first: merge only reads
     recs = results.records(results.merge(sweep_dir))
     for rec in recs:
         rate = rec.get("samples_per_s")
