@@ -480,3 +480,12 @@ def test_the_mode_path_check_sees_imports_strings_and_templates(tmp_path):
     template.write_text("python -m orchestrator.modes.cntk.rank\npython -m {{ module }}\n")
     assert mode_path_references(template, packages) == [
         "launch.sh.j2:1: python -m orchestrator.modes.cntk.rank"]
+
+
+def test_the_architecture_document_names_every_floor_and_module():
+    """docs/architecture.md stays true: each floor of LAYERS and each module on it is there."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    missing = [floor for floor, _ in LAYERS if f"| {floor} |" not in doc]
+    missing += [name for _, names in LAYERS for name in names
+                if name != "orchestrator" and f"`{name.removeprefix('orchestrator.')}`" not in doc]
+    assert not missing, f"docs/architecture.md does not name: {', '.join(missing)}"
