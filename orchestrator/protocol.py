@@ -38,7 +38,7 @@ connections used: ``iface``, ``type``, ``tx``/``rx`` payload bytes, ``conns``, `
 ``host_local``), ``netdev`` and ``ib`` (the host's interface and InfiniBand port counters over
 the same span, ``{name: {"tx", "rx"}}`` in bytes), ``ifaces`` (name -> type).
 
-Phases (seconds, after the source papers; see DESIGN.md), in the order of one iteration:
+Phases (seconds, after the source papers; see docs/measurements.md), in the order of one iteration:
 ``t_io`` input not hidden by prefetch, ``t_h2d`` host-to-device copy, ``t_f`` forward and loss,
 ``t_b`` backward compute, ``t_comm`` gradient communication NOT hidden behind backward,
 ``t_u`` update. ``t_comm_total`` is all communication the workload can see.
@@ -87,7 +87,7 @@ DEVICE_METRICS_REASON = "device_metrics_reason"
 BINDING = "binding"  # the header field: CUDA_VISIBLE_DEVICES, GPU, CPU affinity, NUMA nodes
 STATUS_ERROR = "error"
 
-# Files of a run directory (DESIGN.md): the Run record, the ledger entry, the job's timing,
+# Files of a run directory (docs/architecture.md): the Run record, the ledger entry, the job's timing,
 # provenance, and the ranks' own directory.
 RUN_FILE = "run.json"
 JOB_FILE = "job.json"

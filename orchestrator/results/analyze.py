@@ -1,6 +1,6 @@
 """Analyze: per-run throughput, phase statistics, speedup and scaling efficiency.
 
-Definitions (DESIGN.md, from the source papers):
+Definitions (docs/measurements.md, from the source papers):
 - Throughput is the *job's* samples/s over the measured window: all ranks' measured samples
   divided by the longest rank's measured wall time (from the start of its first measured
   iteration to the end of its last), each on its own clock so node clock skew cannot distort it.
