@@ -2,6 +2,10 @@
 
 Slurm-backed tests need ``scripts/testcluster up`` (root). Under ``CI=true`` a missing cluster
 is a test failure, never a skip: CI must prove the Slurm paths for real.
+
+A test that starts ``orch`` as a process (``run_orch``, or ``python -m orchestrator`` through
+``subprocess``), itself or through a helper or fixture, is marked ``orch_process`` at collection
+(see ``pytest_collection_modifyitems``): ``-m "not orch_process"`` leaves the in-process tests.
 """
 
 from __future__ import annotations
@@ -12,9 +16,13 @@ import shutil
 import subprocess
 import sys
 import time
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["pytester"]  # test_conftest runs the collection hook on a test file of its own
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -30,6 +38,54 @@ def run_orch(*args: str, timeout: float = 600, check: bool = False, cwd: Path | 
         raise AssertionError(f"orch {' '.join(map(str, args))} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
     return proc
+
+
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and the code of the functions, lambdas and comprehensions defined in it."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def starts_orch(func, seen: set | None = None) -> bool:
+    """Whether calling ``func`` may start ``orch`` as a process: it names ``run_orch`` or holds
+    both ``"-m"`` and ``"orchestrator"`` (a ``python -m orchestrator`` command line), or calls a
+    function of the test suite (a helper in its module, conftest's) that does. Read from the
+    code, not run: a test that starts orch only on some path is marked too."""
+    seen = set() if seen is None else seen
+    code = getattr(func, "__code__", None)
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    codes = list(_code_objects(code))
+    consts = {c for co in codes for c in co.co_consts if isinstance(c, str)}
+    if {"-m", "orchestrator"} <= consts:
+        return True
+    names = {n for co in codes for n in co.co_names}
+    if "run_orch" in names:
+        return True
+    # only the suite's own helpers are followed: the package under test never starts itself
+    return any(starts_orch(func.__globals__[n], seen) for n in names
+               if _is_test_helper(func.__globals__.get(n), func.__module__))
+
+
+def _is_test_helper(obj, module: str) -> bool:
+    """Whether ``obj`` is a function of the test module ``module``, of this file or of another
+    module of the test suite."""
+    where = getattr(obj, "__module__", None) or ""
+    return where in (module, __name__) or where.startswith("tests.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``orch_process`` every test that starts orch as a process, itself or through one of
+    its fixtures (a module fixture that runs a sweep)."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        defs = fixtures.name2fixturedefs.values() if fixtures else ()
+        funcs = [getattr(item, "function", None), *(d.func for ds in defs for d in ds)]
+        if any(starts_orch(f) for f in funcs if f is not None):
+            item.add_marker(pytest.mark.orch_process)
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +185,7 @@ def wait_processes_gone(text: str, timeout: float = 300) -> None:
 
 
 def assert_two_windows(records: list[dict], iters: int, warmup: int) -> list[dict]:
-    """A logging rank's records (issue 14): a native window (``warmup + iters`` records, wall
+    """A logging rank's records: a native window (``warmup + iters`` records, wall
     clock only, no phase) and then a breakdown window (as many, every phase), iteration numbers
     running on across both. Returns the breakdown window's measured records."""
     from orchestrator import protocol
