@@ -19,6 +19,9 @@ from ..spec.settings import OPTIONS_HELP
 from ._common import err_console, out_console, print_event, print_fabric_mismatches, print_runs
 
 
+# The sweep settings' options (--nodes, --mode, --batch-size, …) and the mode options' own flags
+# (--overlap, …) are added to this signature from their one declaration (spec.settings, by
+# _add_setting_options below): ``given`` receives them by name.
 def sweep(
     ctx: typer.Context,
     study: Annotated[str | None, typer.Option(help="Study file (studies/NAME.yaml, or a shipped "
@@ -77,79 +80,116 @@ def sweep(
     **given: Any,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
-    # The sweep settings' options (--nodes, --mode, --batch-size, …) and the mode options' own
-    # flags (--overlap, …) are added to this signature from their one declaration
-    # (spec.settings, by _add_setting_options below): ``given`` receives them by name.
-    from .. import backends, envs, execute, results
+    from .. import envs, execute
 
     runs, site_obj, loaded = plan(ctx, spec_values(given, option), study, site)
     out_dir = check_out(out or Path("runs") / site_obj.name)
-    strategy = execute.choose(pack=pack, pack_shared=pack_shared, array=array)
+    choice = {"pack": pack, "pack_shared": pack_shared, "array": array}
+    strategy = execute.choose(**choice)
     strategy.refuse(site_obj)
-    if not dry_run:
-        strategy.check(runs, site_obj, out_dir)
-        envs.check(site_obj, {r.framework for r in runs})
     if dry_run:
-        rendered_runs = execute.dry_run(runs, site_obj, out_dir, packed=strategy.packed)
-        if loaded is not None:
-            print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
-                       f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
-        for run, rendered in rendered_runs:
-            rdir = out_dir / run.run_id
-            sys.stdout.write(f"# ===== {rdir}/job.sbatch\n{rendered.job_script}\n")
-            sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
-            for name, text in rendered.files:  # e.g. the container wrapper
-                sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
-        for path, text in strategy.dry_run(runs, site_obj, out_dir):  # packs, arrays
-            sys.stdout.write(f"# ===== {path}\n{text}\n")
-        err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
-        return
+        return _print_dry_run(runs, site_obj, out_dir, strategy, loaded)
+    strategy.check(runs, site_obj, out_dir)
+    envs.check(site_obj, {r.framework for r in runs})
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
                                study=loaded.provenance() if loaded is not None else None,
                                packed=strategy.packed)
-    skipped = [p for p in prepared if p.action == "skip"]
-    err_console.print(f"sweep {out_dir}: {len(runs)} run(s); {len(skipped)} already finished, "
-                      f"{sum(p.action == 'submit' for p in prepared)} to submit")
-    from ..progress import SweepProgress
+    strategy, networks = _predictions(choice, runs, site_obj, out_dir,
+                                      "never" if no_preflight else preflight, wait)
+    policy = _fault_policy(hang_timeout, startup_timeout, max_retries)
+    _carry_out(strategy, prepared, site_obj, out_dir, wait=wait, require_fabric=require_fabric,
+               policy=policy, cancel_on_interrupt=cancel_on_interrupt)
+    _summary(runs, site_obj, out_dir, wait, networks)
 
-    progress = SweepProgress(
-        total=len(prepared), done_before=len(skipped),
-        failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
-    from .. import faults, watch
-    from ..execute import staged
-    from ..model import ledger as predmod
 
-    policy = faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
+def _carry_out(strategy, prepared, site_obj, out_dir: Path, *, wait: bool,
+               require_fabric: bool, policy, cancel_on_interrupt: bool) -> None:
+    """Submit and (with ``wait``) follow the runs with a progress bar; Ctrl-C: _interrupted."""
+    from .. import execute
 
-    def say(line: str) -> None:
-        err_console.print(line, highlight=False, markup=False)
-
-    how = "never" if no_preflight else preflight
-    packing = strategy.name if strategy.all_at_once else None
-    if packing and how == "auto":
-        # A pack pays the queue once for every scale; predictions need the smaller scales
-        # finished before the larger are submitted. The user picks: --preflight always stages.
-        say(f"no predictions: --{packing} submits every scale at once; --preflight always "
-            f"states them, with one {packing} per scale, smallest first")
-        networks = {}
-    else:
-        networks = staged.sweep_preflight(runs, site_obj, out_dir, how, wait=wait, say=say,
-                                          on_event=print_event)
-    if networks and packing:
-        say(f"--{packing} with predictions: one {packing} per scale, smallest first (each "
-            f"scale's predictions are stated before it is submitted)")
-    if networks:  # the same strategy, one scale at a time, predictions stated between
-        strategy = execute.choose(pack=pack, pack_shared=pack_shared, array=array,
-                                  between=staged.stating_predictions(networks, out_dir, say))
+    progress = _progress(prepared, out_dir)
     try:
         execute.run(strategy, prepared, site_obj, wait=wait, on_event=print_event,
                     require_fabric=require_fabric,
                     on_progress=progress.update if wait else None, policy=policy)
     except KeyboardInterrupt:
         progress.close()
-        _interrupted(out_dir, site_obj.scheduler, {r.run_id for r in runs}, cancel_on_interrupt)
+        _interrupted(out_dir, site_obj.scheduler, {p.run.run_id for p in prepared},
+                     cancel_on_interrupt)
     finally:
         progress.close()
+
+
+def _say(line: str) -> None:
+    err_console.print(line, highlight=False, markup=False)
+
+
+def _print_dry_run(runs, site_obj, out_dir: Path, strategy, loaded) -> None:
+    """--dry-run: the plan (for a study) and every rendered script; nothing written."""
+    from .. import execute
+
+    rendered_runs = execute.dry_run(runs, site_obj, out_dir, packed=strategy.packed)
+    if loaded is not None:
+        print_plan(runs, f"plan: study {loaded.study.name} ({loaded.path}, sha256 "
+                   f"{loaded.sha256[:12]}) on site {site_obj.name}: {len(runs)} run(s)")
+    for run, rendered in rendered_runs:
+        rdir = out_dir / run.run_id
+        sys.stdout.write(f"# ===== {rdir}/job.sbatch\n{rendered.job_script}\n")
+        sys.stdout.write(f"# ===== {rdir}/launch.sh\n{rendered.launch_script}\n")
+        for name, text in rendered.files:  # e.g. the container wrapper
+            sys.stdout.write(f"# ===== {rdir}/{name}\n{text}\n")
+    for path, text in strategy.dry_run(runs, site_obj, out_dir):  # packs, arrays
+        sys.stdout.write(f"# ===== {path}\n{text}\n")
+    err_console.print(f"dry run: {len(runs)} run(s) rendered, nothing written or submitted")
+
+
+def _progress(prepared, out_dir: Path):
+    """Say what is to do, and the progress bar of the runs to wait for."""
+    from ..progress import SweepProgress
+
+    skipped = [p for p in prepared if p.action == "skip"]
+    err_console.print(f"sweep {out_dir}: {len(prepared)} run(s); {len(skipped)} already finished, "
+                      f"{sum(p.action == 'submit' for p in prepared)} to submit")
+    return SweepProgress(total=len(prepared), done_before=len(skipped),
+                         failed_before=sum(p.record.state != "COMPLETED" for p in skipped))
+
+
+def _fault_policy(hang_timeout: float, startup_timeout: float, max_retries: int):
+    from .. import faults, watch
+
+    return faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
+
+
+def _predictions(choice: dict[str, bool], runs, site_obj, out_dir: Path, how: str, wait: bool):
+    """The pre-flight and, with its networks, the same strategy staged by scale with the
+    predictions stated between scales; (strategy, networks: {} without predictions)."""
+    from .. import execute
+    from ..execute import staged
+
+    strategy = execute.choose(**choice)
+    packing = strategy.name if strategy.all_at_once else None
+    if packing and how == "auto":
+        # A pack pays the queue once for every scale; predictions need the smaller scales
+        # finished before the larger are submitted. The user picks: --preflight always stages.
+        _say(f"no predictions: --{packing} submits every scale at once; --preflight always "
+             f"states them, with one {packing} per scale, smallest first")
+        return strategy, {}
+    networks = staged.sweep_preflight(runs, site_obj, out_dir, how, wait=wait, say=_say,
+                                      on_event=print_event)
+    if not networks:
+        return strategy, networks
+    if packing:
+        _say(f"--{packing} with predictions: one {packing} per scale, smallest first (each "
+             f"scale's predictions are stated before it is submitted)")
+    between = staged.stating_predictions(networks, out_dir, _say)
+    return execute.choose(**choice, between=between), networks
+
+
+def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
+    """The runs' table once they ended (or how to follow them); exit 1 if one failed."""
+    from .. import backends, results
+    from ..model import ledger
+
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         return
@@ -159,8 +199,8 @@ def sweep(
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))
     print_fabric_mismatches(results.records(shown))
-    for line in predmod.scorecard_lines(out_dir, runs_df) if networks else []:
-        say(line)
+    for line in ledger.scorecard_lines(out_dir, runs_df) if networks else []:
+        _say(line)
     if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
         raise typer.Exit(1)
 
