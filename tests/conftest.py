@@ -88,6 +88,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.orch_process)
 
 
+# A framework mode's short sweep: enough measured iterations for a mean, one warm-up before.
+ITERS, WARMUP = 4, 1
+
+
+def sweep(*args: object, out: Path, check: bool = True, timeout: float = 900):
+    """``orch sweep ARGS`` of ``ITERS`` measured iterations after ``WARMUP``, into ``out``."""
+    return run_orch("sweep", *args, "--iters", ITERS, "--warmup", WARMUP, "--out", out,
+                    check=check, timeout=timeout)
+
+
+def results(out: Path) -> list[dict]:
+    """The result records of the sweep in ``out`` (``orch results --format json``)."""
+    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> str:
     """The test cluster's site name, once ``sinfo`` shows its 4 nodes."""

@@ -24,10 +24,19 @@ from orchestrator import envs, zoo
 from orchestrator import site as sitemod
 from orchestrator.results.gather import PHASES
 
-from .conftest import IN_CI, ROOT, assert_phases_cover, assert_two_windows, run_orch
+from .conftest import (
+    IN_CI,
+    ITERS,
+    ROOT,
+    WARMUP,
+    assert_phases_cover,
+    assert_two_windows,
+    results,
+    run_orch,
+    sweep,
+)
 
 pytestmark = pytest.mark.ranks
-ITERS, WARMUP = 4, 1
 MODELS = ("lenet5", "alexnet", "resnet18", "resnet50")
 
 
@@ -54,18 +63,9 @@ def chainer_env() -> None:
     need("chainer")
 
 
-def results(out) -> list[dict]:
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
-
-
 def jsonl(out, run_id: str, rank: int) -> list[dict]:
     lines = (out / run_id / "ranks" / f"rank-{rank}.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
-
-
-def sweep(*args, out, check=True, timeout=900):
-    return run_orch("sweep", *args, "--iters", ITERS, "--warmup", WARMUP, "--out", out,
-                    check=check, timeout=timeout)
 
 
 def env_python(name: str) -> str:
@@ -77,7 +77,7 @@ def env_python(name: str) -> str:
 
 def test_chainer_models_match_the_zoo(chainer_env):
     code = ("import json\nfrom orchestrator import zoo\n"
-            "from orchestrator.rankside import models_chainer as M\n"
+            "from orchestrator.rankside.chainer import models as M\n"
             "print(json.dumps({f'{m}/{d}': M.count_params(M.build(m, d)) "
             "for m in M.MODELS for d in zoo.get(m).datasets}))")
     proc = subprocess.run([env_python("chainer"), "-c", code], capture_output=True, text=True,
@@ -112,15 +112,15 @@ def test_cntk_models_match_the_zoo(cntk_env):
 
 
 @pytest.fixture(scope="module")
-def local_sweep(cntk_env, chainer_env, tmp_path_factory):
+def cntk_chainer_local_sweep(cntk_env, chainer_env, tmp_path_factory):
     out = tmp_path_factory.mktemp("cntk-chainer-local")
     proc = sweep("--mode", "cntk,chainermn,torch-ddp", "--nodes", "1,2", "--launcher",
                  "mpirun", out=out)
     return out, proc
 
 
-def test_local_sweep_completes_in_sync(local_sweep):
-    out, proc = local_sweep
+def test_local_sweep_completes_in_sync(cntk_chainer_local_sweep):
+    out, proc = cntk_chainer_local_sweep
     assert "COMPLETED" in proc.stdout
     recs = results(out)
     assert sorted((r["mode"], r["nodes"], r["ranks"]) for r in recs) == [
@@ -141,9 +141,9 @@ def test_local_sweep_completes_in_sync(local_sweep):
     assert json.loads(by_mode["chainermn"]["versions"])["chainer"] == "7.8.1"
 
 
-def test_local_sweep_ranks_and_checksums(local_sweep):
+def test_local_sweep_ranks_and_checksums(cntk_chainer_local_sweep):
     """Every rank's footer carries a checksum, and the 2-rank runs' ranks agree exactly."""
-    out, _ = local_sweep
+    out, _ = cntk_chainer_local_sweep
     for r in results(out):
         if r["mode"] == "torch-ddp":
             continue
@@ -158,8 +158,8 @@ def test_local_sweep_ranks_and_checksums(local_sweep):
         assert len(sums) == 1, (r["run_id"], sums)
 
 
-def test_local_sweep_phases(local_sweep):
-    out, _ = local_sweep
+def test_local_sweep_phases(cntk_chainer_local_sweep):
+    out, _ = cntk_chainer_local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
     measured = df[~df["warmup_iter"] & df["mode"].isin(["cntk", "chainermn"])
                   & (df["window"] == "breakdown")]

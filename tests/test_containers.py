@@ -32,7 +32,7 @@ from orchestrator.render import render_run
 from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import IN_CI, ROOT, run_orch
+from .conftest import IN_CI, ROOT, results, run_orch
 
 GOLDEN = Path(__file__).parent / "golden" / "containers"
 UPDATE = os.environ.get("ORCH_UPDATE_GOLDEN") == "1"
@@ -367,10 +367,6 @@ def torch_image() -> Path:
 def _in_container_site(tmp_path: Path, base: str, image: Path) -> Path:
     return _site_file(tmp_path, base, {"image": str(image), "runtime": "charliecloud"},
                       name=f"{base}-charliecloud")
-
-
-def results(out: Path) -> list[dict]:
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
 
 
 def assert_ranks_in_image(out: Path, image: Path) -> None:

@@ -9,19 +9,13 @@ a mismatch, which ``--require-fabric`` turns into a FAILED run.
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import yaml
 
-from .conftest import ROOT, run_orch
+from .conftest import ROOT, results, run_orch
 
 pytestmark = [pytest.mark.slurm, pytest.mark.ranks]
 SMALL = ("--model", "lenet5", "--iters", 3, "--warmup", 1, "--nodes", 2)
-
-
-def results(out):
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
 
 
 def test_testcluster_sweep_tells_the_truth(slurm_cluster, tmp_path):

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.results.gather import PHASES
 
-from .conftest import assert_phases_cover, processes_matching, run_orch
+from .conftest import assert_phases_cover, processes_matching, results, run_orch
 
 pytestmark = pytest.mark.ranks
 ITERS, WARMUP = 6, 2
@@ -33,10 +33,6 @@ def sweep_dir(tmp_path_factory):
     proc = run_orch("sweep", "--nodes", "1,2", "--iters", ITERS, "--warmup", WARMUP,
                     "--out", out, check=True)
     return out, proc
-
-
-def results(out):
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
 
 
 def test_sweep_completes_and_prints_scaling_table(sweep_dir):

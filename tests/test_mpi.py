@@ -24,11 +24,19 @@ from orchestrator import envs
 from orchestrator import site as sitemod
 from orchestrator.results.gather import PHASES
 
-from .conftest import IN_CI, assert_phases_cover, processes_matching, run_orch
+from .conftest import (
+    IN_CI,
+    ITERS,
+    WARMUP,
+    assert_phases_cover,
+    processes_matching,
+    results,
+    run_orch,
+    sweep,
+)
 from .test_render import check_golden, rendered
 
 pytestmark = pytest.mark.ranks
-ITERS, WARMUP = 4, 1
 SMALL_BUCKETS = "20000"  # bytes: LeNet-5's gradients (≈250 kB) then travel in several buckets
 PHASE_TOLERANCE_S = 0.002
 PHASE_TOLERANCE_REL = 0.05
@@ -47,10 +55,6 @@ def torch_mpi() -> None:
         pytest.skip(problem)
 
 
-def results(out) -> list[dict]:
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
-
-
 def footer(out, run_id: str, rank: int) -> dict:
     lines = (out / run_id / "ranks" / f"rank-{rank}.jsonl").read_text().splitlines()
     return json.loads(lines[-1])
@@ -61,24 +65,19 @@ def header(out, run_id: str, rank: int) -> dict:
     return json.loads(lines[0])
 
 
-def sweep(*args, out, check=True, timeout=900):
-    return run_orch("sweep", *args, "--iters", ITERS, "--warmup", WARMUP, "--out", out,
-                    check=check, timeout=timeout)
-
-
 # --- local site: mpirun ---------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def local_sweep(torch_mpi, tmp_path_factory):
+def mpi_local_sweep(torch_mpi, tmp_path_factory):
     out = tmp_path_factory.mktemp("mpi-local")
     proc = sweep("--mode", "mpi-ssgd,horovod", "--nodes", "1,2", "--launcher", "mpirun",
                  out=out)
     return out, proc
 
 
-def test_local_mpirun_sweep_completes_in_sync(local_sweep):
-    out, proc = local_sweep
+def test_local_mpirun_sweep_completes_in_sync(mpi_local_sweep):
+    out, proc = mpi_local_sweep
     assert "COMPLETED" in proc.stdout
     recs = results(out)
     assert sorted((r["mode"], r["nodes"], r["ranks"]) for r in recs) == [
@@ -103,8 +102,8 @@ def test_local_mpirun_sweep_completes_in_sync(local_sweep):
     assert hvd2["t_comm_total"] is None and "background thread" in hvd2["comm_total_reason"]
 
 
-def test_local_mpirun_ranks_know_their_place(local_sweep):
-    out, _ = local_sweep
+def test_local_mpirun_ranks_know_their_place(mpi_local_sweep):
+    out, _ = mpi_local_sweep
     for r in results(out):
         for rank in range(r["ranks"]):
             h = header(out, r["run_id"], rank)
@@ -116,8 +115,8 @@ def test_local_mpirun_ranks_know_their_place(local_sweep):
             assert footer(out, r["run_id"], rank)["status"] == "ok"
 
 
-def test_local_mpirun_phases(local_sweep):
-    out, _ = local_sweep
+def test_local_mpirun_phases(mpi_local_sweep):
+    out, _ = mpi_local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
     # Both windows of every rank; phases only in the breakdown window.
     for _, rank_rows in df.groupby(["run_id", "rank"]):

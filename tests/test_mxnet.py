@@ -30,6 +30,7 @@ from .conftest import (
     assert_two_windows,
     frozen_rank,
     processes_matching,
+    results,
     run_orch,
     wait_processes_gone,
     wait_until,
@@ -52,10 +53,6 @@ def mxnet_python() -> str:
             pytest.fail(f"CI=true but {problem}")
         pytest.skip(problem)
     return envs.python_of(env)
-
-
-def results(out: Path) -> list[dict]:
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
 
 
 def run_dirs(out: Path) -> list[Path]:
@@ -184,15 +181,15 @@ def test_missing_environment_is_named_before_submitting(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def local_sweep(mxnet_python, tmp_path_factory):
+def mxnet_local_sweep(mxnet_python, tmp_path_factory):
     out = tmp_path_factory.mktemp("mxnet-local")
     run_orch("sweep", "--mode", "mxnet-kvstore", "--kvstore", "dist_sync,dist_async",
              "--nodes", "1,2", *FAST, "--out", out, check=True)
     return out
 
 
-def test_local_sweep_completes(local_sweep):
-    recs = results(local_sweep)
+def test_local_sweep_completes(mxnet_local_sweep):
+    recs = results(mxnet_local_sweep)
     got = sorted((r["options"]["kvstore"], r["options"]["update"], r["nodes"], r["ranks"],
                   r["state"]) for r in recs)
     assert got == [("dist_async", "server", 1, 1, "COMPLETED"),
@@ -219,8 +216,8 @@ def test_local_sweep_completes(local_sweep):
         assert r["t_comm_total"] >= r["t_comm"] > 0 and r["comm_total_reason"] is None
 
 
-def test_local_roles_where_the_mode_puts_them(local_sweep):
-    for rdir in run_dirs(local_sweep):
+def test_local_roles_where_the_mode_puts_them(mxnet_local_sweep):
+    for rdir in run_dirs(mxnet_local_sweep):
         run = Run.model_validate_json((rdir / "run.json").read_text())
         tasks = run.tasks()
         logs = rank_logs(rdir)
@@ -248,18 +245,18 @@ def test_local_roles_where_the_mode_puts_them(local_sweep):
                 assert (footer["server_updates"] > 0) == (run.options["update"] == "server")
 
 
-def test_async_workers_are_not_held_to_equal_checksums(local_sweep):
-    two = next(r for r in results(local_sweep)
+def test_async_workers_are_not_held_to_equal_checksums(mxnet_local_sweep):
+    two = next(r for r in results(mxnet_local_sweep)
                if r["nodes"] == 2 and r["options"]["kvstore"] == "dist_async")
     assert two["state"] == "COMPLETED"
-    rdir = local_sweep / two["run_id"]
+    rdir = mxnet_local_sweep / two["run_id"]
     workers = [log[-1]["param_checksum"] for log in rank_logs(rdir).values()
                if log[0]["role"] == "worker"]
     assert len(workers) == 2  # they may or may not agree: it is data, not a verdict
 
 
-def test_only_workers_are_ranks_of_the_result_set(local_sweep):
-    df = pd.read_parquet(local_sweep / "results" / "iterations.parquet")
+def test_only_workers_are_ranks_of_the_result_set(mxnet_local_sweep):
+    df = pd.read_parquet(mxnet_local_sweep / "results" / "iterations.parquet")
     for _, run in df.groupby("run_id"):
         nodes = int(run["nodes"].iloc[0])
         # Task ids: scheduler 0, servers 1..nodes, workers after them.
@@ -316,7 +313,7 @@ def test_local_killed_worker_is_named_in_the_reason(mxnet_python, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cluster_sweep(slurm_cluster, mxnet_python, tmp_path_factory):
+def mxnet_cluster_sweep(slurm_cluster, mxnet_python, tmp_path_factory):
     out = tmp_path_factory.mktemp("mxnet-slurm")
     run_orch("sweep", "--site", slurm_cluster, "--mode", "mxnet-kvstore", "--kvstore",
              "dist_sync,dist_async", "--nodes", "1,2,4", *FAST, "--no-preflight", "--out", out,
@@ -325,8 +322,8 @@ def cluster_sweep(slurm_cluster, mxnet_python, tmp_path_factory):
 
 
 @pytest.mark.slurm
-def test_cluster_sweep_completes(cluster_sweep):
-    recs = results(cluster_sweep)
+def test_cluster_sweep_completes(mxnet_cluster_sweep):
+    recs = results(mxnet_cluster_sweep)
     assert sorted((r["options"]["kvstore"], r["nodes"]) for r in recs) == [
         (kv, n) for kv in ("dist_async", "dist_sync") for n in (1, 2, 4)]
     for r in recs:
@@ -339,8 +336,8 @@ def test_cluster_sweep_completes(cluster_sweep):
 
 
 @pytest.mark.slurm
-def test_cluster_roles_on_their_nodes(cluster_sweep):
-    for rdir in run_dirs(cluster_sweep):
+def test_cluster_roles_on_their_nodes(mxnet_cluster_sweep):
+    for rdir in run_dirs(mxnet_cluster_sweep):
         run = Run.model_validate_json((rdir / "run.json").read_text())
         tasks = run.tasks()
         logs = rank_logs(rdir)

@@ -21,6 +21,7 @@ from orchestrator.sweep import SweepSpec, expand
 from .conftest import (
     frozen_rank,
     processes_matching,
+    results,
     run_orch,
     wait_processes_gone,
     wait_until,
@@ -30,20 +31,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.ranks]
 ITERS, WARMUP = 6, 2
 
 
-def results(out):
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
-
-
 @pytest.fixture(scope="module")
-def cluster_sweep(slurm_cluster, tmp_path_factory):
+def torch_cluster_sweep(slurm_cluster, tmp_path_factory):
     out = tmp_path_factory.mktemp("slurm-sweep")
     proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2,4", "--partition",
                     "ib,eth", "--iters", ITERS, "--warmup", WARMUP, "--out", out, check=True)
     return out, proc
 
 
-def test_sweep_runs_each_job_on_its_nodes(cluster_sweep):
-    out, _ = cluster_sweep
+def test_sweep_runs_each_job_on_its_nodes(torch_cluster_sweep):
+    out, _ = torch_cluster_sweep
     recs = results(out)
     assert len(recs) == 6
     assert {(r["partition"], r["interconnect"]) for r in recs} == {("ib", "infiniband"),
@@ -59,8 +56,8 @@ def test_sweep_runs_each_job_on_its_nodes(cluster_sweep):
         assert r["speedup"] is not None and r["efficiency"] is not None
 
 
-def test_interconnect_reaches_the_ranks(cluster_sweep):
-    out, _ = cluster_sweep
+def test_interconnect_reaches_the_ranks(torch_cluster_sweep):
+    out, _ = torch_cluster_sweep
     for rdir in (p for p in out.iterdir() if (p / "run.json").exists()):
         run = json.loads((rdir / "run.json").read_text())
         header = json.loads((rdir / "ranks" / "rank-0.jsonl").read_text().splitlines()[0])
@@ -72,8 +69,8 @@ def test_interconnect_reaches_the_ranks(cluster_sweep):
         assert (rdir / f"slurm-{env['SLURM_JOB_ID']}.out").is_file()
 
 
-def test_rerun_submits_nothing(cluster_sweep, slurm_cluster):
-    out, _ = cluster_sweep
+def test_rerun_submits_nothing(torch_cluster_sweep, slurm_cluster):
+    out, _ = torch_cluster_sweep
     proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2,4", "--partition",
                     "ib,eth", "--iters", ITERS, "--warmup", WARMUP, "--out", out, check=True)
     assert "6 already finished, 0 to submit" in proc.stderr
@@ -159,9 +156,9 @@ def test_partition_unknown_to_slurm(slurm_cluster, tmp_path):
     assert "Slurm has no partition 'gpu'" in proc.stderr
 
 
-def test_reused_job_id_is_not_mistaken_for_the_run(cluster_sweep, tmp_path):
+def test_reused_job_id_is_not_mistaken_for_the_run(torch_cluster_sweep, tmp_path):
     """After a cluster reset job ids restart: a ledger entry must not adopt another job."""
-    out, _ = cluster_sweep
+    out, _ = torch_cluster_sweep
     src = next(p for p in Path(out).iterdir() if (p / "run.json").exists())
     other = subprocess.run(["sbatch", "--parsable", "-J", "someone-else", "--wrap", "sleep 30"],
                            capture_output=True, text=True, check=True).stdout.strip()

@@ -26,15 +26,18 @@ from orchestrator.results.gather import PHASES
 
 from .conftest import (
     IN_CI,
+    ITERS,
+    WARMUP,
     assert_phases_cover,
     assert_two_windows,
     processes_matching,
+    results,
     run_orch,
+    sweep,
     wait_processes_gone,
 )
 from .test_render import rendered
 
-ITERS, WARMUP = 4, 1
 PHASE_TOLERANCE_S = 0.002
 PHASE_TOLERANCE_REL = 0.05
 
@@ -52,18 +55,9 @@ def tensorflow() -> str:
     return envs.python_of(env)
 
 
-def results(out) -> list[dict]:
-    return json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
-
-
 def rank_log(out, run_id: str, task: int) -> list[dict]:
     path = out / run_id / "ranks" / f"rank-{task}.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def sweep(*args, out, check=True, timeout=900):
-    return run_orch("sweep", *args, "--iters", ITERS, "--warmup", WARMUP, "--out", out,
-                    check=check, timeout=timeout)
 
 
 def wait_for_no_processes(text: str) -> list[str]:
@@ -229,14 +223,14 @@ def test_nccl_option_on_a_cpu_partition_is_refused_at_render_time(tmp_path, mode
 
 
 @pytest.fixture(scope="module")
-def local_sweep(tensorflow, tmp_path_factory):
+def tf_local_sweep(tensorflow, tmp_path_factory):
     out = tmp_path_factory.mktemp("tf-local")
     proc = sweep("--mode", "tf-allreduce,tf-ps", "--nodes", "1,2", out=out)
     return out, proc
 
 
-def test_local_sweep_completes(local_sweep):
-    out, _ = local_sweep
+def test_local_sweep_completes(tf_local_sweep):
+    out, _ = tf_local_sweep
     recs = {(r["mode"], r["nodes"]): r for r in results(out)}
     assert set(recs) == {(m, n) for m in ("tf-allreduce", "tf-ps") for n in (1, 2)}
     for (_, nodes), r in recs.items():
@@ -248,8 +242,8 @@ def test_local_sweep_completes(local_sweep):
     assert recs[("tf-allreduce", 2)]["checksums_agree"] is True
 
 
-def test_local_roles_and_nodes(local_sweep):
-    out, _ = local_sweep
+def test_local_roles_and_nodes(tf_local_sweep):
+    out, _ = tf_local_sweep
     for rdir in (p for p in out.iterdir() if (p / "run.json").exists()):
         run = json.loads((rdir / "run.json").read_text())
         tasks = modes.get(run["mode"]).tasks(run["nodes"], run["tasks_per_node"], run["options"])
@@ -264,12 +258,12 @@ def test_local_roles_and_nodes(local_sweep):
             assert config["task"] == {"type": task.role, "index": task.index}
 
 
-def test_local_two_windows_and_communication(local_sweep):
+def test_local_two_windows_and_communication(tf_local_sweep):
     """Issue 14: every logging task ran TensorFlow's own step (native window) and then the
     instrumented one; throughput comes from the native window; total communication is the
     measured collective (tf-allreduce) or null with the reason (tf-ps); 1 worker of
     tf-allreduce communicates nothing."""
-    out, _ = local_sweep
+    out, _ = tf_local_sweep
     for r in results(out):
         mode = modes.get(r["mode"])
         tasks = mode.tasks(r["nodes"], 1, {"ps_per_node": "1"})
@@ -294,8 +288,8 @@ def test_local_two_windows_and_communication(local_sweep):
     assert modes.get("tf-allreduce").overlap == "none"  # one packed all-reduce after backward
 
 
-def test_local_allreduce_phases_and_sync(local_sweep):
-    out, _ = local_sweep
+def test_local_allreduce_phases_and_sync(tf_local_sweep):
+    out, _ = tf_local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
     m = df[(df["mode"] == "tf-allreduce") & ~df["warmup_iter"] & (df["window"] == "breakdown")]
     assert_phases_cover(m, PHASES, PHASE_TOLERANCE_S, PHASE_TOLERANCE_REL)
@@ -306,8 +300,8 @@ def test_local_allreduce_phases_and_sync(local_sweep):
     assert footers[0]["checksum_sum"] == pytest.approx(2 * footers[0]["param_checksum"])
 
 
-def test_local_ps_chief_logs_global_steps_and_stops_servers(local_sweep):
-    out, _ = local_sweep
+def test_local_ps_chief_logs_global_steps_and_stops_servers(tf_local_sweep):
+    out, _ = tf_local_sweep
     df = pd.read_parquet(out / "results" / "iterations.parquet")
     ps = df[df["mode"] == "tf-ps"]
     assert set(ps["rank"]) == {0}  # only the chief logs iterations
@@ -344,7 +338,7 @@ def test_local_failed_worker_fails_the_run(tensorflow, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def cluster_sweep(slurm_cluster, tensorflow, tmp_path_factory):
+def tf_cluster_sweep(slurm_cluster, tensorflow, tmp_path_factory):
     out = tmp_path_factory.mktemp("tf-slurm")
     proc = sweep("--site", slurm_cluster, "--mode", "tf-ps,tf-allreduce", "--nodes", "1,2,4",
                  "--no-preflight", out=out)  # test_preflight covers predictions
@@ -352,8 +346,8 @@ def cluster_sweep(slurm_cluster, tensorflow, tmp_path_factory):
 
 
 @pytest.mark.slurm
-def test_cluster_sweep_places_every_role_on_its_node(cluster_sweep):
-    out, _ = cluster_sweep
+def test_cluster_sweep_places_every_role_on_its_node(tf_cluster_sweep):
+    out, _ = tf_cluster_sweep
     recs = results(out)
     assert sorted((r["mode"], r["nodes"]) for r in recs) == sorted(
         (m, n) for m in ("tf-allreduce", "tf-ps") for n in (1, 2, 4))
@@ -377,8 +371,8 @@ def test_cluster_sweep_places_every_role_on_its_node(cluster_sweep):
 
 
 @pytest.mark.slurm
-def test_cluster_sweep_leaves_no_process(cluster_sweep):
-    out, _ = cluster_sweep
+def test_cluster_sweep_leaves_no_process(tf_cluster_sweep):
+    out, _ = tf_cluster_sweep
     for rdir in (p for p in out.iterdir() if (p / "run.json").exists()):
         assert wait_for_no_processes(rdir.name) == []
 
