@@ -1,4 +1,4 @@
-"""Fidelity: does orch report the throughput the framework itself gets? (issue 14; goal >= 0.97)
+"""Fidelity: does orch report the throughput the framework itself gets? (goal >= 0.97)
 
 For every mode, orch's reported samples/s (``orch results DIR --format json``, taken from the
 run's native window) is set against a *native script*: a minimal training loop written the way
@@ -63,10 +63,10 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
-GOAL = 0.97  # issue 14: orch/native >= this for every mode
+GOAL = 0.97  # orch/native >= this for every mode
 # Iterations per model: enough measured steps for a stable rate, few enough for 2 cores.
 # LeNet-5: 40 steps (0.5 s) varied 2x between rounds; 200 steps take 1.2-6 s by mode. 800
-# (session 30) did not narrow the rounds' spread (e.g. cntk 0.56-1.24, tf-allreduce
+# did not narrow the rounds' spread (e.g. cntk 0.56-1.24, tf-allreduce
 # 0.84-1.12, against 0.56-1.19 and 0.93-1.22 at 200): what varies is the process (cntk: one
 # process of a job runs at ~12 ms a step for its whole window, the next at ~24), so more
 # rounds, not longer windows, narrow a median; see median_interval. ResNet-18, CIFAR: ~1.2 s a

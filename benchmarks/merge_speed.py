@@ -16,7 +16,7 @@ in one run, side by side:
 
 * ``orch``'s merge from scratch (``orchestrator.results.merge`` without ``results/.cache``:
   reads every log, writes ``results/iterations.parquet`` and ``results/runs.parquet``);
-* the incremental re-gather (issue 20): nothing changed, and one run's rank log touched (only
+* the incremental re-gather: nothing changed, and one run's rank log touched (only
   that run's logs may be read: the count of logs read is checked);
 * a naive pandas read of the same logs (``pd.read_json(lines=True)`` per rank log, keep the
   ``iter`` records, ``pd.concat``) — which only *reads*, it computes and writes nothing.

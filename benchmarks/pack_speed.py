@@ -1,5 +1,5 @@
-"""A 12-run sweep on the real test cluster, packed (``orch sweep --pack``) vs one job per run
-(issue 20): queue waits, total wall time, orch's own time per run.
+"""A 12-run sweep on the real test cluster, packed (``orch sweep --pack``) vs one job per run:
+queue waits, total wall time, orch's own time per run.
 
 The sweep: torch-ddp, LeNet-5, nodes 1, 2, 4 x 4 repeats, a few iterations. Both ways run in
 this one process, alternated (pack, single, pack, single, ...), each into a fresh sweep

@@ -13,7 +13,7 @@ formats the modes read, each in a subdirectory, with a manifest:
                            the PyTorch modes decode each batch in their input pipeline, so
                            decoding is in t_io, as the first paper measures AlexNet's I/O
 
-``orch data make --from SRC`` (issue 18) writes a real labelled data set instead: SRC is read
+``orch data make --from SRC`` writes a real labelled data set instead: SRC is read
 once by :mod:`orchestrator.datasources` (``digits``, the embedded set, or a cluster's CIFAR,
 MNIST or ImageFolder copy), written as ``raw`` records here, and every other format is
 converted from those records by its framework — the same images, labels and order in all.

@@ -1,7 +1,7 @@
 """Real labelled image sets, read from the formats a cluster already has (`orch data make --from`).
 
 Every number orch measured used to come from random images with random labels, so nothing said
-whether a mode learns (issue 18). This module reads a labelled data set and gives back one
+whether a mode learns. This module reads a labelled data set and gives back one
 in-memory form — uint8 pixels ``[N, C, H, W]`` at the shape of an orch dataset (``cifar``:
 3x32x32), integer labels, a training and a held-out split — which ``orch.data`` writes in each
 framework's native format. The same code reads the embedded set and a cluster's own copy.

@@ -9,7 +9,7 @@ A rank log, ``<run dir>/ranks/rank-<task>.jsonl``, is one JSON object per line:
 * a ``header`` (who, where, versions, environment),
 * one ``iter`` record per iteration (warm-up included and flagged) with ``iter``, ``warmup``,
   ``t_start`` (epoch seconds), ``t_iter``, ``samples`` and the phases below,
-* with ``--epochs`` (issue 18), one ``epoch`` record per epoch: ``epoch`` (from 1),
+* with ``--epochs`` (time to accuracy), one ``epoch`` record per epoch: ``epoch`` (from 1),
   ``t_start``, ``t_epoch`` (seconds of training, evaluation excluded), ``t_eval``,
   ``train_loss`` and ``train_acc`` (over the samples this rank trained on), ``test_acc``
   (held-out accuracy of the whole held-out split, the same on every rank), ``samples``,
@@ -43,7 +43,7 @@ Phases (seconds, after the source papers; see docs/measurements.md), in the orde
 ``t_b`` backward compute, ``t_comm`` gradient communication NOT hidden behind backward,
 ``t_u`` update. ``t_comm_total`` is all communication the workload can see.
 
-Two windows per run (issue 14), told apart by an ``iter`` record's ``window``:
+Two windows per run (throughput and breakdown), told apart by an ``iter`` record's ``window``:
 
 * ``native`` — the throughput window: the framework's own idiomatic training step, unmodified,
   timed only by wall clock per iteration (``t_iter``; no phase fields). samples/s, speedup and

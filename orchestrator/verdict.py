@@ -102,7 +102,7 @@ def _epochs_problem(run: Run, log: RankLog) -> str | None:
 def window_shortfalls(log: RankLog, iters: int) -> list[str]:
     """What a training rank's log lacks: each window it logged must hold ``iters`` measured
     iterations (the breakdown window always; the native throughput window where the mode has
-    one, issue 14: a record without ``window`` is a breakdown record)."""
+    one, protocol.WINDOWS: a record without ``window`` is a breakdown record)."""
     counts = {protocol.WINDOW_BREAKDOWN: 0}
     for rec in log.iters:
         window = rec.get(protocol.WINDOW, protocol.WINDOW_BREAKDOWN)

@@ -1,4 +1,4 @@
-"""Time to accuracy (issue 18): epochs of a real labelled set, held-out accuracy, the sync check.
+"""Time to accuracy: epochs of a real labelled set, held-out accuracy, the sync check.
 
 One small real sweep on the local site: torch-ddp and torch-fsdp (the same epoch loop over a
 replicated and a sharded model) on the embedded digits, 1 rank at batch 128 and 2 ranks at

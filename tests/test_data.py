@@ -120,7 +120,7 @@ def test_mode_without_a_reader_refuses_data(dataset, tmp_path):
     assert "mode 'allreduce-bench' reads no on-disk data yet" in proc.stderr
 
 
-# --- real labelled data sets (issue 18): orch data make --from -------------------------------
+# --- real labelled data sets: orch data make --from ----------------------------------------
 
 def _records(path, image_bytes=3 * 32 * 32):
     return np.fromfile(path, dtype=np.uint8).reshape(-1, 1 + image_bytes)
@@ -266,7 +266,7 @@ def test_bad_real_data_input(tmp_path):
         assert "Traceback" not in proc.stderr
 
 
-# --- an ImageFolder tree kept encoded: JPEG decoded by the ranks (issue 18) -------------------
+# --- an ImageFolder tree kept encoded: JPEG decoded by the ranks ----------------------------
 
 def _jpeg_tree(root, per_class=20):
     """2 classes of real 40x40 JPEG files (one class darker: a learnable difference)."""

@@ -44,7 +44,7 @@ def _check(out, proc, site: str):
         assert r["checksums_agree"] is True and r["param_checksum"] is not None
         assert r["samples_per_s"] > 0 and r["speedup"] > 0
         assert r["iterations_measured"] == ITERS
-        assert r["throughput_window"] == "native" and r["t_iter_native"] > 0  # issue 14
+        assert r["throughput_window"] == "native" and r["t_iter_native"] > 0  # two windows
         assert r["invariant_violations"] is None, r["invariant_violations"]
     by_nodes = {r["nodes"]: r for r in recs}
     assert by_nodes[1]["speedup"] == pytest.approx(1.0)

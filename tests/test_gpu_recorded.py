@@ -1,4 +1,4 @@
-"""GPU paths (issue 21), checked against what ran on a real GPU and on this CPU machine.
+"""GPU paths, checked against what ran on a real GPU and on this CPU machine.
 
 ``tests/fixtures/gpu-h200`` is a sweep recorded on one NVIDIA H200 (torch 2.11.0+cu130,
 NCCL 2.28.9, Open MPI 4.1.6; ``machine.txt``) by ``scripts/gpu-check`` on the

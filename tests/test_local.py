@@ -1,7 +1,7 @@
 """The main job for real on the local site: PyTorch DDP ranks over Gloo, through the CLI.
 
 No timing thresholds: what is checked is that every rank and measured iteration is there, in
-both windows (native throughput window first, then the breakdown window, issue 14), the phases
+both windows (native throughput window first, then the breakdown window), the phases
 account for each breakdown iteration, throughput/speedup/efficiency are computed from the native
 window, the measurement invariants hold (exposed <= total communication, none on 1 rank),
 failures are recorded as data, and nothing measured is ever overwritten.
@@ -53,7 +53,7 @@ def test_sweep_completes_and_prints_scaling_table(sweep_dir):
         assert json.loads(r["versions"])["torch"].startswith("2.13.0")
         for p in PHASES:
             assert r[p] >= 0 and r[f"{p}_std"] >= 0
-        # Issue 14: throughput from the native window, the breakdown beside it.
+        # Two windows: throughput from the native window, the breakdown beside it.
         assert r["throughput_window"] == "native"
         assert r["t_iter_native"] > 0 and r["t_iter"] > 0
         assert r["instrumentation_overhead"] == pytest.approx(

@@ -1,4 +1,4 @@
-"""Issue 14's analysis on recorded rank logs (no ranks run here): throughput from the native
+"""The two windows' analysis on recorded rank logs (no ranks run here): throughput from the native
 window, the breakdown beside it, instrumentation overhead, phase gap, memory per rank, and the
 invariants every run is checked against (exposed <= total communication, none on 1 rank, a
 stated reason where a mode cannot see its total).

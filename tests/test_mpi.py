@@ -93,7 +93,7 @@ def test_local_mpirun_sweep_completes_in_sync(mpi_local_sweep):
         assert ("mpi4py" in versions) if r["mode"] == "mpi-ssgd" else ("horovod" in versions)
     ssgd = next(r for r in recs if r["mode"] == "mpi-ssgd")
     assert ssgd["options"] == {"overlap": "none", "bucket_size": str(25 * 1024 * 1024)}
-    for r in recs:  # issue 14: two windows, invariants, zero communication on one rank
+    for r in recs:  # two windows, invariants, zero communication on one rank
         assert r["throughput_window"] == "native" and r["t_iter_native"] > 0
         assert r["invariant_violations"] is None, (r["run_id"], r["invariant_violations"])
         if r["ranks"] == 1:

@@ -210,7 +210,7 @@ def test_local_sweep_completes(mxnet_local_sweep):
             assert r["t_u"] == 0  # it runs on the servers, inside t_comm
         if r["options"]["kvstore"] == "dist_sync":
             assert r["checksums_agree"] is True  # the workers really synchronised
-        # Issue 14: throughput from Gluon's own step; pushes overlap backward, so the total
+        # Two windows: throughput from Gluon's own step; pushes overlap backward, so the total
         # communication (keys in flight) holds the exposed part and more.
         assert r["throughput_window"] == "native" and r["instrumentation_overhead"] is not None
         assert r["t_comm_total"] >= r["t_comm"] > 0 and r["comm_total_reason"] is None

@@ -1,4 +1,4 @@
-"""Predictions orch can be held to (issue 16), on the real test cluster: a sweep runs its
+"""Predictions orch can be held to, on the real test cluster: a sweep runs its
 pre-flight (α–β inside a node and across nodes, real allreduce-bench jobs), states the 2-node
 run's prediction before that run's job starts, and its report shows the scorecard;
 ``orch predict`` extrapolates from the result set to 1,024 workers. Bad input: one line, exit 2.

@@ -79,7 +79,7 @@ def slow_result_set(out):
         run_rows = tables.iteration_rows(run, gather.read_run_logs(rdir))
         rows += run_rows
         frame = pd.DataFrame(run_rows, columns=tables.ITER_SCHEMA.names)
-        # Logs of two windows (issue 14): throughput from the native window, phases from the
+        # Logs of two windows: throughput from the native window, phases from the
         # breakdown window, as analyze defines them; one window: the groupby reference.
         two = (frame["window"] == protocol.WINDOW_NATIVE).any()
         metrics[run.run_id] = (analyze.run_metrics(frame) if two

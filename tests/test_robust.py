@@ -1,4 +1,4 @@
-"""Issue 19: no value runs as shell, no traceback on any input, one execution per attempt.
+"""Robustness: no value runs as shell, no traceback on any input, one execution per attempt.
 
 The injection test renders every payload through every site-config field and CLI value that
 reaches a script and *runs* the rendered job script (ranks are /bin/true), then checks that no

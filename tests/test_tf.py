@@ -211,7 +211,7 @@ def test_tf_max_pool_has_pytorch_geometry(zoo_report):
     ("tf-allreduce", "implementation=nccl", "implementation=ring"),
     ("chainermn", "communicator=pure_nccl", "communicator=naive")])
 def test_nccl_option_on_a_cpu_partition_is_refused_at_render_time(tmp_path, mode, option, fix):
-    """No step of the mode can run there (issue 14): one line naming option and fix, exit 2."""
+    """No step of the mode can run there: one line naming option and fix, exit 2."""
     proc = run_orch("sweep", "--mode", mode, "--option", option, "--nodes", "1", "--dry-run",
                     "--out", tmp_path / "out")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -259,7 +259,7 @@ def test_local_roles_and_nodes(tf_local_sweep):
 
 
 def test_local_two_windows_and_communication(tf_local_sweep):
-    """Issue 14: every logging task ran TensorFlow's own step (native window) and then the
+    """Two windows: every logging task ran TensorFlow's own step (native window) and then the
     instrumented one; throughput comes from the native window; total communication is the
     measured collective (tf-allreduce) or null with the reason (tf-ps); 1 worker of
     tf-allreduce communicates nothing."""

@@ -139,7 +139,7 @@ class Mode:
       gradient no larger than this is one bucket, sent after backward: DDP's first bucket);
     * ``trains``: False for a mode that measures the network rather than training;
     * ``epochs``: the rank side can train whole epochs of a labelled data set and evaluate
-      held-out accuracy (``--epochs``, issue 18);
+      held-out accuracy (``--epochs``, time to accuracy);
     * ``cpu_only_backends``: values of its ``backend`` option that cannot run on a GPU
       partition (the sweep refuses them there at render time, with the reason), as
       ``{value: reason}``.

@@ -7,7 +7,7 @@ as for the real CIFAR-10 binaries. Other formats are added beside it by the fram
 them (a writer per format in WRITERS).
 
 ``--from-raw DIR`` writes a format from a ``raw`` directory instead of from the seed: a real
-data set (``orch data make --from``, issue 18) is read once by the control plane into ``raw``
+data set (``orch data make --from``) is read once by the control plane into ``raw``
 (training records in DIR, held-out ones in DIR/test), and every other format is converted from
 those records, split by split, so all formats hold the same images in the same order.
 """

@@ -1,4 +1,4 @@
-"""orch's ``jpeg`` format: encoded images kept encoded, decoded by the ranks (issue 18).
+"""orch's ``jpeg`` format: encoded images kept encoded, decoded by the ranks.
 
 The first source paper finds AlexNet's I/O time in decoding JPEG files in the input pipeline;
 ``raw`` records (already decoded at ``orch data make`` time) would hide it. So an ImageFolder

@@ -47,7 +47,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     its table comes first after throughput and speedup, and its median error in the summary.
     ``epochs`` (results/epochs.parquet) adds the convergence part."""
     # Per-rank phases and the phase plots read the breakdown window (the native window's rows
-    # carry no phases, issue 14); throughput comes from the runs table.
+    # carry no phases: protocol.WINDOWS); throughput comes from the runs table.
     iters = analyze.split_windows(iters)[1]
     train = training_runs(runs)
     labels = config_labels(train)

@@ -1,4 +1,4 @@
-"""The report's convergence part (issue 18): time to accuracy beside throughput, the sync
+"""The report's convergence part: time to accuracy beside throughput, the sync
 check, and held-out accuracy against wall time and against epochs, sync and async told apart.
 
 Pure: the runs table and ``results/epochs.parquet`` in, Tables and PNG bytes out. Only runs

@@ -196,7 +196,7 @@ def mib(value) -> str:
 
 
 def measurement_table(done: pd.DataFrame) -> Table:
-    """How faithful each run's numbers are (issue 14): the window throughput came from, the
+    """How faithful each run's numbers are (protocol.WINDOWS): the window throughput came from, the
     native and instrumented iteration times, what the instrumentation costs, the time the
     phases do not account for, peak memory per rank, and any invariant the run breaks."""
     rows = []

@@ -12,7 +12,7 @@ Definitions (docs/measurements.md, from the source papers):
   sweep has it, else the 1-node run); efficiency = S(N) / (ranks(N) / ranks(baseline)).
   Repeats of the baseline are averaged; ``baseline_ranks`` names it in every row.
 
-Two windows per run (issue 14, protocol.WINDOWS): throughput (samples/s, hence speedup and
+Two windows per run (protocol.WINDOWS): throughput (samples/s, hence speedup and
 efficiency) comes from the *native* window, where the framework ran its own step with only a
 wall clock around it; where a run has none (older logs, a mode without one), from the
 breakdown window, and ``throughput_window`` says which (``throughput_from`` in words, and

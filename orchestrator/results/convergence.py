@@ -1,4 +1,4 @@
-"""Convergence of epoch runs (issue 18): the epochs table, time to accuracy, the sync check.
+"""Convergence of epoch runs (time to accuracy): the epochs table, time to accuracy, the sync check.
 
 Throughput says how fast a mode moves samples, not whether it learns; an asynchronous
 parameter server can win on samples/s and lose on accuracy. For runs with ``--epochs`` this

@@ -62,7 +62,8 @@ def footer_facts(logs: list[RankLog]) -> dict:
         "peak_rss_bytes_mean": sum(rss) / len(rss) if rss else None,
         "peak_device_bytes": max(device) if device else None,  # GPU memory, where CUDA exists
         "peak_device_bytes_mean": sum(device) / len(device) if device else None,
-        # Why the run has no t_comm_total (a mode that cannot see it), issue 14.
+        # Why the run has no t_comm_total (a mode that cannot see it), so a
+        # missing total reads as a known limit, not a lost measurement.
         protocol.COMM_TOTAL_REASON: "; ".join(reasons) if reasons else None,
         "versions": json.dumps(first.get("versions") or {}, sort_keys=True),
         "param_checksum": sums[0] if sums else None,

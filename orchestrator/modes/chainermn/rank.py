@@ -72,7 +72,7 @@ def main(argv=None) -> None:
         optimizer.is_changed(model)
         comm.bcast_data(model)
 
-        if args.epochs:  # time to accuracy (issue 18): shares by chainermn.scatter_dataset
+        if args.epochs:  # time to accuracy: shares by chainermn.scatter_dataset
             from orchestrator.rankside.chainer import epochs as epochs_chainer
 
             epochs_chainer.train(s, args, info, comm, model, optimizer)
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
             return
 
         pool = models_chainer.synthetic_pool(xp, args.batch_size, args.dataset, 1000 + info.rank)
-        if args.data:  # orch's raw records (issue 18), read into memory once
+        if args.data:  # orch's raw records, read into memory once
             from orchestrator.rankside.common.epochs import raw_pool
 
             pool = [(xp.asarray(x), xp.asarray(t)) for x, t in raw_pool(args, comm.rank,

@@ -130,7 +130,7 @@ def main(argv=None) -> None:
         native, native_learner = models_cntk.distributed_trainer(plain, y, args.learner,
                                                                  args.batch_size, world)
         s.footer[protocol.COMM_TOTAL_REASON] = COMM_TOTAL_REASON
-        if args.epochs:  # time to accuracy (issue 18): each rank its share of the minibatches
+        if args.epochs:  # time to accuracy: each rank its share of the minibatches
             from orchestrator.rankside.cntk import epochs as epochs_cntk
 
             epochs_cntk.train(s, args, info, C, native, x, y, plain, classes)
@@ -144,7 +144,7 @@ def main(argv=None) -> None:
         eye = np.eye(classes, dtype=np.float32)
         pool = [(rng.standard_normal((args.batch_size, *shape)).astype(np.float32),
                  eye[rng.randint(0, classes, args.batch_size)]) for _ in range(4)]
-        if args.data:  # orch's raw records (issue 18), read into memory once
+        if args.data:  # orch's raw records, read into memory once
             from orchestrator.rankside.common.epochs import raw_pool
 
             pool = [(xs, eye[ys]) for xs, ys in raw_pool(args, rank, world)]

@@ -1,6 +1,6 @@
 """PyTorch + Horovod rank: ``hvd.DistributedOptimizer`` over MPI, zoo model, synthetic data.
 
-Two windows (issue 14). The throughput window runs the loop as Horovod's documentation writes
+Two windows. The throughput window runs the loop as Horovod's documentation writes
 it: ``optimizer.zero_grad()``, forward, ``loss.backward()``, ``optimizer.step()`` (which
 synchronizes), timed by wall clock only. The breakdown window splits the same step:
 
@@ -104,7 +104,7 @@ def main(argv=None) -> None:
 
         step = amp_step if dims.amp else documented_step
 
-        if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as Horovod's
+        if args.epochs:  # time to accuracy: DistributedSampler shares, as Horovod's
             from orchestrator.rankside.torch import (
                 epochs as epochs_torch,  # examples shard an epoch
             )

@@ -5,7 +5,7 @@ Buckets are filled in reverse parameter order (the order backward produces gradi
 does); a parameter larger than a bucket is a bucket of its own. Every rank issues the buckets'
 collectives in the same order (bucket 0, 1, ...), as MPI requires.
 
-Two windows (issue 14). The throughput window runs the reference loop as it is, with no phase
+Two windows. The throughput window runs the reference loop as it is, with no phase
 timer: forward, ``loss.backward()``, the all-reduce of every bucket, ``optimizer.step()``. The
 breakdown window runs the same loop with the phases timed. A bucket's communication is
 counted from the start of its packing (the copy into its send buffer) to its completion; the
@@ -278,7 +278,7 @@ def main(argv=None) -> None:
             dims.step(optimizer)
             return loss.detach(), logits.detach()
 
-        if args.epochs:  # time to accuracy (issue 18): DistributedSampler shares, as torch-ddp
+        if args.epochs:  # time to accuracy: DistributedSampler shares, as torch-ddp
             from orchestrator.rankside.torch import epochs as epochs_torch
 
             def summed(t):

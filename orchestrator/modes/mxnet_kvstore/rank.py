@@ -166,7 +166,7 @@ def train(s: harness.Session, args) -> None:
     trainer._init_params()
     mx.nd.waitall()
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-    if args.epochs:  # time to accuracy (issue 18): the KVStore's rank/num_workers shard
+    if args.epochs:  # time to accuracy: the KVStore's rank/num_workers shard
         from orchestrator.rankside.mxnet import epochs as epochs_mxnet
 
         epochs_mxnet.train(s, args, info, mx, net, trainer, kv, ctx, on_server, loss_fn)

@@ -124,7 +124,7 @@ def main(argv=None) -> None:
         update = tf_common.momentum_update(tf, params, slots)
         total = tf_common.summed(tf, strategy, comm)
 
-        if args.epochs:  # time to accuracy (issue 18): tf.data shard + per-epoch reshuffle
+        if args.epochs:  # time to accuracy: tf.data shard + per-epoch reshuffle
             from orchestrator.rankside.tf import epochs as epochs_tf
 
             epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params, slots)

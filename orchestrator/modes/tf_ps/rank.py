@@ -252,7 +252,7 @@ def coordinate(s, args) -> None:
                            workers)
         finish(s, tf, params)
         return
-    if args.data:  # TFRecord (issue 18): the per-worker datasets read it
+    if args.data:  # TFRecord: the per-worker datasets read it
         dataset_fn = epochs_tf.ps_dataset_fn(tf, args, shape)
 
     replica_fn = tf_common.native_replica_fn(tf, strategy, model, batch)

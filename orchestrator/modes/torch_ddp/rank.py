@@ -1,4 +1,4 @@
-"""PyTorch DDP rank: trains a zoo model on synthetic data; two windows (issue 14).
+"""PyTorch DDP rank: trains a zoo model on synthetic data; two windows (protocol.WINDOWS).
 
 Throughput window (``native``): ``DistributedDataParallel(model)`` as PyTorch's tutorial writes
 it, no comm hook, the plain loop (zero_grad, forward, ``loss.backward()``, ``optimizer.step()``),
@@ -128,7 +128,7 @@ def main(argv=None) -> None:
         device_ids = [device.index] if device.type == "cuda" else None  # ranks may share a GPU
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
-        if args.epochs:  # time to accuracy (issue 18): whole epochs of DDP's own step
+        if args.epochs:  # time to accuracy: whole epochs of DDP's own step
             from orchestrator.rankside.torch import epochs as epochs_torch
 
             plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))

@@ -1,10 +1,10 @@
 """PyTorch FSDP2 rank (``fully_shard``): trains a zoo model on synthetic data, times each phase.
 
-With ``--epochs`` (time to accuracy, issue 18) the sharded model trains whole epochs with the
+With ``--epochs`` (time to accuracy) the sharded model trains whole epochs with the
 same plain step through :mod:`orchestrator.rankside.torch.epochs`, the loop torch-ddp uses
 (``DistributedSampler`` shares, as FSDP's own examples shard an epoch), and neither window runs.
 
-Two windows (issue 14): first the throughput window, the plain loop on the sharded model
+Two windows (protocol.WINDOWS): first the throughput window, the plain loop on the sharded model
 (zero_grad, forward, ``loss.backward()``, ``optimizer.step()``) with FSDP2's own comm objects and
 no timer; then the comm timers below are installed and the breakdown window runs.
 
@@ -271,7 +271,7 @@ def main(argv=None) -> None:
         step = plain_step(net, optimizer, loss_fn, dims)
         s.footer["fsdp_units"] = len(units)
         s.footer["reshard_after_forward"] = reshard
-        if args.epochs:  # time to accuracy (issue 18): whole epochs of FSDP2's own step
+        if args.epochs:  # time to accuracy: whole epochs of FSDP2's own step
             from orchestrator.rankside.torch import epochs as epochs_torch
 
             epochs_torch.train(s, args, info, step, model, device, dims=dims)

@@ -1,4 +1,4 @@
-"""Whole epochs and held-out accuracy for chainermn (issue 18), over orch's raw records.
+"""Whole epochs and held-out accuracy for chainermn (time to accuracy), over orch's raw records.
 
 Chainer owns no on-disk format here, so the ranks read the ``raw`` records with numpy
 (``epochs_common.read_raw``). The epoch's shares come from ChainerMN's own

@@ -1,4 +1,4 @@
-"""Whole epochs and held-out accuracy for the cntk mode (issue 18). Python 3.6 valid.
+"""Whole epochs and held-out accuracy for the cntk mode (time to accuracy). Python 3.6 valid.
 
 CNTK's image reader cannot load here (FACTS.md), so the ranks read orch's ``raw`` records with
 numpy (``epochs_common.read_raw``) and feed numpy minibatches to ``train_minibatch``, each rank

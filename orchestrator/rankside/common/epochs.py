@@ -1,4 +1,4 @@
-"""Epochs and held-out accuracy shared by the non-PyTorch modes (issue 18): numpy only.
+"""Epochs and held-out accuracy shared by the non-PyTorch modes (time to accuracy): numpy only.
 
 Python 3.6 valid (CNTK's ranks import it). What every framework's epoch code shares:
 

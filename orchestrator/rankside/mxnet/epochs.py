@@ -1,4 +1,4 @@
-"""Whole epochs and held-out accuracy for mxnet-kvstore (issue 18), over MXNet RecordIO.
+"""Whole epochs and held-out accuracy for mxnet-kvstore (time to accuracy), over MXNet RecordIO.
 
 Sharding as GluonCV's distributed examples do it: the KVStore's ``rank`` and ``num_workers``
 pick the worker's part of the training split (``SplitSampler``), read through Gluon's

@@ -1,4 +1,4 @@
-"""Whole epochs and held-out accuracy for the TensorFlow modes (issue 18), over TFRecord.
+"""Whole epochs and held-out accuracy for the TensorFlow modes (time to accuracy), over TFRecord.
 
 tf-allreduce (MultiWorkerMirroredStrategy): what TensorFlow's multi-worker guide does with
 tf.data — every worker builds the same pipeline and keeps its part with ``shard(num_workers,

@@ -1,6 +1,6 @@
 """Rank-side helpers shared by the PyTorch modes (torch-ddp, torch-fsdp, mpi-ssgd, horovod):
 joining the process group, the parameter checksum every synchronous mode ends with, the input
-batches, and the throughput window's plain loop (issue 14: samples/s comes from the framework's
+batches, and the throughput window's plain loop (two windows: samples/s comes from the framework's
 own step, the phases from a second, instrumented window)."""
 
 from __future__ import annotations

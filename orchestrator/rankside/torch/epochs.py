@@ -1,4 +1,4 @@
-"""Whole epochs of a labelled data set and held-out accuracy, for the PyTorch modes (issue 18).
+"""Whole epochs of a labelled data set and held-out accuracy, for the PyTorch modes.
 
 Throughput alone rewards a mode that trains fast but learns badly (an asynchronous parameter
 server); time to accuracy weighs both. An epoch here is what PyTorch's own recipe makes it:
