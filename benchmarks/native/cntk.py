@@ -9,9 +9,8 @@ from benchmarks.native._common import Clock, parse_args, report
 
 def main():
     args = parse_args(extra=(("--learner", "data_parallel"),))
-    from orchestrator.rankside.cntk import (
-        models as models_cntk,  # imports cntk (without its ldconfig calls)
-    )
+    # imports cntk (without its ldconfig calls)
+    from orchestrator.rankside.cntk import models as models_cntk
 
     C = models_cntk.C
     import numpy as np

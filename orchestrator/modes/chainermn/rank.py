@@ -35,6 +35,46 @@ def parameter_checksum(model) -> float:
     return float(sum(np.asarray(p.array, dtype=np.float64).sum() for p in model.params()))
 
 
+def breakdown(s, F, comm, model, optimizer, pool):
+    """The breakdown window: forward, backward, then ``optimizer.update()``, whose
+    multi-node mean of the gradients (the all-reduce, run alone) is timed by wrapping the
+    communicator's call. Returns the last loss."""
+    timing = {"comm": 0.0}
+    mean_grad = comm.multi_node_mean_grad
+
+    def timed_mean_grad(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return mean_grad(*a, **kw)
+        finally:
+            timing["comm"] += time.perf_counter() - t0
+
+    comm.multi_node_mean_grad = timed_mean_grad
+    alone = comm.size == 1  # nothing to communicate
+
+    def forward(batch):
+        return F.softmax_cross_entropy(model(batch[0]), batch[1])
+
+    def backward(loss):
+        model.cleargrads()
+        loss.backward()
+        return loss
+
+    def update(loss):  # the optimizer's update holds the all-reduce, timed by the wrapper
+        timing["comm"] = 0.0
+        t0 = time.perf_counter()
+        optimizer.update()
+        whole = time.perf_counter() - t0
+        comm_s = 0.0 if alone else timing["comm"]
+        s.add("t_comm", comm_s)
+        s.add("t_comm_total", comm_s)  # measured: the all-reduce call, which runs alone
+        s.add("t_u", whole - comm_s)
+        return loss
+
+    return s.breakdown([("t_io", lambda it: pool[it % len(pool)]), ("t_f", forward),
+                        ("t_b", backward), (None, update)])
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="chainer", mode="chainermn") as s:
@@ -95,40 +135,7 @@ def main(argv=None) -> None:
             x, t = pool[it % len(pool)]
             optimizer.update(lossfun, x, t)
 
-        timing = {"comm": 0.0}
-        mean_grad = comm.multi_node_mean_grad
-
-        def timed_mean_grad(*a, **kw):
-            t0 = time.perf_counter()
-            try:
-                return mean_grad(*a, **kw)
-            finally:
-                timing["comm"] += time.perf_counter() - t0
-
-        comm.multi_node_mean_grad = timed_mean_grad
-        alone = comm.size == 1  # nothing to communicate
-
-        def forward(batch):
-            return F.softmax_cross_entropy(model(batch[0]), batch[1])
-
-        def backward(loss):
-            model.cleargrads()
-            loss.backward()
-            return loss
-
-        def update(loss):  # the optimizer's update holds the all-reduce, timed by the wrapper
-            timing["comm"] = 0.0
-            t0 = time.perf_counter()
-            optimizer.update()
-            whole = time.perf_counter() - t0
-            comm_s = 0.0 if alone else timing["comm"]
-            s.add("t_comm", comm_s)
-            s.add("t_comm_total", comm_s)  # measured: the all-reduce call, which runs alone
-            s.add("t_u", whole - comm_s)
-            return loss
-
-        loss = s.breakdown([("t_io", lambda it: pool[it % len(pool)]), ("t_f", forward),
-                            ("t_b", backward), (None, update)])
+        loss = breakdown(s, F, comm, model, optimizer, pool)
         s.footer["param_checksum"] = parameter_checksum(model)
         s.footer["loss"] = float(loss.array)
         comm.mpi_comm.Barrier()

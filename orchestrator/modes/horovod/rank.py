@@ -40,6 +40,73 @@ from orchestrator.rankside import harness
 from .mode import MODE
 
 
+def join_horovod(hvd, info) -> None:
+    """``hvd.init()``, and make sure Horovod sees the launcher's rank and runs on MPI."""
+    hvd.init()
+    if hvd.rank() != info.rank or hvd.size() != info.world_size:
+        raise RuntimeError(f"Horovod says rank {hvd.rank()} of {hvd.size()}, the launcher "
+                           f"rank {info.rank} of {info.world_size}")
+    if not hvd.mpi_enabled():
+        raise RuntimeError("Horovod is not running on MPI (the Gloo controller was picked): "
+                           "start the ranks with mpirun or srun --mpi=pmix")
+
+
+def training_step(dims, net, loss_fn, optimizer):
+    """The step of the throughput window and of epoch runs, ``(x, y) -> (loss, logits)``:
+    Horovod's own example loop, or under autocast its AMP recipe (the averaged gradients
+    unscaled, never ones still in flight)."""
+    def documented_step(x, y):  # Horovod's own example loop (logits kept for epochs)
+        optimizer.zero_grad()
+        logits = net(x)
+        loss = loss_fn(logits, y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach(), logits.detach()
+
+    def amp_step(x, y):  # the same under autocast; fp16 as Horovod's AMP recipe writes it
+        optimizer.zero_grad()
+        loss, logits = dims.forward(net, loss_fn, x, y)
+        dims.backward(loss)
+        optimizer.synchronize()  # every gradient averaged before it is unscaled
+        dims.step(optimizer, unscale=True, inside=optimizer.skip_synchronize)
+        return loss.detach(), logits.detach()
+
+    return amp_step if dims.amp else documented_step
+
+
+def breakdown(s, steps, alone: bool):
+    """The breakdown window (``steps``: torch_common.Steps over Horovod's optimizer): backward
+    enqueues the all-reduces; ``optimizer.synchronize()`` waits for what backward did not hide
+    (exposed ``t_comm``, or ``t_sync`` at world size 1); the step then skips Horovod's own
+    synchronize. Returns the last loss."""
+    optimizer, dims, sync = steps.optimizer, steps.dims, steps.sync
+    waited = [0.0]
+
+    def synchronize(loss):  # the wait for the all-reduces backward did not hide
+        start = time.perf_counter()
+        optimizer.synchronize()
+        sync()
+        waited[0] = time.perf_counter() - start
+        # One rank: no communication; Horovod's cycle wait is update overhead (t_sync).
+        s.add("t_sync" if alone else "t_comm", waited[0])
+        return loss
+
+    def update(loss):
+        dims.step(optimizer, unscale=True, inside=optimizer.skip_synchronize)
+        # Horovod's zero_grad() takes no set_to_none (torch's default is True anyway).
+        optimizer.zero_grad()
+        sync()
+        return loss
+
+    def alone_update(loss):  # ... counted in t_u at world size 1
+        s.add("t_u", waited[0])
+        s.add("t_comm_total", 0.0)
+        return loss
+
+    return steps.run(s, backward=[("t_b", steps.backward), (None, synchronize)],
+                     update=[("t_u", update), *([(None, alone_update)] if alone else [])])
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="torch-mpi", mode="horovod") as s:
@@ -58,14 +125,8 @@ def main(argv=None) -> None:
             rank_device,
         )
 
-        hvd.init()
         info = s.info
-        if hvd.rank() != info.rank or hvd.size() != info.world_size:
-            raise RuntimeError(f"Horovod says rank {hvd.rank()} of {hvd.size()}, the launcher "
-                               f"rank {info.rank} of {info.world_size}")
-        if not hvd.mpi_enabled():
-            raise RuntimeError("Horovod is not running on MPI (the Gloo controller was picked): "
-                               "start the ranks with mpirun or srun --mpi=pmix")
+        join_horovod(hvd, info)
         device = rank_device(hvd.local_rank())  # GPU ops: Horovod's NCCL
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         dims = Dims(args, device, s.footer)
@@ -86,28 +147,11 @@ def main(argv=None) -> None:
                                              op=hvd.Average)
         loss_fn = torch.nn.CrossEntropyLoss()
 
-        def documented_step(x, y):  # Horovod's own example loop (logits kept for epochs)
-            optimizer.zero_grad()
-            logits = net(x)
-            loss = loss_fn(logits, y)
-            loss.backward()
-            optimizer.step()
-            return loss.detach(), logits.detach()
-
-        def amp_step(x, y):  # the same under autocast; fp16 as Horovod's AMP recipe writes it
-            optimizer.zero_grad()
-            loss, logits = dims.forward(net, loss_fn, x, y)
-            dims.backward(loss)
-            optimizer.synchronize()  # every gradient averaged before it is unscaled
-            dims.step(optimizer, unscale=True, inside=optimizer.skip_synchronize)
-            return loss.detach(), logits.detach()
-
-        step = amp_step if dims.amp else documented_step
+        step = training_step(dims, net, loss_fn, optimizer)
 
         if args.epochs:  # time to accuracy: DistributedSampler shares, as Horovod's
-            from orchestrator.rankside.torch import (
-                epochs as epochs_torch,  # examples shard an epoch
-            )
+            from orchestrator.rankside.torch import epochs as epochs_torch  # examples shard
+
 
             epochs_torch.train(s, args, info, step, model, device,
                                reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"),
@@ -129,32 +173,8 @@ def main(argv=None) -> None:
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
 
-        waited = [0.0]
-
-        def synchronize(loss):  # the wait for the all-reduces backward did not hide
-            start = time.perf_counter()
-            optimizer.synchronize()
-            sync()
-            waited[0] = time.perf_counter() - start
-            # One rank: no communication; Horovod's cycle wait is update overhead (t_sync).
-            s.add("t_sync" if alone else "t_comm", waited[0])
-            return loss
-
-        def update(loss):
-            dims.step(optimizer, unscale=True, inside=optimizer.skip_synchronize)
-            # Horovod's zero_grad() takes no set_to_none (torch's default is True anyway).
-            optimizer.zero_grad()
-            sync()
-            return loss
-
-        def alone_update(loss):  # ... counted in t_u at world size 1
-            s.add("t_u", waited[0])
-            s.add("t_comm_total", 0.0)
-            return loss
-
         steps = Steps(source, dims, net, loss_fn, optimizer, sync)
-        loss = steps.run(s, backward=[("t_b", steps.backward), (None, synchronize)],
-                         update=[("t_u", update), *([(None, alone_update)] if alone else [])])
+        loss = breakdown(s, steps, alone)
         s.footer["param_checksum"] = parameter_checksum(model)
         note_device_memory(s.footer, device)
         s.footer["loss"] = float(loss.detach())

@@ -213,6 +213,57 @@ class Allreducer:
         self.unpack()
 
 
+def reference_step(dims, net, loss_fn, optimizer, reducer: Allreducer | None):
+    """The reference loop's step, ``(x, y) -> (loss, logits)``, as the throughput window and
+    epoch runs take it: forward (under autocast), backward through the scaler, the reducer's
+    exchange of the gradients, the optimizer's step."""
+    def step(x, y):
+        optimizer.zero_grad(set_to_none=True)
+        loss, logits = dims.forward(net, loss_fn, x, y)
+        if reducer:
+            reducer.reset()
+        dims.backward(loss)
+        if reducer:
+            reducer.exchange()
+        dims.step(optimizer)
+        return loss.detach(), logits.detach()
+
+    return step
+
+
+def breakdown(s, steps, reducer: Allreducer | None, overlap: str):
+    """The breakdown window (``steps``: torch_common.Steps): backward, then the reducer's
+    wait for its buckets (``wfbp``: launched during backward) or its all-reduce of them all,
+    timed inside the reducer (exposed ``t_comm``, every bucket's ``t_comm_total``); the
+    update unpacks the averaged buckets first. Returns the last loss."""
+    sync = steps.sync
+    def reset(loss):
+        if reducer:
+            reducer.reset()
+        return loss
+
+    def exchange(loss):
+        if reducer:
+            # Timed inside the reducer (the exposed span, every bucket's interval); the
+            # wall time of the call beyond the exposed span is the breakdown's phase gap.
+            if overlap == "wfbp":
+                reducer.wait_all()
+            else:
+                reducer.allreduce_all()
+            sync()
+        s.add("t_comm", reducer.exposed if reducer else 0.0)
+        s.add("t_comm_total", reducer.total if reducer else 0.0)
+        return loss
+
+    def update(loss):
+        if reducer:
+            reducer.unpack()
+        return steps.update(loss)
+
+    return steps.run(s, backward=[(None, reset), ("t_b", steps.backward), (None, exchange)],
+                     update=("t_u", update))
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     if args.bucket_size < 1:
@@ -267,16 +318,7 @@ def main(argv=None) -> None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = torch.nn.CrossEntropyLoss()
 
-        def reference_step(x, y):  # the reference loop, as the throughput window and epochs run it
-            optimizer.zero_grad(set_to_none=True)
-            loss, logits = dims.forward(net, loss_fn, x, y)
-            if reducer:
-                reducer.reset()
-            dims.backward(loss)
-            if reducer:
-                reducer.exchange()
-            dims.step(optimizer)
-            return loss.detach(), logits.detach()
+        step = reference_step(dims, net, loss_fn, optimizer, reducer)
 
         if args.epochs:  # time to accuracy: DistributedSampler shares, as torch-ddp
             from orchestrator.rankside.torch import epochs as epochs_torch
@@ -285,7 +327,7 @@ def main(argv=None) -> None:
                 comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
                 return t
 
-            epochs_torch.train(s, args, info, reference_step, model, device, reduce=summed,
+            epochs_torch.train(s, args, info, step, model, device, reduce=summed,
                                dims=dims)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
@@ -295,36 +337,12 @@ def main(argv=None) -> None:
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
         source = input_batches(args, info, models_torch, dims)
-        dims.compile_step(reference_step, source, sync)
-        native_window(s, source, device, reference_step,
+        dims.compile_step(step, source, sync)
+        native_window(s, source, device, step,
                       sync if device.type == "cuda" else None, dims)
 
-        def reset(loss):
-            if reducer:
-                reducer.reset()
-            return loss
-
-        def exchange(loss):
-            if reducer:
-                # Timed inside the reducer (the exposed span, every bucket's interval); the
-                # wall time of the call beyond the exposed span is the breakdown's phase gap.
-                if args.overlap == "wfbp":
-                    reducer.wait_all()
-                else:
-                    reducer.allreduce_all()
-                sync()
-            s.add("t_comm", reducer.exposed if reducer else 0.0)
-            s.add("t_comm_total", reducer.total if reducer else 0.0)
-            return loss
-
-        def update(loss):
-            if reducer:
-                reducer.unpack()
-            return steps.update(loss)
-
         steps = Steps(source, dims, net, loss_fn, optimizer, sync)
-        loss = steps.run(s, backward=[(None, reset), ("t_b", steps.backward), (None, exchange)],
-                         update=("t_u", update))
+        loss = breakdown(s, steps, reducer, args.overlap)
         s.footer["param_checksum"] = parameter_checksum(model)
         note_device_memory(s.footer, device)
         s.footer["loss"] = float(loss.detach())

@@ -187,6 +187,21 @@ def train(s: harness.Session, args) -> None:
         loss.backward()
         trainer.step(1)
 
+    loss = breakdown(s, mx, (net, loss_fn, trainer, params), ctx, source, on_server)
+    s.footer["param_checksum"] = parameter_checksum(params)
+    s.footer["loss"] = float(loss.mean().asscalar())
+    close_kvstore(kv)
+
+
+def breakdown(s, mx, training, ctx, source, on_server: bool):
+    """The breakdown window (``training``: the network, loss, Gluon trainer and its
+    parameters). MXNet runs operators asynchronously, so each phase ends by waiting for its
+    results; backward and the KVStore's push/pull are split by when each gradient was ready
+    and each pull landed (``ReadyAt``). Returns the last loss."""
+    from mxnet import autograd
+
+    net, loss_fn, trainer, params = training
+
     def to_context(batch):
         # To the model's context: a GPU, or from the loader's shared memory (cpu_shared)
         # to cpu, which the cached graph requires.
@@ -240,12 +255,9 @@ def train(s: harness.Session, args) -> None:
         return loss
 
     # With servers the update ran on them, inside trainer.step: the workers have no t_u.
-    loss = s.breakdown([("t_io", lambda _it: next(source)), ("t_h2d", to_context),
+    return s.breakdown([("t_io", lambda _it: next(source)), ("t_h2d", to_context),
                         ("t_f", forward), (None, backward_and_exchange),
                         *([] if on_server else [("t_u", update)])])
-    s.footer["param_checksum"] = parameter_checksum(params)
-    s.footer["loss"] = float(loss.mean().asscalar())
-    close_kvstore(kv)
 
 
 def close_kvstore(kv) -> None:

@@ -64,6 +64,56 @@ def finish(s, tf, strategy, params, total) -> None:
                                                          s.info.world_size)
 
 
+def breakdown(s, tf, source, on_gpu: bool, compute, collective, update):
+    """The breakdown window: the batch to the device, forward and backward in one graph
+    (``compute`` stamps where backward starts and ends), the all-reduce alone
+    (``collective``: the strategy, the worker count and the all-reduce function), then the
+    momentum update. Returns the last loss."""
+    strategy, workers, all_reduce = collective
+    device = "/GPU:0" if on_gpu else "/CPU:0"
+
+    def to_device(batch):
+        if not on_gpu:
+            return batch
+        with tf.device(device):
+            batch = tf.identity(batch[0]), tf.identity(batch[1])
+        tf_common.sync_devices(tf, on_gpu)
+        return batch
+
+    def forward_backward(batch):  # one graph: backward is told apart by its stamps
+        start = time.perf_counter()
+        loss, grads, t_loss, t_grads = compute(*batch)
+        backward = float(t_grads) - float(t_loss)  # .numpy(): waits for the values
+        tf_common.sync_devices(tf, on_gpu)
+        s.add("t_f", time.perf_counter() - start - backward)
+        s.add("t_b", backward)
+        return loss, grads
+
+    def reduce(computed):
+        loss, grads = computed
+        if workers == 1:  # one worker: nothing to reduce, no collective
+            s.add("t_comm", 0.0)
+            s.add("t_comm_total", 0.0)
+            return loss, grads
+        start = time.perf_counter()
+        with strategy.scope():
+            reduced = all_reduce(grads)
+        tf_common.sync_devices(tf, on_gpu)
+        comm_s = time.perf_counter() - start
+        s.add("t_comm", comm_s)
+        s.add("t_comm_total", comm_s)  # the collective runs alone: all of it is exposed
+        return loss, reduced
+
+    def apply(reduced):
+        with strategy.scope():
+            update(reduced[1])
+            tf_common.sync_devices(tf, on_gpu)
+        return reduced[0]
+
+    return s.breakdown([("t_io", lambda _it: next(source)), ("t_h2d", to_device),
+                        (None, forward_backward), (None, reduce), ("t_u", apply)])
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="tensorflow", mode="tf-allreduce") as s:
@@ -133,53 +183,13 @@ def main(argv=None) -> None:
         shape = models_tf.input_shape(args.dataset)
         source = tf_common.input_batches(tf, args, info.rank, info.world_size, shape,
                                          models_tf.num_classes(args.dataset), 1000 + info.rank)
-        device = "/GPU:0" if on_gpu else "/CPU:0"
 
         for _ in s.native_iterations():  # TF's own step, wall clock only
             x, y = next(source)
             loss = native_step(x, y)
             tf_common.sync_devices(tf, on_gpu)
 
-        def to_device(batch):
-            if not on_gpu:
-                return batch
-            with tf.device(device):
-                batch = tf.identity(batch[0]), tf.identity(batch[1])
-            tf_common.sync_devices(tf, on_gpu)
-            return batch
-
-        def forward_backward(batch):  # one graph: backward is told apart by its stamps
-            start = time.perf_counter()
-            loss, grads, t_loss, t_grads = compute(*batch)
-            backward = float(t_grads) - float(t_loss)  # .numpy(): waits for the values
-            tf_common.sync_devices(tf, on_gpu)
-            s.add("t_f", time.perf_counter() - start - backward)
-            s.add("t_b", backward)
-            return loss, grads
-
-        def reduce(computed):
-            loss, grads = computed
-            if workers == 1:  # one worker: nothing to reduce, no collective
-                s.add("t_comm", 0.0)
-                s.add("t_comm_total", 0.0)
-                return loss, grads
-            start = time.perf_counter()
-            with strategy.scope():
-                reduced = all_reduce(grads)
-            tf_common.sync_devices(tf, on_gpu)
-            comm_s = time.perf_counter() - start
-            s.add("t_comm", comm_s)
-            s.add("t_comm_total", comm_s)  # the collective runs alone: all of it is exposed
-            return loss, reduced
-
-        def apply(reduced):
-            with strategy.scope():
-                update(reduced[1])
-                tf_common.sync_devices(tf, on_gpu)
-            return reduced[0]
-
-        loss = s.breakdown([("t_io", lambda _it: next(source)), ("t_h2d", to_device),
-                            (None, forward_backward), (None, reduce), ("t_u", apply)])
+        loss = breakdown(s, tf, source, on_gpu, compute, (strategy, workers, all_reduce), update)
         s.footer["loss"] = float(loss)
         finish(s, tf, strategy, params, total)
 

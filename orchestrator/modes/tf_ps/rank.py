@@ -169,7 +169,6 @@ def wait_for_footers(log_dir: str, tasks: list[int]) -> int:
 
 def coordinate(s, args) -> None:
     """The chief: create the variables on the ps tasks, schedule steps, time them."""
-    import numpy as np
     import tensorflow as tf
 
     from orchestrator.rankside.tf import models as models_tf
@@ -273,6 +272,17 @@ def coordinate(s, args) -> None:
         for _ in range(workers):
             coordinator.schedule(native_step, args=(iterator,))
 
+    results = breakdown(s, coordinator, step, iterator, workers)
+    s.footer["loss"] = float(results[-1][1])
+    finish(s, tf, params)
+
+
+def breakdown(s, coordinator, step, iterator, workers: int):
+    """The breakdown window: per iteration one instrumented ``step`` scheduled on every
+    worker, joined; each stamps its stages (input, pull, forward, backward, push) and the
+    phases are their means over the workers. Returns the last iteration's results."""
+    import numpy as np
+
     def stage_times(_it):  # each worker's step stamps its stages: their mean is the phases
         scheduled = [coordinator.schedule(step, args=(iterator,)) for _ in range(workers)]
         coordinator.join()
@@ -287,9 +297,7 @@ def coordinate(s, args) -> None:
         s.add("t_push", t_push)
         return results
 
-    results = s.breakdown([(None, stage_times)])
-    s.footer["loss"] = float(results[-1][1])
-    finish(s, tf, params)
+    return s.breakdown([(None, stage_times)])
 
 
 def finish(s, tf, params) -> None:

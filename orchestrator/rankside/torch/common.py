@@ -350,9 +350,9 @@ class Steps:
         return loss
 
     def run(self, s, forward=None, backward=None, update=None):
-        """Run the breakdown window (``s``: the harness session); return the last loss.
-        ``forward``, ``backward``, ``update``: a mode's own ``(phase, step)`` pairs in place of
-        that default step (a list for several)."""
+        """Run the breakdown window on ``s`` (the rank's :class:`harness.Session`); return the
+        last loss. ``forward``, ``backward``, ``update``: a mode's own ``(phase, step)`` pairs
+        in place of that default step (a list for several)."""
         def pairs(mine, default):
             if mine is None:
                 return [default]
