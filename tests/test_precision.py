@@ -10,6 +10,7 @@ about speed is asserted.
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from pathlib import Path
@@ -41,6 +42,23 @@ def test_every_torch_mode_takes_the_one_declaration(name):
         assert any(o is dim for o in options), f"{name} lacks {dim.name}"
     assert {o.name: o.default for o in RUN_DIMENSIONS} == DEFAULTS
     assert tuple(DEFAULTS) == COLUMNS
+
+
+# What applying a run dimension takes in PyTorch: a rank that used any of these would be one
+# more file to edit for the next dimension.
+DIMENSION_CALLS = {"autocast", "scaler", "GradScaler", "unscale_", "channels_last",
+                   "memory_format", "pin_memory", "allow_tf32", "compile"}
+
+
+@pytest.mark.parametrize("name", TORCH_MODES)
+def test_a_torch_rank_applies_no_dimension_itself(name):
+    """Every run dimension is applied in rankside/torch/common.py (Dims and the breakdown's
+    Steps): a new dimension is declared in modes/torch_options.py and applied there, and no
+    torch rank.py changes."""
+    path = Path(modes.__file__).parent / modes.get(name).package / "rank.py"
+    used = {n.attr for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Attribute)}
+    used |= {n.id for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Name)}
+    assert not used & DIMENSION_CALLS, f"{path}: {sorted(used & DIMENSION_CALLS)}"
 
 
 def test_no_other_mode_has_them():
