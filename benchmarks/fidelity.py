@@ -25,7 +25,7 @@ How "exactly the same" is achieved — the structure every native script follows
 * ``benchmarks/native/<pkg>.py`` (``<pkg>`` = the mode's folder under ``orchestrator/modes``)
   takes orch's rank arguments (it reads ``--model --dataset --batch-size --iters --warmup`` and
   whatever mode options it needs, ignoring the rest), builds the same zoo model
-  (``orchestrator.rankside.models_<library>``, importable through the staged copy), runs
+  (``orchestrator.rankside.<library>.models``, importable through the staged copy), runs
   ``--warmup`` then ``--iters`` steps of the framework's documented loop with no instrumentation
   at all, and prints ONE JSON line on stdout from every task that trains (for a role mode, the
   task that drives the steps, e.g. TensorFlow's PS chief), via :mod:`benchmarks.native._common`:
