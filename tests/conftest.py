@@ -10,6 +10,8 @@ A test that starts ``orch`` as a process (``run_orch``, or ``python -m orchestra
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -21,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 pytest_plugins = ["pytester"]  # test_conftest runs the collection hook on a test file of its own
 
@@ -86,6 +89,84 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         funcs = [getattr(item, "function", None), *(d.func for ds in defs for d in ds)]
         if any(starts_orch(f) for f in funcs if f is not None):
             item.add_marker(pytest.mark.orch_process)
+
+
+LOCAL = yaml.safe_load((ROOT / "site-configs" / "local.yaml").read_text())
+
+
+def orch(*args: object) -> tuple[int, str, str]:
+    """``orch ARGS`` in this process: (exit code, stdout, stderr). Any exception other than
+    SystemExit propagates: a traceback fails the test."""
+    from orchestrator import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["orch", *map(str, args)]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        sys.argv = argv
+    assert "Traceback" not in err.getvalue(), err.getvalue()
+    return code, out.getvalue(), err.getvalue()
+
+
+def site_file(tmp: Path, edit, name: str = "fz") -> Path:
+    """The local site config, its torch environment running /bin/true, changed by ``edit``
+    (a function of the parsed YAML), written to ``tmp/NAME.yaml``."""
+    data = json.loads(json.dumps(LOCAL))
+    data["name"] = name
+    data["environments"] = {"torch": {"python": "/bin/true", "env": {"OMP_NUM_THREADS": "1"}}}
+    edit(data)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    return path
+
+
+# Edits of a site config for site_file: one field of the first partition, of its sbatch
+# options, of the torch environment, or of that environment's container.
+def edit_partition(key, value):
+    def edit(d):
+        d["partitions"][0][key] = value
+    return edit
+
+
+def edit_sbatch(key, value):
+    def edit(d):
+        d["partitions"][0].setdefault("sbatch", {})[key] = value
+    return edit
+
+
+def edit_environment(key, value):
+    def edit(d):
+        d["environments"]["torch"][key] = value
+    return edit
+
+
+def edit_container(key, value):
+    def edit(d):
+        c = {"image": "/nonexistent/img.sif", "runtime": "apptainer"}
+        c[key] = value
+        d["environments"]["torch"]["container"] = c
+    return edit
+
+
+@pytest.fixture(scope="session")
+def finished_sweep(tmp_path_factory) -> Path:
+    """A local sweep of one finished run (1 node, 3 iterations): tests copy it, then damage
+    or change the copy."""
+    out = tmp_path_factory.mktemp("base") / "sweep"
+    run_orch("sweep", "--nodes", "1", "--iters", "3", "--warmup", "1", "--out", out,
+             check=True)
+    return out
+
+
+def rank0_log(rdir: Path) -> Path:
+    """Rank 0's log in run directory ``rdir``."""
+    return rdir / "ranks" / "rank-0.jsonl"
 
 
 # A framework mode's short sweep: enough measured iterations for a mean, one warm-up before.

@@ -10,8 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -19,7 +22,7 @@ from typer.testing import CliRunner
 from orchestrator import __version__
 from orchestrator.cli import COMMANDS, app, load
 
-from .conftest import ROOT, run_orch
+from .conftest import ROOT, run_orch, wait_until
 
 README = ROOT / "README.md"
 NAME = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -308,3 +311,73 @@ def test_new_and_old_spellings_on_a_real_run(tmp_path):
     assert json.loads(shown.stdout)["provenance"] == json.loads(shown_old.stdout)["provenance"]
     proc = run_orch("trace", run_id, sweep)
     assert proc.returncode == 2 and "--option trace=yes" in proc.stderr
+
+
+# Ctrl-C on orch sweep: the jobs still running are named (or cancelled), exit 130.
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[int, str, Path]:
+    """orch sweep of one run that cannot end by itself; SIGINT to orch alone once the job runs;
+    (exit code, stderr, run directory). Its rank freezes itself at iteration 2 (no hang
+    timeout), so the job is still running when orch has exited and the test looks, however
+    fast the machine runs its iterations; the test's cancel ends it. Its output goes to files,
+    not pipes: the test waits for orch to exit, not for every process that may have inherited
+    a pipe to close it. orch starts with SIGINT's default action, as in a terminal: a test
+    suite started in the background (``make test &``, nohup) has SIGINT ignored, every child
+    inherits that, and Python then never raises KeyboardInterrupt."""
+    err_file = out.parent / f"{out.name}.stderr"
+    with open(err_file, "w") as err_fh:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
+                                 slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup",
+                                 "1", "--inject-failure", "0@2:stop", "--hang-timeout", "0",
+                                 "--out", str(out), *extra], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err_fh, text=True,
+                                preexec_fn=_sigint_default)
+    try:
+        def running():
+            rdirs = [p for p in out.glob("*") if (p / "job.json").exists()] if out.exists() else []
+            return rdirs[0] if rdirs and '"RUNNING"' in (rdirs[0] / "job.json").read_text() \
+                else None
+
+        rdir = wait_until("the job to run", running, timeout=300, proc=proc, every=0.5)
+        proc.send_signal(signal.SIGINT)  # to orch only: the job runs on the cluster
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:  # say where orch is stuck: its threads' stacks
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(3)  # only the failure's report waits: for the stacks to be written
+            pytest.fail("orch did not exit within 120 s of SIGINT; its stderr and stacks:\n"
+                        + err_file.read_text())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err_file.read_text(), rdir
+
+
+@pytest.mark.slurm
+def test_ctrl_c_names_running_jobs_and_leaves_them(slurm_cluster, tmp_path):
+    out = tmp_path / "intr"
+    try:
+        code, err, rdir = _start_and_interrupt(slurm_cluster, out)
+        job = json.loads((rdir / "job.json").read_text())["job_id"]
+        assert code == 130, err
+        assert f"1 job(s) still running: {rdir.name} (job {job})" in err.replace("\n", " ")
+        assert f"orch cancel {out}" in err.replace("\n", " ") and "Traceback" not in err
+        assert "RUNNING" in run_orch("status", out, check=True).stdout
+    finally:
+        run_orch("cancel", out)
+
+
+@pytest.mark.slurm
+def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
+    out = tmp_path / "intr2"
+    try:
+        code, err, rdir = _start_and_interrupt(slurm_cluster, out, "--cancel-on-interrupt")
+        assert code == 130 and "cancelled 1 job(s)" in err, err
+        assert json.loads((rdir / "job.json").read_text())["state"] == "CANCELLED"
+    finally:
+        run_orch("cancel", out)

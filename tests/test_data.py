@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from .conftest import run_orch
+from .conftest import orch, run_orch
 
 
 @pytest.fixture(scope="module")
@@ -357,3 +357,27 @@ def test_bad_imagefolder_input(tmp_path):
     broken.unlink()
     proc = run_orch("data", "make", "--out", tmp_path / "out", "--from", tree)
     assert proc.returncode == 2 and f"{tree / 'zebra'}: no image file" in proc.stderr
+
+
+# A damaged --data manifest of every kind: exit 2 with a one-line error.
+
+MANIFESTS = {
+    "not utf-8": b"\xff\xfe{", "empty": b"", "a list": b"[]", "empty object": b"{}",
+    "wrong types": b'{"dataset": 1, "samples": "x", "seed": 0, "formats": "npy"}',
+    "zero samples": b'{"dataset": "cifar", "samples": 0, "seed": 0, "formats": []}',
+    "other dataset": b'{"dataset": "imagenet", "samples": 4, "seed": 0, "formats": ["npy"]}',
+    "unknown field": b'{"dataset": "cifar", "samples": 4, "seed": 0, "formats": [], "x": 1}',
+    "deep": b"[" * 100000 + b"]" * 100000,
+    "missing": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(MANIFESTS))
+def test_fuzz_data_manifest(tmp_path, name):
+    d = tmp_path / "data"
+    d.mkdir()
+    if MANIFESTS[name] is not None:
+        (d / "manifest.json").write_bytes(MANIFESTS[name])
+    code, _, err = orch("sweep", "--nodes", "1", "--dry-run", "--data", d,
+                        "--out", tmp_path / "o")
+    assert code == 2 and err.startswith("orch: error:"), err

@@ -8,6 +8,7 @@ Regenerate after an intended change: ``ORCH_UPDATE_GOLDEN=1 pytest tests/test_re
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,15 @@ from orchestrator import site as sitemod
 from orchestrator.render import render_run, transport_env
 from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
+
+from .conftest import (
+    edit_container,
+    edit_environment,
+    edit_partition,
+    edit_sbatch,
+    orch,
+    site_file,
+)
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("ORCH_UPDATE_GOLDEN") == "1"
@@ -156,3 +166,116 @@ def test_sbatch_options_golden():
     import json
 
     check_golden("sbatch-options.json", json.dumps(sbatch_option_record(), indent=1) + "\n")
+
+
+# No value runs as shell: every payload, through every site-config field and CLI value that
+# reaches a script, is refused or rendered inert; the rendered job script is run for real
+# (ranks are /bin/true) and no marker file appears.
+
+def payloads(mark: Path) -> list[str]:
+    return [f"$(touch {mark})", f"`touch {mark}`", f";touch {mark}", f"x\ntouch {mark}",
+            f"x'\";touch {mark};#", f"x\rtouch {mark}", f"x\x00touch {mark}"]
+
+
+def _partname(value):
+    def edit(d):
+        d["partitions"][0]["name"] = value
+        d["default_partition"] = value
+    return edit
+
+
+SITE_FIELDS = {
+    "socket_ifname": lambda p: edit_partition("socket_ifname", p),
+    "sbatch.account": lambda p: edit_sbatch("account", p),
+    "sbatch.qos": lambda p: edit_sbatch("qos", p),
+    "sbatch.constraint": lambda p: edit_sbatch("constraint", p),
+    "sbatch.reservation": lambda p: edit_sbatch("reservation", p),
+    "sbatch.extra value": lambda p: edit_sbatch("extra", [f"--comment={p}"]),
+    "sbatch.extra name": lambda p: edit_sbatch("extra", [f"--{p}"]),
+    "partition.env value": lambda p: edit_partition("env", {"X_VAL": p}),
+    "partition.env key": lambda p: edit_partition("env", {p: "1"}),
+    "partition name": _partname,
+    "environment.env value": lambda p: edit_environment("env", {"Y_VAL": p}),
+    "environment.env key": lambda p: edit_environment("env", {p: "1"}),
+    "environment.modules": lambda p: edit_environment("modules", [p]),
+    "container.image": lambda p: edit_container("image", p),
+    "container.python": lambda p: edit_container("python", p),
+    "container.binds": lambda p: edit_container("binds", [p]),
+}
+
+
+def run_rendered(stdout: str, tmp: Path) -> None:
+    """Write the scripts a dry run printed where it says, and execute job.sbatch (and a
+    container wrapper) for real."""
+    parts = re.split(r"^# ===== (.+)\n", stdout, flags=re.M)
+    written: dict[str, Path] = {}
+    for name, text in zip(parts[1::2], parts[2::2], strict=True):
+        path = Path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written[path.name] = path
+    job = written["job.sbatch"]
+    env = {**os.environ, "SLURM_JOB_ID": "1"}
+    subprocess.run(["bash", str(job)], cwd=job.parent, capture_output=True, timeout=60,
+                   env=env)
+    if "container-python" in written:
+        subprocess.run(["bash", str(written["container-python"]), "-c", "pass"],
+                       cwd=job.parent, capture_output=True, timeout=60, env=env)
+
+
+def _assert_refused_or_inert(code: int, stdout: str, stderr: str, tmp: Path, mark: Path,
+                             what: str) -> None:
+    if code == 2:
+        assert stderr.startswith("orch: error:"), (what, stderr)
+    else:
+        assert code == 0, (what, code, stderr)
+        run_rendered(stdout, tmp)
+    assert not mark.exists(), f"{what}: payload executed"
+
+
+@pytest.mark.parametrize("field", sorted(SITE_FIELDS))
+def test_site_field_payloads_never_execute(tmp_path, field):
+    mark = tmp_path / "MARK"
+    for i, payload in enumerate(payloads(mark)):
+        case = tmp_path / f"c{i}"
+        case.mkdir()
+        site = site_file(case, SITE_FIELDS[field](payload))
+        code, out, err = orch("sweep", "--site", site, "--nodes", "1", "--iters", "1",
+                              "--warmup", "0", "--dry-run", "--out", case / "out")
+        _assert_refused_or_inert(code, out, err, case, mark, f"{field} {payload!r}")
+        if code == 2 and "\n" in payload:
+            assert re.search(rf"{re.escape(str(site))}:\d+", err), err  # located
+
+
+CLI_VALUES = {
+    "--out": lambda case, p: ["--out", case / f"o{p}"],
+    "--partition": lambda case, p: ["--partition", p, "--out", case / "out"],
+    "--mode": lambda case, p: ["--mode", p, "--out", case / "out"],
+    "--model": lambda case, p: ["--model", p, "--out", case / "out"],
+    "--option": lambda case, p: ["--option", f"backend={p}", "--out", case / "out"],
+    "--data": lambda case, p: ["--data", case / p, "--out", case / "out"],
+    "--inject-failure": lambda case, p: ["--inject-failure", p, "--out", case / "out"],
+    "--launcher": lambda case, p: ["--launcher", p, "--out", case / "out"],
+}
+
+
+@pytest.mark.parametrize("flag", sorted(CLI_VALUES))
+def test_cli_value_payloads_never_execute(tmp_path, flag):
+    mark = tmp_path / "MARK"
+    site = site_file(tmp_path, lambda d: None)
+    for i, payload in enumerate(payloads(mark)):
+        case = tmp_path / f"c{i}"
+        case.mkdir()
+        code, out, err = orch("sweep", "--site", site, "--nodes", "1", "--iters", "1",
+                              "--warmup", "0", "--dry-run", *CLI_VALUES[flag](case, payload))
+        _assert_refused_or_inert(code, out, err, case, mark, f"{flag} {payload!r}")
+
+
+def test_injection_harness_runs_the_rendered_job(tmp_path):
+    """The harness really executes the job script: a payload in a quoted value is inert, but a
+    run directory it made proves the script ran."""
+    code, out, _ = orch("sweep", "--site", site_file(tmp_path, lambda d: None), "--nodes", "1",
+                        "--dry-run", "--out", tmp_path / "out")
+    assert code == 0
+    run_rendered(out, tmp_path)
+    assert list((tmp_path / "out").glob("*/ranks")), "job.sbatch did not run"

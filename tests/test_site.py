@@ -11,7 +11,16 @@ import yaml
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
 
-from .conftest import run_orch
+from .conftest import (
+    ROOT,
+    edit_container,
+    edit_environment,
+    edit_partition,
+    edit_sbatch,
+    orch,
+    run_orch,
+    site_file,
+)
 
 GOOD = """\
 name: mini
@@ -114,3 +123,71 @@ def test_cli_schema_is_json_schema():
     schema = json.loads(proc.stdout)
     jsonschema.Draft202012Validator.check_schema(schema)
     assert "partitions" in schema["required"]
+
+
+# Bad site configs of every kind: orch site validate exits 2 with the file named, no traceback.
+
+def _raw(text: bytes):
+    return ("raw", text)
+
+
+SITE_CASES: list[tuple[str, object]] = [
+    ("deep nesting", _raw(b"a: " + b"[" * 5000 + b"]" * 5000 + b"\n")),
+    ("not utf-8", _raw(b"name: x\n\xff\xfe\n")),
+    ("utf-16", _raw("name: x\n".encode("utf-16"))),
+    ("empty file", _raw(b"")),
+    ("a list", _raw(b"- a\n- b\n")),
+    ("a scalar", _raw(b"42\n")),
+    ("bad yaml", _raw(b"name: [\n")),
+    ("duplicate key", _raw((ROOT / "site-configs" / "local.yaml").read_bytes()
+                           + b"scheduler: local\n")),
+    ("tab indent", _raw(b"name: x\n\tscheduler: local\n")),
+    ("nul byte", _raw(b"name: x\x00\n")),
+]
+for _key, _values in {
+    "nodes": [True, False, 0, -1, 10**7, "4", 1.5, None, [], {}],
+    "cpus_per_node": [True, 0, 10**6, "two", None],
+    "gpus_per_node": [True, -1, 1000, "x"],
+    "socket_ifname": ["", "a" * 16, "eth/0", "eth 0", "eth:0", " ", None, 5],
+    "name": ["", "p" * 300, "-x", "a b", "a/b", None],
+    "interconnect": ["", "myrinet", None],
+    "launcher": ["", "nope", 3],
+    "memory_per_node_gb": [0, -1, "lots"],
+    "ib_hca": ["mlx5_0", [["x"]]],
+}.items():
+    for _v in _values:
+        SITE_CASES.append((f"partition {_key}={_v!r}"[:80], edit_partition(_key, _v)))
+for _v in ["0", "00:00:00", "00:99:99", "1:60", "abc", "", "-5", 0, True, "0-00:00:00"]:
+    SITE_CASES.append((f"sbatch.time={_v!r}", edit_sbatch("time", _v)))
+for _v in ["", " ", None, 5]:
+    SITE_CASES.append((f"container.image={_v!r}", edit_container("image", _v)))
+for _v in ["", "py thon", None]:
+    SITE_CASES.append((f"container.python={_v!r}", edit_container("python", _v)))
+SITE_CASES += [
+    ("container.binds ['']", edit_container("binds", [""])),
+    ("container.runtime docker", edit_container("runtime", "docker")),
+    ("env key newline", edit_environment("env", {"A\n": "1"})),
+    ("env key digit", edit_environment("env", {"1A": "1"})),
+    ("env value int", edit_environment("env", {"A": 1})),
+    ("modules str", edit_environment("modules", "gcc")),
+    ("sbatch.extra not long", edit_sbatch("extra", ["-p x"])),
+    ("sbatch.extra bare", edit_sbatch("extra", ["--"])),
+    ("no partitions", lambda d: d.update(partitions=[])),
+    ("partitions not list", lambda d: d.update(partitions="local")),
+    ("default partition unknown", lambda d: d.update(default_partition="nope")),
+    ("unknown field", lambda d: d.update(colour="blue")),
+    ("scheduler pbs", lambda d: d.update(scheduler="pbs")),
+    ("environments list", lambda d: d.update(environments=["torch"])),
+]
+
+
+@pytest.mark.parametrize("name,case", SITE_CASES, ids=[c[0] for c in SITE_CASES])
+def test_fuzz_site_config(tmp_path, name, case):
+    if isinstance(case, tuple):
+        path = tmp_path / "fz.yaml"
+        path.write_bytes(case[1])
+    else:
+        path = site_file(tmp_path, case)
+    code, _, err = orch("site", "validate", path)
+    assert code == 2, (name, err)
+    assert err.startswith(f"orch: error: {path}") or str(path) in err, err

@@ -191,3 +191,18 @@ def test_time_limit_gives_timeout_not_failed(slurm_cluster, tmp_path):
     assert "#SBATCH --signal=B:URG@90" in script
     wait_processes_gone(rdir.name)  # nothing of the job outlives it
     assert processes_matching(rdir.name) == []
+
+
+@pytest.mark.slurm
+def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
+    out = tmp_path / "nq"
+    run_orch("sweep", "--site", slurm_cluster, "--nodes", "1", "--iters", "100000",
+             "--warmup", "1", "--out", out, "--no-wait", check=True)
+    rdir = next(p for p in out.iterdir() if (p / "run.json").exists())
+    job = json.loads((rdir / "job.json").read_text())["job_id"]
+    try:
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                               text=True, timeout=30).stdout
+        assert "Requeue=0" in shown, shown
+    finally:
+        run_orch("cancel", out)

@@ -10,6 +10,8 @@ from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.settings import parse_int_list, parse_options
 from orchestrator.sweep import expand, slurm_minutes
 
+from .conftest import orch
+
 
 @pytest.fixture(scope="module")
 def local():
@@ -91,3 +93,53 @@ def test_option_parsing():
                                                ("1-00:00:00", 1440), ("2-1", 2940)])
 def test_slurm_time_formats(text, minutes):
     assert slurm_minutes(text) == minutes
+
+
+# Bad orch sweep arguments of every kind: exit 2, a short message, no traceback.
+
+SWEEP_CASES: list[tuple[str, ...]] = [
+    ("--nodes", ""), ("--nodes", "0"), ("--nodes", "-1"), ("--nodes", "a"), ("--nodes", ","),
+    ("--nodes", "99999"), ("--nodes", "1.5"), ("--nodes", "²"),
+    ("--tasks-per-node", "0"), ("--tasks-per-node", "-1"), ("--tasks-per-node", "1000000"),
+    ("--tasks-per-node", "x"),
+    ("--mode", ""), ("--mode", ","), ("--mode", "nope"), ("--model", ""), ("--model", "nope"),
+    ("--batch-size", "0"), ("--batch-size", "x"), ("--batch-size", ""),
+    ("--batch-size", "99999999"),
+    ("--iters", "0"), ("--iters", "-1"), ("--iters", "10000000000"), ("--warmup", "-1"),
+    ("--repeats", "0"), ("--dataset", "nope"), ("--dataset", ""),
+    ("--time-limit", "0"), ("--time-limit", "-3"),
+    ("--inject-failure", "x"), ("--inject-failure", "1@"), ("--launcher", "nope"),
+    ("--launcher", "srun"), ("--partition", "nope"), ("--partition", "p" * 300),
+    ("--partition", ","), ("--prefetch", "maybe"),
+    ("--option", "x"), ("--option", "="), ("--option", "backend="), ("--option", "=gloo"),
+    ("--option", "backend=nccl"), ("--option", "backend=mpi2"), ("--option", "nope=1"),
+    ("--overlap", "sideways"), ("--bucket-size", "²"), ("--kvstore", "x"),
+    ("--site", "nope"), ("--site", "/nonexistent.yaml"), ("--site", ""),
+    ("-o", "somedir"),
+]
+MODE_OPTION_CASES: list[tuple[str, ...]] = [
+    ("--mode", "mpi-ssgd", "--option", "bucket_size=²"),
+    ("--mode", "mpi-ssgd", "--option", "bucket_size=-1"),
+    ("--mode", "mpi-ssgd", "--option", "bucket_size=abc"),
+    ("--mode", "mpi-ssgd", "--option", "overlap=bogus"),
+    ("--mode", "mxnet-kvstore", "--option", "kvstore=bogus"),
+    ("--mode", "mxnet-kvstore", "--option", "servers_per_node=0"),
+    ("--mode", "mxnet-kvstore", "--option", "servers_per_node=x"),
+    ("--mode", "torch-fsdp", "--option", "reshard_after_forward=maybe"),
+    ("--mode", "allreduce-bench", "--option", "sizes=a:b"),
+    ("--mode", "allreduce-bench", "--option", "reps=0"),
+    ("--mode", "torch-ddp", "--option", "backend=nccl"),
+    ("--mode", "torch-ddp,mpi-ssgd", "--option", "backend=bogus"),
+    ("--mode", "tf-allreduce", "--option", "implementation=bogus"),
+    ("--mode", "chainermn", "--option", "communicator=bogus"),
+    ("--mode", "cntk", "--option", "learner=bogus"),
+]
+
+
+@pytest.mark.parametrize("args", SWEEP_CASES + MODE_OPTION_CASES,
+                         ids=[" ".join(a)[:60] for a in SWEEP_CASES + MODE_OPTION_CASES])
+def test_fuzz_sweep_arguments(tmp_path, args):
+    code, _, err = orch("sweep", "--nodes", "1", "--dry-run", "--out", tmp_path / "o", *args)
+    assert code == 2, (args, err)
+    assert err.startswith("orch: error:") or "Error" in err, err  # click usage errors: exit 2
+    assert len(err.strip().splitlines()) <= 8, err
