@@ -21,129 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import faults, protocol, rundir, watch
+from orchestrator import faults, protocol, rundir
 from orchestrator.backends.slurm import expand_hostlist
-from orchestrator.spec.api import Run
 
 from .conftest import ROOT, run_orch
 
 HANG_S = "10"  # the tests' hang timeout: long enough for a heartbeat to tell frozen from waiting
 
 
-# --- the hang watch's rules, on written logs ---------------------------------------------------
-
-def _run(nodes: int = 2, mode: str = "torch-ddp") -> Run:
-    return Run(site="t", scheduler="slurm", partition="p", interconnect="ethernet", mode=mode,
-               framework="torch", launcher="srun", model="lenet5", dataset="cifar", nodes=nodes,
-               tasks_per_node=1, batch_size=32, iters=100, warmup=1, repeat=0,
-               time_limit_min=10, options={"backend": "gloo"})
-
-
-class Ranks:
-    """Rank logs and heartbeats as a run's ranks write them."""
-
-    def __init__(self, rdir: Path, n: int) -> None:
-        self.dir = rdir / protocol.RANKS_DIR
-        self.dir.mkdir(parents=True)
-        self.seq = dict.fromkeys(range(n), 0)
-        for k in range(n):
-            self.write(k, {"type": "header", "task": k, "node": f"node{k + 1}", "pid": 1})
-
-    def write(self, k: int, rec: dict) -> None:
-        with open(self.dir / protocol.rank_log_name(k), "a") as fh:
-            fh.write(json.dumps(rec) + "\n")
-
-    def iteration(self, k: int, it: int, t_iter: float = 0.05) -> None:
-        self.write(k, {"type": "iter", "iter": it, "t_start": 1.0, "t_iter": t_iter,
-                       "samples": 32})
-
-    def beat(self, k: int) -> None:
-        self.seq[k] += 1
-        (self.dir / protocol.heartbeat_name(k)).write_bytes(
-            protocol.heartbeat_line(self.seq[k], time.time()))
-
-
-def test_hang_names_the_frozen_rank_and_its_node(tmp_path):
-    ranks = Ranks(tmp_path, 2)
-    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60), now=0.0)
-    for it in range(5):
-        for k in (0, 1):
-            ranks.iteration(k, it)
-            ranks.beat(k)
-        assert w.observe(float(it)) is None
-    # rank 1 stops (SIGSTOP): no iteration, no heartbeat; rank 0 waits in the all-reduce
-    t = 4.0
-    while t < 14.0:
-        t += 1.0
-        ranks.beat(0)
-        assert w.observe(t) is None
-    ranks.beat(0)
-    hang = w.observe(15.5)
-    assert hang is not None
-    assert hang.reason.startswith("no iteration progress for 12 s (hang timeout 10 s): "
-                                  "rank 1 on node2 stalled at iteration 4 (no heartbeat for")
-    assert "rank 0 on node1 waiting at iteration 4 (heartbeat alive)" in hang.reason
-    assert hang.nodes == ["node2"]
-
-
-def test_hang_timeout_grows_with_slow_iterations_and_footers_end_the_watch(tmp_path):
-    ranks = Ranks(tmp_path, 2)
-    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60), now=0.0)
-    for k in (0, 1):
-        ranks.iteration(k, 0, t_iter=3.0)  # 10 x median = 30 s > 10 s
-    assert w.observe(1.0) is None
-    assert w.observe(30.0) is None
-    hang = w.observe(31.5)
-    assert hang is not None and "(hang timeout 30 s)" in hang.reason
-    # no heartbeats, same iteration: nobody to blame, nothing to exclude
-    assert "rank 0 on node1 stalled at iteration 0" in hang.reason and hang.nodes == []
-    for k in (0, 1):
-        ranks.write(k, {"type": "footer", "status": "ok"})
-    assert w.observe(100.0) is None  # every logging rank ended: not a hang
-
-
-def test_epoch_records_are_progress_not_iterations(tmp_path):
-    # --epochs runs log an epoch record after each epoch's iterations: the watch reads it as
-    # progress (it once took it for an iteration record and failed on its missing "iter").
-    ranks = Ranks(tmp_path, 1)
-    w = watch.RunWatch(_run(nodes=1), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60),
-                       now=0.0)
-    ranks.iteration(0, 0)
-    assert w.observe(1.0) is None
-    ranks.write(0, {"type": "epoch", "epoch": 1, "t_start": 1.0, "t_epoch": 0.5, "t_eval": 0.1,
-                    "train_loss": 2.3, "train_acc": 0.1, "test_acc": 0.2, "samples": 32})
-    assert w.observe(9.0) is None
-    assert w.observe(18.0) is None  # the epoch record at 9 s was progress: 9 s since, not 17
-    hang = w.observe(19.5)
-    assert hang is not None and "stalled at iteration 0" in hang.reason
-
-
-def test_startup_timeout_before_the_first_iteration(tmp_path):
-    ranks = Ranks(tmp_path, 2)
-    (ranks.dir / protocol.rank_log_name(1)).unlink()  # rank 1 never started
-    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=10, startup_s=60), now=0.0)
-    assert w.observe(59.0) is None
-    hang = w.observe(61.0, nodes=["node1", "node7"])
-    assert hang is not None
-    assert hang.reason.startswith("no first iteration within the start-up timeout of 60 s: ")
-    assert "rank 1 on node7 stalled with no log" in hang.reason
-    assert watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=0), 0.0).observe(1e6) \
-        is None  # --hang-timeout 0: never
-
-
-def test_history_records_every_state_change_and_survives_stale_copies(tmp_path):
-    rec = rundir.write_record(tmp_path, rundir.JobRecord(run_id="r", scheduler="slurm"))
-    stale = rec
-    rec = rundir.write_record(tmp_path, rec.model_copy(update={"state": "PENDING",
-                                                               "job_id": "7"}))
-    rec = rundir.write_record(tmp_path, rec.model_copy(update={"state": "PENDING",
-                                                               "job_id": "7"}))  # no change
-    rundir.write_record(tmp_path, stale.model_copy(update={"state": "RUNNING", "job_id": "7",
-                                                           "nodes": ["node1"]}))
-    disk = rundir.read_record(tmp_path)
-    assert [(e.state, e.job_id, e.nodes) for e in disk.history] == [
-        ("NEW", None, None), ("PENDING", "7", None), ("RUNNING", "7", ["node1"])]
-
+# --- the state table ---------------------------------------------------------------------------
 
 def test_state_table_and_reasons():
     assert {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "HUNG"} == rundir.RETRYABLE

@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from orchestrator import rundir
+
 from .conftest import ROOT, frozen_rank, orch, rank0_log, run_orch, wait_until
 
 OUT_CASES = ["file", "under-file", "/proc/orchx", "/sys/orchx", "/dev/orchx"]
@@ -83,3 +85,17 @@ def test_deleted_ledger_never_overwrites_measured_files(tmp_path, finished_sweep
     assert json.loads((rdir / "job.json").read_text())["attempt"] == 2
     rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
     assert rec["attempt"] == 2 and rec["state"] == "COMPLETED"
+
+
+def test_history_records_every_state_change_and_survives_stale_copies(tmp_path):
+    rec = rundir.write_record(tmp_path, rundir.JobRecord(run_id="r", scheduler="slurm"))
+    stale = rec
+    rec = rundir.write_record(tmp_path, rec.model_copy(update={"state": "PENDING",
+                                                               "job_id": "7"}))
+    rec = rundir.write_record(tmp_path, rec.model_copy(update={"state": "PENDING",
+                                                               "job_id": "7"}))  # no change
+    rundir.write_record(tmp_path, stale.model_copy(update={"state": "RUNNING", "job_id": "7",
+                                                           "nodes": ["node1"]}))
+    disk = rundir.read_record(tmp_path)
+    assert [(e.state, e.job_id, e.nodes) for e in disk.history] == [
+        ("NEW", None, None), ("PENDING", "7", None), ("RUNNING", "7", ["node1"])]
