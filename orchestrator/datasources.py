@@ -38,7 +38,7 @@ from typing import Any
 from .errors import UserError
 
 DIGITS = "digits"
-# Where each embedded or well-known source comes from, for the manifest and the README.
+# Where each embedded or well-known source comes from, for the manifest and the docs.
 ORIGIN = {
     "digits": "UCI Optical Recognition of Handwritten Digits (E. Alpaydin, C. Kaynak, 1998; "
               "CC BY 4.0), as shipped in scikit-learn (BSD-3-Clause): 1,797 8x8 images, "

@@ -185,7 +185,7 @@ def cancel_reason(record: JobRecord, reason: str) -> str:
 
 
 def describe(states: dict[str, tuple[bool, bool, str]] = rundir.STATES) -> str:
-    """The states a run can end in, for --help and the README."""
+    """The states a run can end in, for --help and docs/tutorials/first-sweep.md."""
     return "; ".join(f"{s}: {m}" for s, (end, _, m) in states.items() if end)
 
 
