@@ -53,7 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("results", ("orchestrator.results",)),
     ("analysis", ("orchestrator.model", "orchestrator.report",
                   "orchestrator.execute.staged",
-                  "orchestrator.zoo_counts")),
+                  "orchestrator.zoo_counts", "orchestrator.history")),
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),
 ]
 # What rank-side code may import from orch (it runs with any framework environment's Python).

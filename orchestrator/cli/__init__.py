@@ -68,6 +68,13 @@ COMMANDS: tuple[Entry, ...] = (
           "config hash, scripts, ranks."),
     Entry("rerun", "container:rerun", "Submit a run again from its record alone, into "
           "<sweep>/reruns/<n>/ (never over it)."),
+    Entry("history", "history:app", "The results history: record gathered sweeps, list and "
+          "show them."),
+    Entry("compare", "history:compare_cmd", "Compare two result sets: per configuration in "
+          "both, B/A of throughput, iteration time and each phase with a 95 % interval, a "
+          "verdict and the phases that moved."),
+    Entry("check", "history:check_cmd", "Check a sweep against a site's references: print "
+          "every failing metric, exit 1 when any fails (0 when all hold)."),
 )
 
 

@@ -1,0 +1,202 @@
+"""``orch history`` (add, list, show), ``orch compare`` and ``orch check``: a results history,
+two result sets compared with a statistical test, a sweep checked against references."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ..errors import UserError
+from ._common import group, warn
+
+app = group("The results history: record gathered sweeps, list and show them.")
+
+HistoryDir = Annotated[Path | None, typer.Option(
+    "--history", help="The history's directory; default $ORCH_HISTORY, else "
+    "~/.local/share/orch/history.")]
+
+
+def _root(history: Path | None) -> Path:
+    from ..history import store
+
+    return history.expanduser() if history is not None else store.default_root()
+
+
+def _sweep_samples(directory: Path, with_provenance: bool = False):
+    """A sweep directory's sample table (merged first, like orch results)."""
+    from ..history import samples, store
+    from .resultset import load_result_set
+
+    runs, iters, sweep = load_result_set(directory)
+    table = samples.samples(runs, iters)
+    if with_provenance:
+        if sweep is None:
+            raise UserError(f"{directory}: give the sweep directory (its runs' provenance is "
+                            "recorded with the results)")
+        table = store.with_provenance(table, sweep, runs)
+    return table
+
+
+@app.command("add")
+def add(sweep: Annotated[Path, typer.Argument(metavar="SWEEP", help="A gathered sweep "
+                                              "directory.")],
+        history: HistoryDir = None) -> None:
+    """Record a sweep's results in the history (a new entry; nothing is rewritten)."""
+    from ..history import store
+
+    root = _root(history)
+    entry = store.add(root, _sweep_samples(sweep, with_provenance=True), sweep.resolve())
+    typer.echo(f"recorded {entry.id}: {entry.runs} run(s), {entry.configurations} "
+               f"configuration(s) of {', '.join(entry.site)} in {root}")
+
+
+def _date(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(seconds))
+
+
+@app.command("list")
+def list_cmd(since: Annotated[str | None, typer.Option(help="Only sweeps measured within "
+                                                       "this age: 30d, 12h, 2w.")] = None,
+             site: Annotated[str | None, typer.Option(help="Only this site.")] = None,
+             partition: Annotated[str | None, typer.Option(help="Only this partition.")] = None,
+             mode: Annotated[str | None, typer.Option(help="Only this mode.")] = None,
+             model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+             history: HistoryDir = None) -> None:
+    """The recorded sweeps, oldest first: id, date measured, site, modes, models, runs."""
+    from ..history import store
+
+    root = _root(history)
+    found, damaged = store.entries(root)
+    if damaged:
+        warn(f"{root / store.INDEX}: {damaged} damaged line(s) skipped")
+    age = store.parse_age(since) if since else None
+    shown = [e for e in found if store.matches(e, age, site=site, partition=partition,
+                                               mode=mode, model=model)]
+    for e in shown:
+        commit = ",".join(c[:8] for c in e.commits) or "-"
+        typer.echo(f"{e.id}  {_date(e.measured_at)}  {','.join(e.site)}  "
+                   f"{','.join(e.partition)}  {','.join(e.mode)}  {','.join(e.model)}  "
+                   f"{e.runs} run(s)  orch {commit}")
+    if not shown:
+        typer.echo(f"no recorded sweep{' matches' if found else ''} in {root}")
+
+
+@app.command("show")
+def show(entry: Annotated[str, typer.Argument(help="An entry id (or a unique prefix of it).")],
+         history: HistoryDir = None) -> None:
+    """An entry: where it came from, orch commits, versions, and each configuration's
+    trimmed-mean throughput and iteration time."""
+    from ..history import samples, store
+    from ..history.stats import Trimmed
+
+    root = _root(history)
+    found = [e for e in store.entries(root)[0] if e.id.startswith(entry)]
+    if len(found) != 1:
+        raise UserError(f"{entry}: {'no' if not found else 'more than one'} entry of {root} "
+                        "has this id (orch history list)")
+    e = found[0]
+    table = store.load(root, e)
+    if table is None:
+        raise UserError(f"{root / e.file}: missing or damaged")
+    typer.echo(f"entry     {e.id}\nsweep     {e.sweep}\nmeasured  {_date(e.measured_at)}\n"
+               f"added     {_date(e.added_at)}\norch      {', '.join(e.commits) or '-'}")
+    for name in ("versions", "image_digest"):
+        values = sorted({v for v in table.get(name, []) if isinstance(v, str) and v})
+        if values:
+            typer.echo(f"{name:<9} " + "\n          ".join(values))
+    keys = samples.key_columns(table)
+    for values, g in table.groupby(keys, dropna=False):
+        stats = [f"{m.label} {Trimmed.of(g[g['metric'] == m.name]['value']).mean:.6g} "
+                 f"{m.unit}" for m in samples.METRICS[:2] if (g["metric"] == m.name).any()]
+        typer.echo(f"  {_label(dict(zip(keys, values, strict=True)))}: {', '.join(stats)}")
+
+
+def _label(key: dict) -> str:
+    from ..history.compare import label
+
+    return label(key)
+
+
+def _side(text: str, history: Path | None):
+    """A sweep directory's samples, or a history selection's (``history:KEY=VALUE,…``)."""
+    from ..history import store
+
+    if Path(text).is_dir():
+        return _sweep_samples(Path(text)), text
+    if not text.startswith(store.SELECTION):
+        raise UserError(f"{text}: neither a sweep directory nor a history selection "
+                        "(history:since=30d,site=…)")
+    root = _root(history)
+    table, used, problems = store.select(root, **store.parse_selection(text))
+    for problem in problems:
+        warn(problem)
+    if table.empty:
+        raise UserError(f"{text}: no recorded sweep matches in {root} (orch history list)")
+    return table, f"{text} ({len(used)} sweep(s))"
+
+
+def compare_cmd(
+    a: Annotated[str, typer.Argument(metavar="A", help="The reference: a sweep directory or "
+                                     "a history selection (history:since=30d,mode=torch-ddp).")],
+    b: Annotated[str, typer.Argument(metavar="B", help="Compared with A: a sweep directory or "
+                                     "a history selection.")],
+    history: HistoryDir = None,
+    alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The chance of a false "
+                                         "verdict per metric.")] = 0.05,
+    min_change: Annotated[float, typer.Option(min=0.0, help="Smallest change (a fraction) "
+                                              "reported as one.")] = 0.05,
+    ignore_option: Annotated[list[str] | None, typer.Option(
+        help="Match configurations without this mode option (repeatable).")] = None,
+    detail: Annotated[bool, typer.Option(help="Every metric of every configuration.")] = False,
+    fail_if_slower: Annotated[bool, typer.Option(help="Exit 1 when a configuration is "
+                                                 "slower.")] = False,
+) -> None:
+    """Compare two result sets: per configuration in both, B/A of throughput, iteration time
+    and each phase with a 95 % interval, a verdict and the phases that moved.
+
+    Welch's t-test on 10 % trimmed means (docs/howto/compare.md).
+    """
+    from ..history import compare
+
+    (ta, name_a), (tb, name_b) = _side(a, history), _side(b, history)
+    found = compare.compare(ta, tb, alpha, min_change, tuple(ignore_option or ()))
+    if not found:
+        raise UserError(f"no configuration is in both {name_a} and {name_b} (a mode option "
+                        "that differs on purpose: --ignore-option NAME)")
+    typer.echo(f"A: {name_a}\nB: {name_b}")
+    for c in found:
+        typer.echo(compare.line(c))
+        if detail:
+            typer.echo("\n".join(compare.detail(c)))
+    if fail_if_slower and any(c.verdict == "slower" for c in found):
+        raise typer.Exit(1)
+
+
+def check_cmd(
+    sweep: Annotated[Path, typer.Argument(metavar="SWEEP", help="A sweep directory (or its "
+                                          "results/).")],
+    references: Annotated[Path, typer.Option("--references", help="The site's "
+                                             "references.yaml.")],
+    show_all: Annotated[bool, typer.Option("--all", help="Print the metrics that hold "
+                                           "too.")] = False,
+) -> None:
+    """Check a sweep against a site's references: print every failing metric, exit 1 when
+    any fails (0 when all hold)."""
+    from ..history import references as refs_module
+    from .resultset import load_result_set
+
+    refs = refs_module.load(references)
+    runs, _, _ = load_result_set(sweep)
+    outcomes, unmatched = refs_module.check(refs, runs)
+    for line in unmatched:
+        warn(f"{references}: {line}")
+    failed = [o for o in outcomes if not o.ok]
+    for o in outcomes if show_all else failed:
+        typer.echo(o.line())
+    typer.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} metric(s) hold"
+               + (f", {len(failed)} fail" if failed else ""))
+    if failed:
+        raise typer.Exit(1)

@@ -1,0 +1,212 @@
+"""``orch compare A B``: for every configuration in both A and B, the ratio B/A of each metric
+with its 95 % interval, a verdict (faster, slower, no measured change) and which phases moved.
+
+The test (:mod:`.stats`) is Welch's t-test on 10 % trimmed means of the log values: the
+per-iteration values of each side, or each run's trimmed mean where both sides hold two runs or
+more of the configuration (repeats: then the run-to-run spread, which iterations of one run do
+not see, is in the interval). A metric moved when the interval excludes 1 on one side (two
+one-sided tests at ``alpha / 2`` each: the chance of a false verdict on a metric is ``alpha``)
+and the change is at least ``min_change`` (smaller changes are below what a benchmark rerun can
+promise, even where the test can see them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .samples import BY_NAME, METRICS, Metric, key_columns, without_options
+from .stats import Trimmed, yuen_welch
+
+ALPHA = 0.05
+MIN_CHANGE = 0.05
+# Phases that explain a change, and where to look when each one moved the most.
+ATTRIBUTED = ("compute", "t_comm", "t_comm_total", "t_io", "t_h2d")
+HINTS = {"t_comm": "look at the fabric", "t_comm_total": "look at the fabric",
+         "compute": "look at the nodes (clocks, throttling, co-tenants, library versions)",
+         "t_io": "look at the file system and the input pipeline",
+         "t_h2d": "look at the host-device link"}
+MIN_SHARE = 0.02  # a phase under 2 % of the iteration time explains nothing
+PRIMARY = ("samples_per_s", "t_iter")  # what a configuration's verdict is read from
+
+
+@dataclass(frozen=True)
+class Change:
+    """One metric of one configuration: B/A with its interval, and whether it moved."""
+
+    metric: Metric
+    ratio: float
+    low: float
+    high: float
+    p_worse: float
+    p_better: float
+    mean_a: float  # trimmed means, in the metric's unit
+    mean_b: float
+    n_a: int
+    n_b: int
+    unit: str  # "iteration" or "repeat": what one value of n is
+    moved: str  # "worse", "better" or "" (no measured change)
+
+    @property
+    def percent(self) -> tuple[float, float, float]:
+        """The change in %, and its interval, signed as the metric moves (B over A, minus 1)."""
+        return ((self.ratio - 1) * 100, (self.low - 1) * 100, (self.high - 1) * 100)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A configuration in both A and B."""
+
+    key: dict
+    changes: dict[str, Change]
+    verdict: str  # "faster", "slower", "no measured change" or "not comparable"
+    attribution: list[str] = field(default_factory=list)
+    hint: str = ""
+
+
+def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
+           min_change: float = MIN_CHANGE) -> Change | None:
+    """The metric's change from A's samples to B's (None: fewer than 2 values on a side)."""
+    (va, vb), unit = _units(a, b)
+    if len(va) < 2 or len(vb) < 2:
+        return None
+    d = yuen_welch(va, vb)
+    ratio, low, high = math.exp(d.diff), math.exp(d.low), math.exp(d.high)
+    worse, better = (d.p_less, d.p_greater) if metric.higher_is_better else (d.p_greater,
+                                                                            d.p_less)
+    big = abs(ratio - 1) >= min_change
+    moved = ("worse" if worse < alpha / 2 and big else
+             "better" if better < alpha / 2 and big else "")
+    return Change(metric, ratio, low, high, worse, better, math.exp(Trimmed.of(va).mean),
+                  math.exp(Trimmed.of(vb).mean), len(va), len(vb), unit, moved)
+
+
+def _units(a: pd.DataFrame, b: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], str]:
+    """The log values compared: per run where both sides have 2 runs or more, else per iteration."""
+    a, b = a[a["value"] > 0], b[b["value"] > 0]
+    if a["run_id"].nunique() >= 2 and b["run_id"].nunique() >= 2:
+        per_run = [np.array([Trimmed.of(np.log(g["value"].to_numpy())).mean
+                             for _, g in side.groupby("run_id")]) for side in (a, b)]
+        return (per_run[0], per_run[1]), "repeat"
+    return (np.log(a["value"].to_numpy(float)), np.log(b["value"].to_numpy(float))), "iteration"
+
+
+def compare(a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
+            min_change: float = MIN_CHANGE, ignore_options: tuple[str, ...] = ()
+            ) -> list[Comparison]:
+    """Every configuration present in both sample tables (samples.samples), compared."""
+    a, b = _keyed(a, ignore_options), _keyed(b, ignore_options)
+    keys = [k for k in key_columns(a) if k in b.columns]
+    if a.empty or b.empty:
+        return []
+    groups_b = dict(iter(b.groupby(keys, dropna=False)))
+    out = []
+    for values, ga in a.groupby(keys, dropna=False):
+        gb = groups_b.get(values)
+        if gb is None:
+            continue
+        changes = {}
+        for metric in METRICS:
+            c = change(metric, ga[ga["metric"] == metric.name], gb[gb["metric"] == metric.name],
+                       alpha, min_change)
+            if c is not None:
+                changes[metric.name] = c
+        out.append(judge(dict(zip(keys, values, strict=True)), changes))
+    return out
+
+
+def _keyed(frame: pd.DataFrame, ignore: tuple[str, ...]) -> pd.DataFrame:
+    if ignore and "options" in frame.columns:
+        frame = frame.assign(options=frame["options"].map(lambda o: without_options(o, ignore)))
+    return frame
+
+
+def judge(key: dict, changes: dict[str, Change]) -> Comparison:
+    """The configuration's verdict (from its throughput, else its iteration time) and the
+    phases that moved with it."""
+    primary = next((changes[m] for m in PRIMARY if m in changes), None)
+    if primary is None:
+        return Comparison(key, changes, "not comparable")
+    verdict = {"worse": "slower", "better": "faster", "": "no measured change"}[primary.moved]
+    if verdict == "no measured change":
+        return Comparison(key, changes, verdict)
+    words, hint = attribute(changes, primary.moved)
+    return Comparison(key, changes, verdict, words, hint)
+
+
+def attribute(changes: dict[str, Change], direction: str) -> tuple[list[str], str]:
+    """'exposed communication +41 % [30–52 %]', 'compute unchanged', …, and where to look:
+    the phase that moved the most seconds in the verdict's direction."""
+    t_iter = changes.get("t_iter")
+    words, moved = [], []
+    for name in ATTRIBUTED:
+        c = changes.get(name)
+        if c is None or (t_iter and max(c.mean_a, c.mean_b) < MIN_SHARE * t_iter.mean_a):
+            continue
+        if c.moved:
+            pct, low, high = c.percent
+            words.append(f"{c.metric.label} {pct:+.0f} % [{low:+.0f}–{high:+.0f} %]")
+            if c.moved == direction and name != "t_comm_total":
+                moved.append((abs(c.mean_b - c.mean_a), name))
+        else:
+            words.append(f"{c.metric.label} unchanged")
+    if not moved and "t_comm_total" in changes and changes["t_comm_total"].moved == direction:
+        moved.append((0.0, "t_comm_total"))
+    return words, HINTS[max(moved)[1]] if moved else ""
+
+
+def headline(c: Comparison) -> str:
+    """'slower 14 % [9–19 %]' (of the throughput, else of the iteration time)."""
+    primary = next((c.changes[m] for m in PRIMARY if m in c.changes), None)
+    if primary is None:
+        return c.verdict
+    if c.verdict == "no measured change":
+        return (f"no measured change ({primary.metric.label} B/A {primary.ratio:.2f} "
+                f"[{primary.low:.2f}–{primary.high:.2f}])")
+    if primary.metric.higher_is_better:  # throughput: slower by 1 - B/A
+        pct, low, high = ((1 - primary.ratio) * 100, (1 - primary.high) * 100,
+                          (1 - primary.low) * 100)
+    else:  # a time: slower by B/A - 1
+        pct, low, high = primary.percent
+    if c.verdict == "faster":
+        pct, low, high = -pct, -high, -low
+    return f"{c.verdict} {pct:.0f} % [{low:.0f}–{high:.0f} %]"
+
+
+def label(key: dict) -> str:
+    """A configuration in a few words: mode model partition nodes×tasks batch options."""
+    parts = [str(key.get(k)) for k in ("mode", "model", "partition") if key.get(k)]
+    parts.append(f"{key.get('nodes')}x{key.get('tasks_per_node')}")
+    parts.append(f"b{key.get('batch_size')}")
+    if key.get("precision") not in (None, "", "fp32"):
+        parts.append(str(key["precision"]))
+    options = json.loads(key.get("options") or "{}")
+    parts += [f"{k}={v}" for k, v in sorted(options.items())]
+    return " ".join(parts)
+
+
+def line(c: Comparison) -> str:
+    """One line per configuration: verdict, interval, what moved, where to look."""
+    primary = next((c.changes[m] for m in PRIMARY if m in c.changes), None)
+    n = f" ({primary.n_a} vs {primary.n_b} {primary.unit}s)" if primary else ""
+    text = f"{label(c.key)}: {headline(c)}{n}"
+    if c.attribution:
+        text += ": " + ", ".join(c.attribution)
+    if c.hint:
+        text += f" → {c.hint}"
+    return text
+
+
+def detail(c: Comparison) -> list[str]:
+    """Every metric of a configuration: A and B's trimmed means, B/A and its interval, p."""
+    rows = []
+    for name, ch in c.changes.items():
+        m = BY_NAME[name]
+        rows.append(f"  {m.label:<22} {ch.mean_a:>12.6g} {ch.mean_b:>12.6g} {m.unit:<9} "
+                    f"B/A {ch.ratio:.3f} [{ch.low:.3f}, {ch.high:.3f}]  p(worse)="
+                    f"{ch.p_worse:.3g}  {ch.moved or 'unchanged'}")
+    return rows

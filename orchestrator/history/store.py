@@ -1,0 +1,235 @@
+"""The results history: every recorded sweep's samples (:mod:`.samples`), kept forever.
+
+Layout of the store (``--history DIR``, ``$ORCH_HISTORY``, default
+``~/.local/share/orch/history``)::
+
+    entries/<id>.parquet   one file per recorded sweep: its sample table, with each run's
+                           orch commit, framework versions, image digest and date; written
+                           beside its place and renamed into it, never rewritten
+    index.jsonl            one JSON line per entry (what ``orch history list`` filters on),
+                           appended under an exclusive lock in one write
+
+Parquet files, not SQLite: an entry is the sample table ``orch compare`` reads, in the format
+the result sets already use (pandas, DuckDB), and an append is a new file plus one line, so no
+write ever touches what is already there; SQLite would rewrite pages of a shared file, and a
+store on a cluster's NFS home is where its locking is least trusted. A damaged index line (a
+crash mid-append) or an unreadable entry file is skipped and reported, never fatal, and the
+entries before it stay readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import files, provenance, rundir
+from ..errors import UserError
+from .samples import key_columns
+
+INDEX = "index.jsonl"
+ENTRIES = "entries"
+FILTERS = ("site", "partition", "mode", "model")  # index fields that are lists of values
+_AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def default_root() -> Path:
+    """``$ORCH_HISTORY``, else ``$XDG_DATA_HOME/orch/history`` (``~/.local/share``)."""
+    if os.environ.get("ORCH_HISTORY"):
+        return Path(os.environ["ORCH_HISTORY"]).expanduser()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "orch" / "history"
+
+
+def parse_age(text: str, what: str = "--since") -> float:
+    """'30d', '12h', '2w', '90m', '45s' -> seconds."""
+    m = _AGE.match(text.strip())
+    if not m:
+        raise UserError(f"{what} {text}: give an age like 30d, 12h, 2w, 90m")
+    return float(m.group(1)) * _SECONDS[m.group(2)]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One recorded sweep, as its index line says."""
+
+    id: str
+    file: str
+    sha256: str
+    added_at: float
+    measured_at: float
+    sweep: str
+    runs: int
+    configurations: int
+    site: list
+    partition: list
+    mode: list
+    model: list
+    commits: list
+
+    @classmethod
+    def from_line(cls, line: str) -> Entry | None:
+        try:
+            data = json.loads(line)
+            return cls(**{k: data[k] for k in cls.__dataclass_fields__})
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+def with_provenance(table: pd.DataFrame, sweep: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """The sample table with each run's orch commit, versions, image digest and date."""
+    meta = []
+    for rdir in rundir.run_dirs(sweep):
+        prov = provenance.read(rdir) or {}
+        orch = prov.get("orch") or {}
+        meta.append({"run_id": rdir.name, "commit": orch.get("git_commit") or "",
+                     "dirty": bool(orch.get("git_dirty")),
+                     "image_digest": (prov.get("container") or {}).get("digest") or "",
+                     "measured_at": float(prov.get("prepared_at") or 0.0)})
+    meta_frame = pd.DataFrame(meta, columns=["run_id", "commit", "dirty", "image_digest",
+                                             "measured_at"])
+    versions = runs[["run_id", "versions"]] if "versions" in runs.columns else runs[["run_id"]]
+    return table.merge(meta_frame, on="run_id", how="left").merge(versions, on="run_id",
+                                                                   how="left")
+
+
+def add(root: Path, table: pd.DataFrame, sweep: Path) -> Entry:
+    """Record a sweep's sample table as a new entry; an identical table already recorded is
+    refused (adding the same sweep twice would count its runs twice in a selection). The check
+    and the append hold the index's lock, so two concurrent adds of one sweep record it once."""
+    if table.empty:
+        raise UserError(f"{sweep}: no completed run with measured iterations to record")
+    (root / ENTRIES).mkdir(parents=True, exist_ok=True)
+    body = table.sort_values(["run_id", "metric", "iter"]).reset_index(drop=True)
+    digest = hashlib.sha256(pd.util.hash_pandas_object(body, index=False).values.tobytes()
+                            ).hexdigest()
+    with _locked(root / INDEX) as fd:
+        for old in entries(root)[0]:
+            if old.sha256 == digest:
+                raise UserError(f"{sweep}: already recorded as entry {old.id} ("
+                                f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(old.added_at))})")
+        entry = _entry(body, digest, sweep)
+        files.replace_with(root / entry.file, lambda tmp: body.to_parquet(tmp, index=False))
+        append_line(fd, root / INDEX, json.dumps(entry.__dict__, sort_keys=True))
+    return entry
+
+
+def _entry(body: pd.DataFrame, digest: str, sweep: Path) -> Entry:
+    now = time.time()
+    entry_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}-{digest[:10]}"
+    return Entry(entry_id, f"{ENTRIES}/{entry_id}.parquet", digest, now,
+                 float(body["measured_at"].min()) if "measured_at" in body else now,
+                 str(sweep), int(body["run_id"].nunique()),
+                 int(body[key_columns(body)].drop_duplicates().shape[0]),
+                 *[sorted(map(str, body[f].unique())) if f in body else [] for f in FILTERS],
+                 sorted(c for c in body.get("commit", pd.Series(dtype=str)).unique() if c))
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[int]:
+    """The index opened for appending, under an exclusive lock (released on close)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def append_line(fd: int, path: Path, line: str) -> None:
+    """Append one line in one write, synced. A line left without its newline by a crash stays
+    a damaged line of its own: this one starts on a fresh line."""
+    size = os.fstat(fd).st_size
+    lead = b""
+    if size:
+        with open(path, "rb") as f:
+            f.seek(size - 1)
+            lead = b"" if f.read(1) == b"\n" else b"\n"
+    os.write(fd, lead + line.encode() + b"\n")
+    os.fsync(fd)
+
+
+def entries(root: Path) -> tuple[list[Entry], int]:
+    """The index's entries in the order they were added, and how many lines were damaged."""
+    path = root / INDEX
+    if not path.is_file():
+        return [], 0
+    found, damaged = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        if not line.strip():
+            continue
+        entry = Entry.from_line(line)
+        if entry is None:
+            damaged += 1
+        else:
+            found.append(entry)
+    return found, damaged
+
+
+def matches(entry: Entry, since: float | None = None, now: float | None = None,
+            **values: str | None) -> bool:
+    """Whether an entry passes the filters: measured within ``since`` seconds, and each
+    given field (site, partition, mode, model) among its values; ``id``: a prefix of its id."""
+    if since is not None and entry.measured_at < (now or time.time()) - since:
+        return False
+    if values.get("id") and not entry.id.startswith(values["id"]):
+        return False
+    return all(v is None or v in getattr(entry, k) for k, v in values.items() if k != "id")
+
+
+def load(root: Path, entry: Entry) -> pd.DataFrame | None:
+    """An entry's sample table; None when its file is missing or damaged."""
+    try:
+        return pd.read_parquet(root / entry.file).assign(entry=entry.id)
+    except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+        return None
+
+
+def select(root: Path, since: float | None = None, **values: str | None
+           ) -> tuple[pd.DataFrame, list[Entry], list[str]]:
+    """The samples of every entry passing the filters, rows filtered by the same fields;
+    the entries read and the problems met (damaged lines or files), to be reported."""
+    found, damaged = entries(root)
+    problems = [f"{root / INDEX}: {damaged} damaged line(s) skipped"] if damaged else []
+    frames, used = [], []
+    for entry in (e for e in found if matches(e, since, **values)):
+        frame = load(root, entry)
+        if frame is None:
+            problems.append(f"{root / entry.file}: missing or damaged, entry {entry.id} skipped")
+            continue
+        for k, v in values.items():
+            if v is not None and k in FILTERS and k in frame.columns:
+                frame = frame[frame[k].astype(str) == v]
+        frames.append(frame)
+        used.append(entry)
+    table = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return table, used, problems
+
+
+SELECTION = "history:"
+SELECT_KEYS = ("since", "id", *FILTERS)
+
+
+def parse_selection(text: str) -> dict:
+    """``history:since=30d,mode=torch-ddp`` -> select()'s keyword arguments (``history:``
+    alone: every entry)."""
+    body = text[len(SELECTION):] if text.startswith(SELECTION) else text
+    out: dict = {}
+    for part in filter(None, (p.strip() for p in body.split(","))):
+        name, sep, value = part.partition("=")
+        if not sep or name not in SELECT_KEYS or not value:
+            raise UserError(f"{text}: a history selection is history:KEY=VALUE,… with KEY "
+                            f"one of {', '.join(SELECT_KEYS)} (e.g. history:since=30d,"
+                            "site=mycluster)")
+        out[name] = parse_age(value, f"{text}: since") if name == "since" else value
+    return out

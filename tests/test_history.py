@@ -1,0 +1,348 @@
+"""The results history (orchestrator/history/): the store, the comparison and its statistics,
+references, and their commands, on synthetic result sets."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.errors import UserError
+from orchestrator.history import compare, references, samples, store
+from orchestrator.history.stats import betainc, t_cdf, t_ppf, yuen_welch
+
+PHASES = {"t_io": 0.0005, "t_h2d": 0.0005, "t_f": 0.010, "t_b": 0.020, "t_u": 0.002,
+          "t_comm": 0.015}
+
+
+def result_set(seed: int, scale: dict | None = None, iters: int = 20, ranks: int = 2,
+               nodes: int = 2, options: str = '{"backend": "gloo"}', spread: float = 0.08,
+               site: str = "local", mode: str = "torch-ddp") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A one-run result set (runs, iterations) whose phases are lognormal around PHASES,
+    each scaled by ``scale``: 2 warm-up and ``iters`` measured iterations per window."""
+    rng = np.random.default_rng(seed)
+    base = {k: v * (scale or {}).get(k, 1.0) for k, v in PHASES.items()}
+    run_id = f"{mode}-lenet5-local-n{nodes}-r0-{seed:08x}"
+    rows = []
+    for window in ("native", "breakdown"):
+        for it in range(iters + 2):
+            for rank in range(ranks):
+                row = {k: v * rng.lognormal(0.0, spread) for k, v in base.items()}
+                row["t_comm_total"] = row["t_comm"]
+                row["t_iter"] = sum(row.values()) - row["t_comm_total"]
+                rows.append({"run_id": run_id, "rank": rank, "iter": it, "window": window,
+                             "warmup_iter": it < 2, "samples": 32, **row})
+    iters_frame = pd.DataFrame(rows)
+    measured = iters_frame[~iters_frame["warmup_iter"]]
+    run = {"run_id": run_id, "site": site, "partition": "local", "mode": mode,
+           "model": "lenet5", "dataset": "cifar", "nodes": nodes, "tasks_per_node": 1,
+           "batch_size": 32, "options": options, "precision": "fp32", "repeat": 0,
+           "state": "COMPLETED", "versions": '{"torch": "2.13.0"}',
+           "samples_per_s": 32 * ranks / measured["t_iter"].mean(),
+           "energy_per_sample_j": None,
+           **{k: measured[k].mean() for k in (*PHASES, "t_iter", "t_comm_total")}}
+    return pd.DataFrame([run]), iters_frame
+
+
+def table(seed: int, **kwargs) -> pd.DataFrame:
+    return samples.samples(*result_set(seed, **kwargs))
+
+
+# --- the statistics ---------------------------------------------------------------------
+
+@pytest.mark.parametrize(("t", "df", "expected"), [
+    (2.0, 5, 0.9490302605850708), (-1.5, 2.5, 0.12391822654314809),
+    (0.3, 100, 0.6176000598498482), (0.0, 7, 0.5)])
+def test_t_cdf_known_values(t, df, expected):
+    assert t_cdf(t, df) == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize(("p", "df", "expected"), [
+    (0.975, 10, 2.228138851986274), (0.975, 1, 12.706204736174694),
+    (0.01, 3.7, -3.920507819208549)])
+def test_t_ppf_known_values(p, df, expected):
+    assert t_ppf(p, df) == pytest.approx(expected, rel=1e-9)
+
+
+def test_betainc_known_values():
+    assert betainc(2, 3, 0.4) == pytest.approx(0.5248, abs=1e-12)
+    assert betainc(0.5, 7.5, 0.9) == pytest.approx(0.9999999932897103, abs=1e-12)
+    assert betainc(2, 3, 0.0) == 0.0 and betainc(2, 3, 1.0) == 1.0
+
+
+def test_yuen_welch_is_welchs_test_on_trimmed_means():
+    # Reference values: scipy.stats.ttest_ind(b, a, trim=0.1, equal_var=False).
+    a = np.array([1.0, 1.2, 0.9, 1.1, 1.05, 1.3, 0.95, 1.0, 1.15, 2.5])
+    b = np.array([1.3, 1.4, 1.25, 1.5, 1.35, 1.45, 1.2, 1.6, 1.3, 1.4, 4.0])
+    d = yuen_welch(a, b)
+    assert d.p_greater == pytest.approx(0.00040073480769152117, rel=1e-8)
+    assert d.df == pytest.approx(14.466195761856714, rel=1e-10)
+    assert (d.low, d.high) == pytest.approx((0.14829707551102878, 0.45309181337786), rel=1e-8)
+
+
+def test_yuen_welch_without_spread_is_exact():
+    d = yuen_welch(np.ones(5), np.ones(5) * 2)
+    assert (d.diff, d.low, d.high, d.p_greater) == (1.0, 1.0, 1.0, 0.0)
+
+
+# --- samples ----------------------------------------------------------------------------
+
+def test_samples_are_per_iteration_after_warmup_with_the_configuration():
+    s = table(1)
+    counts = s.groupby("metric").size()
+    assert counts["samples_per_s"] == 20 and counts["t_comm"] == 20 and counts["compute"] == 20
+    assert {"site", "mode", "nodes", "options", "repeat"} <= set(s.columns)
+    assert (s["value"] > 0).all()
+
+
+def test_failed_runs_have_no_samples():
+    runs, iters = result_set(1)
+    assert samples.samples(runs.assign(state="FAILED"), iters).empty
+
+
+def test_direction_is_declared_once_per_metric():
+    assert samples.BY_NAME["samples_per_s"].higher_is_better
+    assert not any(m.higher_is_better for m in samples.METRICS if m.name != "samples_per_s")
+
+
+# --- comparison -------------------------------------------------------------------------
+
+def test_two_samples_of_one_distribution_show_no_measured_change():
+    (c,) = compare.compare(table(1), table(2))
+    assert c.verdict == "no measured change"
+    assert "no measured change" in compare.line(c)
+
+
+def test_slower_communication_is_found_and_attributed_to_the_fabric():
+    (c,) = compare.compare(table(1), table(2, scale={"t_comm": 2.0}))
+    assert c.verdict == "slower"
+    assert any(w.startswith("exposed communication +") for w in c.attribution)
+    assert "compute unchanged" in c.attribution
+    assert c.hint == "look at the fabric"
+    assert compare.line(c).startswith("torch-ddp lenet5 local 2x1 b32 backend=gloo: slower ")
+
+
+def test_slower_compute_points_at_the_nodes():
+    (c,) = compare.compare(table(1), table(2, scale={"t_f": 1.5, "t_b": 1.5}))
+    assert c.verdict == "slower" and c.hint.startswith("look at the nodes")
+
+
+def test_faster_is_said():
+    (c,) = compare.compare(table(1, scale={"t_comm": 2.0}), table(2))
+    assert c.verdict == "faster" and compare.headline(c).startswith("faster ")
+
+
+def test_a_change_below_min_change_is_no_measured_change():
+    slow = table(2, scale={"t_comm": 1.1})
+    assert compare.compare(table(1), slow, min_change=0.5)[0].verdict == "no measured change"
+
+
+def test_only_configurations_in_both_are_compared():
+    b = pd.concat([table(2), table(3, nodes=4)])
+    assert [c.key["nodes"] for c in compare.compare(table(1), b)] == [2]
+
+
+def test_ignore_option_matches_runs_that_differ_by_it():
+    delayed = table(2, options='{"backend": "gloo", "comm_delay_ms": "30"}')
+    assert compare.compare(table(1), delayed) == []
+    assert len(compare.compare(table(1), delayed, ignore_options=("comm_delay_ms",))) == 1
+
+
+def test_repeats_are_the_units_when_both_sides_have_them():
+    a = pd.concat([table(1), table(2).assign(run_id="x2")])
+    b = pd.concat([table(3), table(4).assign(run_id="x4")])
+    (c,) = compare.compare(a, b)
+    assert c.changes["samples_per_s"].unit == "repeat"
+    assert c.changes["samples_per_s"].n_a == 2
+
+
+# --- the store --------------------------------------------------------------------------
+
+def with_meta(seed: int, **kwargs) -> pd.DataFrame:
+    t = table(seed, **kwargs)
+    return t.assign(commit="abc123", dirty=False, image_digest="", measured_at=1_000_000.0,
+                    versions='{"torch": "2.13.0"}')
+
+
+def test_add_list_select(tmp_path):
+    e1 = store.add(tmp_path, with_meta(1), Path("/s1"))
+    e2 = store.add(tmp_path, with_meta(2, site="other", mode="horovod"), Path("/s2"))
+    found, damaged = store.entries(tmp_path)
+    assert [e.id for e in found] == [e1.id, e2.id] and damaged == 0
+    assert e2.site == ["other"] and e1.commits == ["abc123"]
+    table_, used, problems = store.select(tmp_path, site="other")
+    assert [e.id for e in used] == [e2.id] and not problems
+    assert set(table_["site"]) == {"other"}
+
+
+def test_since_filters_on_the_date_measured(tmp_path):
+    store.add(tmp_path, with_meta(1), Path("/s1"))
+    (e,) = store.entries(tmp_path)[0]
+    assert store.matches(e, since=store.parse_age("1d"), now=1_000_000.0 + 3600)
+    assert not store.matches(e, since=store.parse_age("30m"), now=1_000_000.0 + 3600)
+
+
+def test_the_same_sweep_is_recorded_once(tmp_path):
+    store.add(tmp_path, with_meta(1), Path("/s1"))
+    with pytest.raises(UserError, match="already recorded"):
+        store.add(tmp_path, with_meta(1), Path("/s1"))
+
+
+def test_adding_rewrites_nothing(tmp_path):
+    store.add(tmp_path, with_meta(1), Path("/s1"))
+    before = {p: p.read_bytes() for p in (tmp_path / "entries").iterdir()}
+    index = (tmp_path / "index.jsonl").read_bytes()
+    store.add(tmp_path, with_meta(2), Path("/s2"))
+    assert all(p.read_bytes() == data for p, data in before.items())
+    assert (tmp_path / "index.jsonl").read_bytes().startswith(index)
+
+
+def _add_in_process(root: str, seed: int) -> None:
+    store.add(Path(root), with_meta(seed), Path(f"/s{seed}"))
+
+
+def test_concurrent_adds_lose_nothing(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_add_in_process, args=(str(tmp_path), seed))
+             for seed in (1, 2, 3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    found, damaged = store.entries(tmp_path)
+    assert len(found) == 3 and damaged == 0
+    assert store.select(tmp_path)[0]["entry"].nunique() == 3
+
+
+def test_a_truncated_index_line_loses_no_other_entry(tmp_path):
+    e1 = store.add(tmp_path, with_meta(1), Path("/s1"))
+    with open(tmp_path / "index.jsonl", "ab") as f:  # a crash in the middle of an append
+        f.write(b'{"id": "2026')
+    e3 = store.add(tmp_path, with_meta(3), Path("/s3"))
+    found, damaged = store.entries(tmp_path)
+    assert [e.id for e in found] == [e1.id, e3.id] and damaged == 1
+    assert "1 damaged line" in store.select(tmp_path)[2][0]
+
+
+def test_a_truncated_entry_file_loses_no_other_entry(tmp_path):
+    e1 = store.add(tmp_path, with_meta(1), Path("/s1"))
+    e2 = store.add(tmp_path, with_meta(2), Path("/s2"))
+    path = tmp_path / e1.file
+    path.write_bytes(path.read_bytes()[:100])
+    table_, used, problems = store.select(tmp_path)
+    assert [e.id for e in used] == [e2.id]
+    assert e1.id in problems[0] and not table_.empty
+
+
+def test_history_location(monkeypatch, tmp_path):
+    monkeypatch.setenv("ORCH_HISTORY", str(tmp_path / "h"))
+    assert store.default_root() == tmp_path / "h"
+    monkeypatch.delenv("ORCH_HISTORY")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert store.default_root() == tmp_path / "xdg" / "orch" / "history"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("history:since=2d,site=a", {"since": 172800.0, "site": "a"}),
+    ("history:", {}), ("history:id=2026,mode=horovod", {"id": "2026", "mode": "horovod"})])
+def test_parse_selection(text, expected):
+    assert store.parse_selection(text) == expected
+
+
+@pytest.mark.parametrize("text", ["history:since=soon", "history:colour=red", "history:site"])
+def test_parse_selection_refuses(text):
+    with pytest.raises(UserError, match="history"):
+        store.parse_selection(text)
+
+
+# --- references -------------------------------------------------------------------------
+
+REFS = """\
+site: local
+partitions:
+  local:
+    - match: {mode: torch-ddp, nodes: 2}
+      metrics:
+        samples_per_s: {value: 1400, lower: 0.5, upper: 1.0, unit: samples/s}
+        t_comm: {value: 0.015, lower: 0.5, upper: 0.5, unit: s}
+    - match: {nodes: 64}
+      metrics:
+        t_iter: {value: 1, lower: 0.1, upper: 0.1, unit: s}
+"""
+
+
+def test_references_hold_and_fail(tmp_path):
+    path = tmp_path / "references.yaml"
+    path.write_text(REFS)
+    runs, _ = result_set(1)
+    outcomes, unmatched = references.check(references.load(path), runs)
+    assert [o.ok for o in outcomes] == [True, True]
+    assert unmatched == ["partitions.local[1] (nodes=64): no run"]
+    slow, _ = result_set(1, scale={"t_comm": 3.0})
+    outcomes, _ = references.check(references.load(path), slow)
+    assert [o.metric for o in outcomes if not o.ok] == ["t_comm"]
+    failed, _ = references.check(references.load(path), runs.assign(state="FAILED"))
+    assert not any(o.ok for o in failed) and "not measured (run FAILED)" in failed[0].line()
+
+
+def test_reference_errors_are_located(tmp_path):
+    path = tmp_path / "references.yaml"
+    path.write_text("site: local\npartitions:\n  local:\n    - match: {modle: x}\n"
+                    "      metrics:\n        t_iter: {value: 1, lower: 0, upper: 0, unit: ms}\n"
+                    "        t_bogus: {value: 1, lower: 0, upper: 0, unit: s}\n")
+    with pytest.raises(UserError) as exc:
+        references.load(path)
+    text = str(exc.value)
+    assert f"{path}:4: partitions.local[0].match.modle: unknown field" in text
+    assert f"{path}:6: partitions.local[0].metrics.t_iter.unit:" in text
+    assert f"{path}:7: partitions.local[0].metrics.t_bogus: unknown field" in text
+
+
+# --- the commands -----------------------------------------------------------------------
+
+def write_results(directory: Path, runs: pd.DataFrame, iters: pd.DataFrame) -> Path:
+    (directory / "results").mkdir(parents=True)
+    runs.to_parquet(directory / "results" / "runs.parquet")
+    iters.to_parquet(directory / "results" / "iterations.parquet")
+    return directory
+
+
+def test_orch_compare_and_check(tmp_path):
+    a = write_results(tmp_path / "a", *result_set(1))
+    b = write_results(tmp_path / "b", *result_set(2, scale={"t_comm": 2.0}))
+    result = CliRunner().invoke(app, ["compare", str(a), str(b), "--detail"])
+    assert result.exit_code == 0, result.output
+    assert "slower" in result.output and "→ look at the fabric" in result.output
+    assert "p(worse)=" in result.output
+    failing = CliRunner().invoke(app, ["compare", str(a), str(b), "--fail-if-slower"])
+    assert failing.exit_code == 1
+    refs = tmp_path / "references.yaml"
+    refs.write_text(REFS)
+    held = CliRunner().invoke(app, ["check", str(a), "--references", str(refs)])
+    assert held.exit_code == 0 and "2 of 2 metric(s) hold" in held.output
+    failed = CliRunner().invoke(app, ["check", str(b), "--references", str(refs)])
+    assert failed.exit_code == 1 and "FAIL" in failed.output and "t_comm" in failed.output
+
+
+def test_orch_history_list_show_and_compare_a_selection(tmp_path):
+    root = tmp_path / "h"
+    e = store.add(root, with_meta(1), Path("/s1"))
+    listed = CliRunner().invoke(app, ["history", "list", "--history", str(root)])
+    assert listed.exit_code == 0 and e.id in listed.output
+    none = CliRunner().invoke(app, ["history", "list", "--history", str(root), "--mode", "x"])
+    assert "no recorded sweep matches" in none.output
+    shown = CliRunner().invoke(app, ["history", "show", e.id[:12], "--history", str(root)])
+    assert shown.exit_code == 0 and "throughput" in shown.output and "abc123" in shown.output
+    b = write_results(tmp_path / "b", *result_set(2))
+    result = CliRunner().invoke(app, ["compare", "history:mode=torch-ddp", str(b),
+                                      "--history", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "no measured change" in result.output
+    assert json.loads((root / "index.jsonl").read_text())["id"] == e.id
