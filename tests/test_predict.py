@@ -281,3 +281,36 @@ def test_errors_are_one_line_exit_2(tmp_path, eq8_file, trace_file, flat_file, n
     bad.write_text("t_io: 0.1\nt_h2d: 0\nt_f: fast\nt_b: 0.1\nt_u: 0\n")
     assert f"{bad}: field 't_f'" in fails("--breakdown", bad)
     assert "no such directory" in fails("--results", tmp_path / "nothing")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--pattern", "none"), "--pattern none: no model for this communication pattern"),
+    (("--tasks-per-node", "0"), "--tasks-per-node 0: must be at least 1"),
+    (("--tasks-per-node", "2", "--gpus-per-node", "4"), "disagree"),
+])
+def test_predict_two_level_bad_input_is_one_line(tmp_path, args, message):
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,name,forward_us,backward_us,comm_us,size_bytes\n1,a,1,2,1,100\n")
+    proc = run_orch("predict", "--trace", trace, "--bandwidth", "10Gb/s", "--latency", "2us",
+                    *args, env={"ORCH_NETBENCH_DIR": str(tmp_path / "none")})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_predict_from_a_trace_to_1024_workers(tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text("id,name,forward_us,backward_us,comm_us,size_bytes\n0,data,10,0,0,0\n"
+                     "1,conv,100,200,5,4000\n2,fc,50,100,20,400000\n")
+    proc = run_orch("predict", "--trace", trace, "--workers", "64,256,1024", "--tasks-per-node",
+                    4, "--bandwidth", "10Gb/s", "--latency", "5us", "--intra-bandwidth",
+                    "100GB/s", "--pattern", "hierarchical-allreduce", "--format", "json",
+                    env={"ORCH_NETBENCH_DIR": str(tmp_path / "none")}, check=True)
+    rows = {r["workers"]: r for r in json.loads(proc.stdout)}
+    # fc's message at 1,024 = 256 nodes x 4: intra ring of 4 (α 5 µs, B 1e11) + inter ring
+    # of 256 (α 5 µs, B 1.25e9): 6·5 + 1.5·4e5/1e11·1e6 + 510·5 + 2·255/256·4e5/1.25e9·1e6
+    fc = 6 * 5 + 1.5 * 4e5 / 1e11 * 1e6 + 510 * 5 + 2 * 255 / 256 * 4e5 / 1.25e9 * 1e6
+    conv = 6 * 5 + 1.5 * 4e3 / 1e11 * 1e6 + 510 * 5 + 2 * 255 / 256 * 4e3 / 1.25e9 * 1e6
+    assert rows[1024]["t_comm_total"] == pytest.approx((fc + conv) / 1e6)
+    assert rows[1024]["nodes"] == 256 and rows[1024]["pattern"] == "hierarchical-allreduce"
+    assert "what-if intra" in rows[64]["network"]

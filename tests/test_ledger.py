@@ -1,0 +1,78 @@
+"""The ledger of predictions (orchestrator/model/ledger.py): a prediction comes only from a
+smaller run of the configuration that had already finished, never from the run's own
+measurements; the scorecard never scores a prediction made after its run started; a damaged
+predictions file is named with its line and field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.errors import UserError
+from orchestrator.model import ledger as predictions
+from orchestrator.model import preflight
+
+from .test_preflight import preflight_level
+
+
+@pytest.mark.parametrize(("line", "match"), [
+    ("{not json", r"predictions\.jsonl:2: not valid JSON"),
+    (json.dumps({"run_id": "r", "predicted_at": 1.0, "t_iter": -1.0}),
+     r"predictions\.jsonl:2: field 't_iter': got -1\.0"),
+    (json.dumps({"run_id": "r", "predicted_at": 1.0}), r"field 't_iter': got None"),
+])
+def test_bad_predictions_file_names_line_and_field(tmp_path, line, match):
+    path = tmp_path / predictions.FILE
+    good = json.dumps({"run_id": "a", "predicted_at": 1.0, "t_iter": 0.1})
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(UserError, match=match):
+        predictions.load(path)
+
+
+def test_scorecard_never_scores_a_prediction_made_after_the_run_started():
+    import pandas as pd
+
+    runs = pd.DataFrame([{"run_id": "r", "state": "COMPLETED", "t_iter": 0.2, "speedup": 1.5}])
+    early = {"run_id": "r", "predicted_at": 10.0, "t_iter": 0.1, "speedup": 2.0}
+    late = {"run_id": "r", "predicted_at": 30.0, "t_iter": 0.2, "speedup": 1.5}
+    frame = predictions.scorecard_frame(runs, [early, late], {"r": 20.0})
+    assert list(frame["predicted_t_iter"]) == [0.1]
+    assert frame["error_t_iter"].iloc[0] == pytest.approx(-0.5)
+    assert frame["error_speedup"].iloc[0] == pytest.approx(0.5 / 1.5)
+
+
+def test_predictions_come_only_from_smaller_finished_runs_by_hand():
+    import pandas as pd
+
+    phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.01, "t_b": 0.02, "t_u": 0.0}
+    stds = {f"{p}_std": 0.0 for p in phases}
+    common = {"site": "s", "partition": "p", "mode": "mpi-ssgd", "model": "lenet5",
+              "dataset": "cifar", "batch_size": 32, "launcher": "srun",
+              "options": '{"overlap": "none"}', "data": None, "prefetch": True,
+              "tasks_per_node": 1, **phases, **stds}
+    runs = pd.DataFrame([
+        {**common, "run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED",
+         "t_iter": 0.031, "t_comm": 0.0},
+        {**common, "run_id": "n2", "nodes": 2, "ranks": 2, "state": "NEW", "t_iter": None,
+         "t_comm": None},
+    ])
+    own = preflight.Preflight(site="s", partition="p", inter=preflight_level("inter", 2, 1, 2))
+    records, notes = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
+    assert notes == [] and len(records) == 1
+    rec = records[0]
+    # ring of 2 over α = 1 ms, B = 1e6: 2·1e-3 + 248,024/1e6 s; nothing else changes
+    grad = 248024
+    assert rec["grad_bytes"] == grad and rec["compute_scale"] == 1.0
+    assert rec["t_iter"] == pytest.approx(0.031 + 2e-3 + grad / 1e6)
+    assert rec["speedup"] == pytest.approx(2 * 0.031 / rec["t_iter"])
+    # the run's own measurement (had it one) changes nothing: it is never an input
+    runs.loc[1, ["state", "t_iter", "t_comm"]] = ["COMPLETED", 9.9, 9.0]
+    again, _ = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
+    assert again[0]["t_iter"] == rec["t_iter"]
+    # nodes found on one machine of 2 cores: 2 ranks -> 1 per core, no slowdown; from 2 to 4
+    shared = preflight.Preflight(site="s", partition="p", inter=preflight_level("inter", 4, 1, 1))
+    assert shared.compute_load(2) == 1.0 and shared.compute_load(4) == 2.0
+    # no pre-flight for the partition: said, not guessed
+    _, notes = predictions.predict_runs(runs, {"n2"}, {}, now=5.0)
+    assert notes and "no pre-flight network for partition p" in notes[0]
