@@ -31,7 +31,8 @@ cluster-down:
 
 # Charliecloud's runtime and the tools that build its images without a registry (as root).
 # charliecloud-runtime only, --no-install-recommends: the `charliecloud` package pulls docker.io.
-CONTAINER_TOOLS := charliecloud-runtime debootstrap squashfs-tools
+# shellcheck: tests/test_shellcheck.py lints every rendered script with it.
+CONTAINER_TOOLS := charliecloud-runtime debootstrap squashfs-tools shellcheck
 container-tools:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "not root: container tools not installed (the Charliecloud tests will skip)"; \

@@ -11,8 +11,6 @@
 set -euo pipefail
 
 image=${1:?usage: $0 IMAGE_DIR [WHEEL_DIR]}
-wheels=${2:-/opt/wheels}
-checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 die() { echo "tensorflow.charliecloud.sh: $*" >&2; exit 1; }
 ((EUID == 0)) || die "debootstrap and chroot need root"
 command -v debootstrap >/dev/null || die "debootstrap is not installed: apt-get install -y --no-install-recommends debootstrap"

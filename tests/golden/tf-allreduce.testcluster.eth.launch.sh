@@ -27,5 +27,5 @@ addrs() {  # the JSON strings "host:port" of role $1's tasks, in role-index orde
   local IFS=,
   echo "${out[*]}"
 }
-export TF_CONFIG="{\"cluster\":{\"worker\":[$(addrs worker)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
-exec "$ORCH_PYTHON" -m orchestrator.modes.tf_allreduce.rank --run-id tf-allreduce-lenet5-eth-n2-r0-3f5d5b57 --log-dir /scratch/runs/tf-allreduce-lenet5-eth-n2-r0-3f5d5b57/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --implementation ring
+tf_config="{\"cluster\":{\"worker\":[$(addrs worker)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
+TF_CONFIG="$tf_config" exec "$ORCH_PYTHON" -m orchestrator.modes.tf_allreduce.rank --run-id tf-allreduce-lenet5-eth-n2-r0-3f5d5b57 --log-dir /scratch/runs/tf-allreduce-lenet5-eth-n2-r0-3f5d5b57/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --implementation ring

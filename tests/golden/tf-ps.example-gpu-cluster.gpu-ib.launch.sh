@@ -28,5 +28,5 @@ addrs() {  # the JSON strings "host:port" of role $1's tasks, in role-index orde
   echo "${out[*]}"
 }
 export ORCH_TASK_ROLES='chief:0 worker:0 worker:1 worker:2 worker:3 ps:0 worker:4 worker:5 worker:6 worker:7 ps:1'
-export TF_CONFIG="{\"cluster\":{\"chief\":[$(addrs chief)],\"worker\":[$(addrs worker)],\"ps\":[$(addrs ps)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
-exec "$ORCH_PYTHON" -m orchestrator.modes.tf_ps.rank --run-id tf-ps-lenet5-gpu-ib-n2-r0-9c78f50c --log-dir /scratch/runs/tf-ps-lenet5-gpu-ib-n2-r0-9c78f50c/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --ps-per-node 1
+tf_config="{\"cluster\":{\"chief\":[$(addrs chief)],\"worker\":[$(addrs worker)],\"ps\":[$(addrs ps)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
+TF_CONFIG="$tf_config" exec "$ORCH_PYTHON" -m orchestrator.modes.tf_ps.rank --run-id tf-ps-lenet5-gpu-ib-n2-r0-9c78f50c --log-dir /scratch/runs/tf-ps-lenet5-gpu-ib-n2-r0-9c78f50c/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --ps-per-node 1

@@ -27,5 +27,5 @@ addrs() {  # the JSON strings "host:port" of role $1's tasks, in role-index orde
   echo "${out[*]}"
 }
 export ORCH_TASK_ROLES='chief:0 worker:0 ps:0 worker:1 ps:1'
-export TF_CONFIG="{\"cluster\":{\"chief\":[$(addrs chief)],\"worker\":[$(addrs worker)],\"ps\":[$(addrs ps)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
-exec "$ORCH_PYTHON" -m orchestrator.modes.tf_ps.rank --run-id tf-ps-lenet5-local-n2-r0-e71809e6 --log-dir /scratch/runs/tf-ps-lenet5-local-n2-r0-e71809e6/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --ps-per-node 1
+tf_config="{\"cluster\":{\"chief\":[$(addrs chief)],\"worker\":[$(addrs worker)],\"ps\":[$(addrs ps)]},\"task\":{\"type\":\"$ORCH_ROLE\",\"index\":$ORCH_ROLE_INDEX}}"
+TF_CONFIG="$tf_config" exec "$ORCH_PYTHON" -m orchestrator.modes.tf_ps.rank --run-id tf-ps-lenet5-local-n2-r0-e71809e6 --log-dir /scratch/runs/tf-ps-lenet5-local-n2-r0-e71809e6/ranks --model lenet5 --dataset cifar --batch-size 32 --iters 20 --warmup 5 --ps-per-node 1
