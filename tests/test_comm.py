@@ -1,5 +1,6 @@
-"""One communication model per pattern, on a two-level network: every expected number is
-computed by hand in the comments (α in seconds, B in bytes/s, m in bytes)."""
+"""The communication models (orchestrator/model/comm.py), one per pattern, on a two-level
+network: every expected number is computed by hand in the comments (α in seconds, B in
+bytes/s, m in bytes)."""
 
 from __future__ import annotations
 
