@@ -86,6 +86,10 @@ DEVICE_METRICS = "device_metrics"
 DEVICE_METRICS_REASON = "device_metrics_reason"
 BINDING = "binding"  # the header field: CUDA_VISIBLE_DEVICES, GPU, CPU affinity, NUMA nodes
 STATUS_ERROR = "error"
+# The footer field of a rank that failed on an exception: its own line (type: message), what
+# a person reads first; the footer's ``error`` keeps the traceback's last lines, and the
+# rank's output (rank_out_name) the whole traceback.
+EXCEPTION = "exception"
 
 # Files of a run directory (docs/architecture.md): the Run record, the ledger entry, the job's timing,
 # provenance, and the ranks' own directory.

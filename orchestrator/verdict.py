@@ -56,8 +56,9 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             problems.append((1, 0.0, f"{label}: log ends without a footer (killed?)"
                                      f"{_excerpt(rdir, rank)}"))
         elif log.footer.get("status") != "ok":
-            error = (log.footer.get("error") or "failed").strip()
-            problems.append((0, log.footer.get("ended_at") or 0.0, f"{label}: {error}"))
+            problems.append((0, log.footer.get("ended_at") or 0.0,
+                             rank_error(label, log, rdir / protocol.RANKS_DIR
+                                        / protocol.rank_out_name(rank))))
         elif rank in trains and run.epochs is not None:
             message = _epochs_problem(run, log)
             if message:
@@ -115,9 +116,52 @@ def window_shortfalls(log: RankLog, iters: int) -> list[str]:
     return out
 
 
+# A Python traceback's first line; after the last one, the first line that is not indented is
+# the exception's own (``Type: message``): the frames above it are indented.
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def exception_line(text: str) -> str | None:
+    """The exception's own line (``Type: message``) in a traceback or its last lines, None when
+    ``text`` holds no traceback. Reads the footers of logs written before the harness recorded
+    the line apart (``protocol.EXCEPTION``), and rank output when a rank wrote no footer."""
+    lines = text.splitlines()
+    headers = [i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)]
+    if not headers and not any(line.startswith("  File ") for line in lines):
+        return None
+    after = lines[headers[-1] + 1:] if headers else lines
+    for line in after:
+        if line.strip() and not line[0].isspace() and not line.startswith(_CHAINED):
+            return line.strip()
+    return None
+
+
+def rank_error(label: str, log: RankLog, out: Path) -> str:
+    """A rank that failed on an exception, as a person reads it: the first line names the rank,
+    the exception's own line and the node (``rank 0: ModuleNotFoundError: No module named
+    'mpi4py' (on node1)``); the next lines hold the rest of a multi-line message and where the
+    whole traceback is (the rank's output), or the traceback's last lines when that file is
+    not reachable from here."""
+    footer, header = log.footer or {}, log.header or {}
+    error = (footer.get("error") or "failed").strip()
+    exception = footer.get(protocol.EXCEPTION) or exception_line(error)
+    if not exception:
+        return f"{label}: {error}"
+    first, _, more = str(exception).strip().partition("\n")
+    node = header.get("node") or header.get("host")
+    on = f" (on {node})" if node else ""
+    where = f"traceback: {out}" if out.exists() else f"traceback ends:\n{error}"
+    return "\n".join([f"{label}: {first}{on}", *more.splitlines(), where])
+
+
 def _excerpt(rdir: Path, rank: int) -> str:
+    """The tail of a rank's output, led by its exception's own line where it holds a traceback."""
     text = tail(rdir / protocol.RANKS_DIR / protocol.rank_out_name(rank), 6)
-    return f"; its output ends:\n{text}" if text else ""
+    if not text:
+        return ""
+    exception = exception_line(text)
+    return (f" ({exception})" if exception else "") + f"; its output ends:\n{text}"
 
 
 def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:

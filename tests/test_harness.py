@@ -121,3 +121,28 @@ def test_breakdown_runs_the_declared_steps_in_order_each_timed_into_its_phase(tm
         assert (r["t_b"], r["t_comm"]) == (0.5, 0.25)
         assert r["t_h2d"] == 0.0 and r["t_io"] >= 0 and r["t_u"] >= 0
         assert list(r)[-len(protocol.PHASES):] == list(protocol.PHASES)
+
+
+FAILING_RANK = """
+import sys
+from orchestrator.rankside import harness
+args = harness.base_parser("test").parse_args(sys.argv[1:])
+with harness.rank_log(args, "test", "test"):
+    import mpi4py_is_not_installed_here  # noqa: F401
+"""
+
+
+def test_a_rank_that_raises_records_the_exception_line_and_prints_the_whole_traceback(tmp_path):
+    """The footer holds the exception's own line apart from the traceback's last lines; the
+    rank's output (stderr) holds the whole traceback."""
+    proc = subprocess.run(
+        [sys.executable, "-c", FAILING_RANK, "--run-id", "r", "--log-dir", str(tmp_path),
+         "--model", "lenet5", "--batch-size", "4", "--iters", "3", "--warmup", "1"],
+        cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 1
+    footer = json.loads((tmp_path / protocol.rank_log_name(0)).read_text().splitlines()[-1])
+    line = "ModuleNotFoundError: No module named 'mpi4py_is_not_installed_here'"
+    assert footer["status"] == protocol.STATUS_ERROR and footer[protocol.EXCEPTION] == line
+    assert footer["error"].rstrip().endswith(line)
+    assert proc.stderr.startswith("Traceback (most recent call last):\n")
+    assert proc.stderr.rstrip().endswith(line) and 'File "<string>"' in proc.stderr

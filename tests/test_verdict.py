@@ -59,3 +59,86 @@ def test_sigkilled_rank_is_the_reason_on_slurm(slurm_cluster, tmp_path):
     first_line = rec["reason"].splitlines()[0]
     # after Slurm's own word ("Slurm state FAILED; ")
     assert re.search(r"(^|; )rank 1: .*\[first to fail: Killed\]$", first_line), rec["reason"]
+
+
+# --- a failed rank's reason, as a person reads it (synthetic rank logs) -------------------------
+
+MISSING = "ModuleNotFoundError: No module named 'mpi4py'"
+TRACEBACK = f"""Traceback (most recent call last):
+  File "/opt/orch/modes/mpi_ssgd/rank.py", line 40, in main
+    comm = world()
+  File "/opt/orch/modes/mpi_ssgd/rank.py", line 12, in world
+    from mpi4py import MPI
+{MISSING}
+"""
+
+
+def _one_rank_run(tmp_path: Path, footer: dict | None, output: str = ""):
+    """A 1-rank local run whose rank wrote a header on node1 and ``footer`` (None: no log)."""
+    from orchestrator import site as sitemod
+    from orchestrator.sweep import SweepSpec, expand
+
+    run = expand(SweepSpec(nodes=(1,)), sitemod.load("local")[0])[0]
+    ranks = tmp_path / "run" / "ranks"
+    ranks.mkdir(parents=True)
+    if footer is not None:
+        header = {"type": "header", "run_id": run.run_id, "task": 0, "rank": 0,
+                  "role": "worker", "host": "node1", "node": "node1"}
+        lines = [header, {"type": "footer", "ended_at": 1.0, **footer}]
+        (ranks / "rank-0.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    if output:
+        (ranks / "rank-0.out").write_text(output)
+    return run, tmp_path / "run"
+
+
+def _reason(run, rdir: Path) -> str:
+    from orchestrator import verdict
+
+    ok, reason = verdict.verdict(run, rdir, verdict.read_run_logs(rdir))
+    assert not ok and reason
+    return reason
+
+
+def test_reason_is_the_exception_line_with_rank_and_node_and_points_at_the_traceback(tmp_path):
+    run, rdir = _one_rank_run(tmp_path, {"status": "error", "error": TRACEBACK[-200:],
+                                         "exception": MISSING}, output=TRACEBACK)
+    lines = _reason(run, rdir).splitlines()
+    assert lines == [f"rank 0: {MISSING} (on node1)", f"traceback: {rdir}/ranks/rank-0.out"]
+
+
+def test_reason_from_a_footer_with_only_the_traceback_tail(tmp_path):
+    """Logs written before the footer held the exception's line apart: read from the tail; with
+    no rank output here to point at, the tail itself follows the first line."""
+    run, rdir = _one_rank_run(tmp_path, {"status": "error", "error": TRACEBACK})
+    lines = _reason(run, rdir).splitlines()
+    assert lines[0] == f"rank 0: {MISSING} (on node1)"
+    assert lines[1] == "traceback ends:" and lines[-1] == MISSING
+
+
+def test_reason_of_an_error_that_is_no_traceback_is_kept(tmp_path):
+    run, rdir = _one_rank_run(tmp_path, {"status": "error", "error": "failed"})
+    assert _reason(run, rdir) == "rank 0: failed"
+
+
+def test_reason_of_a_rank_without_log_leads_with_the_exception_in_its_output(tmp_path):
+    run, rdir = _one_rank_run(tmp_path, None, output=TRACEBACK)
+    first = _reason(run, rdir).splitlines()[0]
+    assert first == f"rank 0: no log ({MISSING}); its output ends:"
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (TRACEBACK, MISSING),
+    # The last lines of a deep traceback (no header), as the footer's error keeps them.
+    ("\n".join(TRACEBACK.splitlines()[-3:]), MISSING),
+    # Chained: the last exception is the one that ended the rank.
+    ("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n    x[1]\n"
+     "KeyError: 1\n\nDuring handling of the above exception, another exception occurred:\n\n"
+     "Traceback (most recent call last):\n  File \"a.py\", line 3, in f\n    raise ValueError\n"
+     "ValueError: bad value\n", "ValueError: bad value"),
+    ("RuntimeError: a message without a traceback", None),
+    ("mpirun exited with status 1:\nsome text", None),
+])
+def test_exception_line(text, line):
+    from orchestrator import verdict
+
+    assert verdict.exception_line(text) == line

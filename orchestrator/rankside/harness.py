@@ -468,8 +468,10 @@ def start_heartbeat(path: str, every: float = protocol.HEARTBEAT_S) -> None:
 def rank_log(args: argparse.Namespace, framework: str, mode: str):
     """Open this rank's log, write the header, yield a Session, always write a footer.
 
-    An exception in the workload becomes ``status: error`` with the traceback's last lines and
-    exit code 1, so orch records the failure instead of guessing from a missing file.
+    An exception in the workload becomes ``status: error`` with the exception's own line
+    (``exception``), the traceback's last lines (``error``) and exit code 1, so orch records the
+    failure instead of guessing from a missing file; the whole traceback goes to stderr (the
+    rank's output).
 
     The rank process ends here, with ``os._exit``, once the footer is on disk: interpreter
     teardown with live communication threads can abort (Gloo: "terminate called without an
@@ -498,17 +500,21 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
     log.write(header)
     start_heartbeat(os.path.join(args.log_dir, protocol.heartbeat_name(info.task)))
     session = Session(args, info, log)
-    status, error, code = protocol.STATUS_OK, None, 0
+    status, error, exception, code = protocol.STATUS_OK, None, None, 0
     try:
         yield session
     except BaseException as exc:
         status, code = protocol.STATUS_ERROR, 1
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         error = ("".join(lines[-6:]))[-2000:]
-        print(error, file=sys.stderr)
+        exception = "".join(traceback.format_exception_only(type(exc), exc)).strip()[:2000]
+        # The whole traceback goes to the rank's output, which the run's reason points at.
+        print("".join(lines), file=sys.stderr, end="")
     session.fabric_lifetime()
     footer = {"type": protocol.FOOTER, "status": status, "error": error,
               "peak_rss_bytes": peak_rss_bytes(), "ended_at": time.time()}
+    if exception is not None:
+        footer[protocol.EXCEPTION] = exception
     footer.update(session.footer)
     log.write(footer)
     log.close()
