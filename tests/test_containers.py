@@ -519,19 +519,6 @@ def test_squashfs_image_runs_every_rank(torch_image, tmp_path):
     assert_ranks_in_image(out, sqfs)
 
 
-def test_no_container_run_can_be_rerun_too(tmp_path):
-    """Provenance and rerun do not depend on containers: a plain local run."""
-    out = tmp_path / "plain"
-    run_orch("sweep", "--nodes", "1", "--iters", 2, "--warmup", 1, "--out", out, check=True)
-    [rec] = results(out)
-    prov = json.loads((out / rec["run_id"] / "provenance.json").read_text())
-    assert prov["container"] is None and set(prov["scripts"]["files"]) == {"job.sbatch",
-                                                                          "launch.sh"}
-    run_orch("rerun", rec["run_id"], "--dir", out, check=True)
-    [again] = results(out / "reruns" / "1")
-    assert again["state"] == "COMPLETED" and again["run_id"] == rec["run_id"]
-
-
 @pytest.mark.slurm
 def test_runtime_missing_on_the_cluster_nodes_is_refused(slurm_cluster, tmp_path):
     """The test cluster's nodes are this machine: a missing runtime is caught before sbatch."""
