@@ -91,8 +91,8 @@ STATUS_ERROR = "error"
 # rank's output (rank_out_name) the whole traceback.
 EXCEPTION = "exception"
 
-# Files of a run directory (docs/architecture.md): the Run record, the ledger entry, the job's timing,
-# provenance, and the ranks' own directory.
+# Files of a run directory (docs/architecture.md): the Run record, the ledger entry, the
+# job's timing, provenance, and the ranks' own directory.
 RUN_FILE = "run.json"
 JOB_FILE = "job.json"
 JOB_TIMES_FILE = "job-times.json"

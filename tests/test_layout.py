@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "orchestrator"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
-# The pipeline, ground floor first (docs/architecture.md): a module may import its own layer and below.
+# The pipeline, ground floor first (docs/architecture.md): a module may import its own layer
+# and below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("orchestrator", "orchestrator.errors", "orchestrator.protocol",
                 "orchestrator.files", "orchestrator.resources", "orchestrator.zoo",
