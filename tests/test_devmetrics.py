@@ -363,11 +363,3 @@ def test_local_run_records_binding_and_device_log(tmp_path):
             assert log.footer[protocol.DEVICE_METRICS_REASON] or metrics["reason"]
     assert row["cpu_affinity"].startswith("0:") and " 1:" in row["cpu_affinity"]
     assert row["device_samples"] >= 4
-
-
-def test_device_log_is_not_taken_for_a_rank_log():
-    # beside rank-<k>.jsonl in ranks/: no rank-log glob or parser may pick it up
-    import fnmatch
-
-    name = protocol.device_log_name(0)
-    assert not fnmatch.fnmatch(name, "rank-*.jsonl") and protocol.task_of(name) is None
