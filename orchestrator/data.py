@@ -37,6 +37,7 @@ from . import backends, datasources, envs, files, modes, zoo
 from .errors import UserError
 from .site import Site
 from .staging import stage_lib
+from .yamlconf import read_text
 
 MANIFEST = "manifest.json"
 
@@ -78,8 +79,8 @@ def load_manifest(path: str | Path) -> tuple[Path, Manifest]:
     if not file.is_file():
         raise UserError(f"--data {path}: no {MANIFEST} there; make one with "
                         f"'orch data make --out {path}'")
-    try:
-        return root, Manifest.model_validate_json(file.read_bytes())
+    try:  # within yamlconf's limits: a manifest is a few hundred bytes (docs/limits.md)
+        return root, Manifest.model_validate_json(read_text(file, "data manifest"))
     except ValueError as exc:
         why = exc.errors()[0]["msg"] if hasattr(exc, "errors") else str(exc)
         raise UserError(f"{file}: not an orch data manifest ({why})") from None

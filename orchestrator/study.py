@@ -33,7 +33,7 @@ from .site import Site
 from .spec.api import Run
 from .spec.models import Count, Name, OptionLists, SweepSpec, study_fields
 from .spec.settings import OPTIONS_DOC, STUDY_SETTINGS, ZIPPABLE
-from .yamlconf import format_validation_error, location, read_yaml
+from .yamlconf import format_validation_error, location, read_text, read_yaml
 
 
 class _Strict(BaseModel):
@@ -146,10 +146,7 @@ def _duplicate_keys(path: Path, node: yaml.Node | None, trail: tuple = ()) -> No
 def load(name_or_path: str) -> LoadedStudy:
     """Read and validate a study file's shape; errors say file:line, field, fix."""
     path = resolve(name_or_path)
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read the study file: {exc}") from None
+    text = read_text(path, "study")
     data, root = read_yaml(path, "study", "name, description, nodes, modes…")
     _duplicate_keys(path, root)
     try:

@@ -1,17 +1,23 @@
 """YAML config files that answer with ``file:line``: site configs, framework environments,
-image specs and studies are all read here.
+image specs and studies are all read here, and every other file a person hands orch goes
+through :func:`read_text` (data manifests, the model's inputs).
 
-A file is read as UTF-8 only, parsed with duplicate keys refused, checked for control
-characters, and composed a second time into a node tree that keeps every key's line. A
-pydantic error then becomes one line per problem: ``file:line: field.path: message (got
-value)``, the field path walked down the node tree to the nearest line that exists.
+A file is read within bounds (:data:`LIMITS`, docs/limits.md): at most so many bytes, as UTF-8
+only, lines of at most so many characters; its YAML events are counted before anything is
+built (nesting depth, and nodes and characters with every alias expanded: a few hundred bytes
+of nested aliases would otherwise expand to billions of nodes). Then it is composed once into a
+node tree that keeps every key's line, built with duplicate keys refused, and checked for
+control characters. A pydantic error then becomes one line per problem: ``file:line:
+field.path: message (got value)``, the field path walked down the node tree to the nearest
+line that exists.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -20,6 +26,26 @@ from .errors import CONTROL, UserError
 
 # Pydantic's own step names that appear in an error location inside a union (not fields).
 _PYDANTIC_STEPS = ("function-after",)
+
+
+class Limits(NamedTuple):
+    """How much of a file orch reads before it refuses it (docs/limits.md says why each)."""
+
+    bytes: int = 64 << 10  # the largest shipped config is 3 KB
+    line_chars: int = 4096
+    depth: int = 32  # a site config nests 4 deep
+    nodes: int = 10_000  # aliases expanded; a site config has a few hundred
+
+    @property
+    def chars(self) -> int:
+        """Scalar characters, aliases expanded: no more than the file itself may hold."""
+        return self.bytes
+
+
+LIMITS = Limits()
+# libyaml counts the events in C where it is installed: a refusal in a fraction of a second
+# (the pure-Python parser takes seconds over 64 KB on a loaded machine).
+_FastLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -66,34 +92,144 @@ def control_chars(data: Any, loc: tuple[Any, ...] = ()) -> tuple[tuple[Any, ...]
     return None
 
 
-def read_text(path: Path, what: str) -> str:
-    """A file's text, UTF-8 only; a clear error otherwise (never a traceback)."""
+def read_text(path: Path, what: str, limits: Limits = LIMITS) -> str:
+    """A file's text, UTF-8 only, within ``limits.bytes`` and ``limits.line_chars``; one
+    located line otherwise (never a traceback, never more than the limit read)."""
+    raw = _read_bounded(path, what, limits.bytes)
     try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw[:exc.start].count(b"\n") + 1
         hint = " (it looks like UTF-16: save it as UTF-8)" if raw[:2] in (b"\xff\xfe",
                                                                           b"\xfe\xff") else ""
         raise UserError(f"{path}:{line}: the {what} is not UTF-8 text{hint}") from None
+    _check_lines(path, what, text, limits.line_chars)
+    return text
+
+
+def _read_bounded(path: Path, what: str, most: int) -> bytes:
+    """At most ``most`` bytes of the file; refused if it holds more (read no further: the
+    file may be /dev/zero or gigabytes)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(most + 1)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+    if len(raw) > most:
+        raise UserError(f"{path}: larger than {_size(most)}, the most a {what} may be; is it "
+                        f"the right file? (docs/limits.md)")
+    return raw
+
+
+def _check_lines(path: Path, what: str, text: str, most: int) -> None:
+    if len(text) <= most:
+        return
+    for number, line in enumerate(text.splitlines(), 1):
+        if len(line) > most:
+            raise UserError(f"{path}:{number}: a line longer than {most:,} characters, the most "
+                            f"a {what} line may be; break it (YAML folds long text with '>-') "
+                            f"(docs/limits.md)")
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n >> 10} KiB"
+
+
+def read_json(path: Path, what: str, limits: Limits = LIMITS) -> Any:
+    """A JSON file's value, read within ``limits`` (bytes, line length, nesting depth)."""
+    text = read_text(path, what, limits)
+    try:
+        data = json.loads(text)
+        deep = _depth(data) > limits.depth
+    except RecursionError:
+        deep = True
+    except ValueError as exc:
+        line = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise UserError(f"{path}{line}: the {what} is not valid JSON: "
+                        f"{getattr(exc, 'msg', exc)}") from None
+    if deep:
+        _refuse_depth(path, what, None, limits.depth)
+    return data
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and mappings nest in ``value`` (a scalar: 0)."""
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+def _refuse_depth(path: Path, what: str, line: int | None, most: int) -> None:
+    at = f":{line}" if line else ""
+    raise UserError(f"{path}{at}: lists and mappings nested more than {most} deep, the most a "
+                    f"{what} may nest; flatten it (docs/limits.md)") from None
+
+
+def check_events(text: str, path: Path, what: str, limits: Limits = LIMITS) -> None:
+    """Refuse YAML that nests deeper than ``limits.depth`` or that, with every alias expanded,
+    holds more than ``limits.nodes`` nodes or ``limits.chars`` scalar characters; counted on
+    the parser's events, before any node is built. Each anchor's expanded size is kept, so
+    an alias costs one step however much it stands for. A syntax error is left to the
+    composer, which says it with its own words."""
+    sizes: dict[str, tuple[int, int]] = {}
+    open_at: list[tuple[str | None, int, int]] = []  # per open collection: anchor, counts then
+    nodes = chars = 0
+    try:
+        for event in yaml.parse(text, Loader=_FastLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                if len(open_at) >= limits.depth:
+                    _refuse_depth(path, what, event.start_mark.line + 1, limits.depth)
+                open_at.append((event.anchor, nodes, chars))
+                nodes += 1
+            elif isinstance(event, yaml.CollectionEndEvent):
+                anchor, nodes_then, chars_then = open_at.pop()
+                if anchor is not None:
+                    sizes[anchor] = (nodes - nodes_then, chars - chars_then)
+            elif isinstance(event, yaml.ScalarEvent):
+                nodes, chars = nodes + 1, chars + len(event.value)
+                if event.anchor is not None:
+                    sizes[event.anchor] = (1, len(event.value))
+            elif isinstance(event, yaml.AliasEvent):
+                add_nodes, add_chars = sizes.get(event.anchor, (1, 0))
+                nodes, chars = nodes + add_nodes, chars + add_chars
+            if nodes > limits.nodes or chars > limits.chars:
+                _refuse_size(path, what, event.start_mark.line + 1, nodes > limits.nodes,
+                             limits)
+    except yaml.YAMLError:
+        return
+
+
+def _refuse_size(path: Path, what: str, line: int, by_nodes: bool, limits: Limits) -> None:
+    most = f"{limits.nodes:,} values" if by_nodes else f"{limits.chars:,} characters of text"
+    raise UserError(f"{path}:{line}: the {what} holds more than {most} here, its aliases "
+                    f"(*name) expanded, the most a {what} may; write it out without "
+                    f"aliases (docs/limits.md)")
+
+
+def _compose(text: str) -> tuple[yaml.Node | None, Any]:
+    """The node tree (it keeps the lines) and the value built from it: one parse."""
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (loader.construct_document(root) if root is not None else None)
+    finally:
+        loader.dispose()
 
 
 def read_yaml(path: Path, what: str, fields: str) -> tuple[dict[str, Any], yaml.Node | None]:
     """A YAML mapping and its composed node tree (for line numbers); errors say file:line.
-    Duplicate keys and control characters in any key or value are refused."""
+    Read within :data:`LIMITS`; duplicate keys and control characters in any key or value
+    are refused."""
     text = read_text(path, what)
+    check_events(text, path, what)
     try:
-        data = yaml.load(text, Loader=_StrictLoader)
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root, data = _compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
         raise UserError(f"{path}{line}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
-    except RecursionError:
-        raise UserError(f"{path}: the {what} is nested too deeply to be a {what}") from None
     if not isinstance(data, dict):
         raise UserError(f"{path}: a {what} is a YAML mapping ({fields})")
     bad = control_chars(data)

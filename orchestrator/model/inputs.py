@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from orchestrator import modes, protocol, zoo
 from orchestrator.errors import UserError
+from orchestrator.yamlconf import Limits, check_events, read_json, read_text
 
 #: Phase fields of a breakdown, in the order of one iteration (the rank-log contract's).
 PHASES: tuple[str, ...] = protocol.PHASES
@@ -239,14 +240,17 @@ def load_breakdown(path: str | Path) -> Breakdown:
     always strings. Any problem raises :class:`ModelInputError` naming the file and field.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ModelInputError(f"{path}: cannot read breakdown file ({exc.strerror})") from None
-    try:
-        data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+    try:  # within yamlconf's limits (docs/limits.md)
+        if path.suffix.lower() == ".json":
+            data = read_json(path, "breakdown file")
+        else:
+            text = read_text(path, "breakdown file")
+            check_events(text, path, "breakdown file")
+            data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
         raise ModelInputError(f"{path}: not valid {_format_name(path)}: {exc}") from None
+    except UserError as exc:
+        raise ModelInputError(str(exc)) from None
     return Breakdown.from_mapping(data, source=str(path))
 
 
@@ -317,6 +321,8 @@ TRACE_COLUMNS: tuple[str, ...] = (
     "comm_us",
     "size_bytes",
 )
+# A trace has a row of ~60 bytes per layer: the largest zoo model's is tens of KB.
+TRACE_LIMITS = Limits(bytes=16 << 20)
 
 
 def load_trace_csv(path: str | Path) -> Trace:
@@ -329,9 +335,9 @@ def load_trace_csv(path: str | Path) -> Trace:
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ModelInputError(f"{path}: cannot read trace file ({exc.strerror})") from None
+        text = read_text(path, "trace file", TRACE_LIMITS)
+    except UserError as exc:
+        raise ModelInputError(str(exc)) from None
     reader = csv.reader(text.splitlines())
     rows = [(i, row) for i, row in enumerate(reader, start=1) if any(c.strip() for c in row)]
     if not rows:
