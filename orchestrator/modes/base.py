@@ -129,7 +129,9 @@ class Mode:
       ``(given, resolved) -> resolved`` for defaults that depend on other options (MXNet);
     * ``placement(nodes, tasks_per_node, options) -> [Task]``, ``training_roles`` (the tasks
       speedup and efficiency count), ``iteration_roles`` (the tasks that log iterations, if not
-      the training ones: TensorFlow's PS chief);
+      the training ones: TensorFlow's PS chief), ``exchange_roles`` (the tasks that exchange
+      gradients, if not the training ones: the workers and the parameter servers; a job with
+      one such process has no communication to measure);
     * ``synchronous`` / ``synchronous_if(options)``: training ranks must end with equal
       parameter checksums;
     * ``data_format``: the on-disk format the rank side reads with ``--data`` (None: none);
@@ -151,6 +153,7 @@ class Mode:
         "name": None, "framework": None, "library": None, "description": "",
         "launchers": (), "mpi": False, "options": (), "resolve": None,
         "placement": workers_only, "training_roles": ("worker",), "iteration_roles": None,
+        "exchange_roles": None,
         "synchronous": True, "synchronous_if": None, "data_format": None,
         "pattern": "allreduce", "overlap": "none", "overlap_option": None,
         "first_bucket_bytes": None, "trains": True, "epochs": False, "package": None,
@@ -192,6 +195,11 @@ class Mode:
     @property
     def logging_roles(self):
         return self.iteration_roles or self.training_roles
+
+    def exchanging(self, nodes, tasks_per_node, options):
+        """How many processes of a run exchange gradients (:attr:`exchange_roles`)."""
+        roles = self.exchange_roles or self.training_roles
+        return sum(t.role in roles for t in self.tasks(nodes, tasks_per_node, options))
 
     def is_synchronous(self, options):
         """Must the training ranks of a run with these options end with equal parameters?"""

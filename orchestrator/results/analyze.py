@@ -24,8 +24,10 @@ shown, not hidden). ``t_comm_hidden`` = t_comm_total - t_comm where the total is
 
 Invariants checked on every run (:func:`add_invariants`, column ``invariant_violations``):
 exposed communication never exceeds total communication in any measured iteration (within
-:data:`TIMER_TOLERANCE`), hence hidden >= 0; a 1-rank run communicates nothing; a run without
-``t_comm_total`` says why (its footer's ``comm_total_reason``).
+:data:`TIMER_TOLERANCE`), hence hidden >= 0; a run of one process that exchanges gradients
+communicates nothing (one worker of a parameter-server mode talks to its servers: workers and
+servers count, :func:`exchanging`); a run without ``t_comm_total`` says why (its footer's
+``comm_total_reason``).
 """
 
 from __future__ import annotations
@@ -305,7 +307,7 @@ def invariants(run: dict) -> list[str]:
         out.append(f"exposed communication exceeds total in {exceeds} measured iteration(s)")
     if total is not None and total - exposed < -TIMER_TOLERANCE:
         out.append(f"hidden communication is negative ({(total - exposed) * 1e3:.3f} ms)")
-    if run.get("ranks") == 1:
+    if exchanging(run) == 1:
         if exposed > TIMER_TOLERANCE or (total is not None and total > TIMER_TOLERANCE):
             seen = f"{exposed * 1e3:.3f} ms exposed" + (
                 f", {total * 1e3:.3f} ms total" if total is not None else "")
@@ -313,6 +315,24 @@ def invariants(run: dict) -> list[str]:
     elif total is None and not run.get(protocol.COMM_TOTAL_REASON):
         out.append("no t_comm_total and no comm_total_reason saying why")
     return out
+
+
+def exchanging(run: dict) -> int | None:
+    """How many processes of a runs-table row exchange gradients: its ranks, or for a mode
+    whose servers exchange them too (``Mode.exchange_roles``), the workers and servers of its
+    task table; None where the row lacks what that needs."""
+    import json
+
+    from .. import modes
+
+    mode = modes.registry().get(run.get("mode"))
+    if mode is None or mode.exchange_roles is None:
+        return run.get("ranks")
+    nodes, per_node, options = (run.get(k) for k in ("nodes", "tasks_per_node", "options"))
+    if nodes is None or per_node is None or pd.isna(nodes) or pd.isna(per_node):
+        return None
+    options = json.loads(options) if isinstance(options, str) else dict(options or {})
+    return mode.exchanging(int(nodes), int(per_node), options)
 
 
 def add_invariants(runs: pd.DataFrame) -> pd.DataFrame:

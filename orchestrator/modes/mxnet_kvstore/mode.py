@@ -83,4 +83,7 @@ MODE = Mode(
     # MXNet's engine as soon as that gradient exists, while backward goes on.
     overlap="wfbp",
     training_roles=("worker",),
+    # Workers push gradients to the servers and pull parameters back: one worker still
+    # communicates.
+    exchange_roles=("worker", "server"),
 )

@@ -51,5 +51,8 @@ MODE = Mode(
     # to its ps as backward produces it (the breakdown window serialises both to time them).
     overlap="wfbp",
     training_roles=("worker",),
+    # Workers push gradients to the servers and pull parameters back: one worker still
+    # communicates.
+    exchange_roles=("worker", "ps"),
     iteration_roles=("chief",),
 )
