@@ -6,7 +6,9 @@ build usually a framework environment's name, defined once in ``frameworks/<name
 ``orch env build NAME`` creates it once and stamps it with a hash of the resolved description,
 so a changed description rebuilds and an unchanged one is skipped, wherever it is written (a
 site config that copies a framework's fields inline gets the same stamp). Before anything is
-submitted, :func:`check` makes sure every environment a sweep needs is there, naming it if not.
+submitted, :func:`check` makes sure every environment a sweep needs is there, naming it if not,
+and :func:`check_runs` that it holds what each run's mode needs (its Python modules, the
+launcher's program) where that can be seen from here.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-from . import backends
+from . import backends, modes
 from .errors import UserError
 from .resources import data_dir
 from .site import Environment, Site
+from .spec.api import Run
 
 STAMP = ".orch-env.json"
 
@@ -166,3 +169,53 @@ def check(site: Site, frameworks: set[str]) -> None:
             if shutil.which(python) is None and not os.access(python, os.X_OK):
                 raise UserError(f"environment '{fw}' of site '{site.name}': python '{python}' "
                                 f"does not exist")
+
+
+# Looks for top-level modules without importing them (importing torch or TensorFlow takes
+# seconds): prints the names not found, space-separated.
+_FIND_MODULES = ("import importlib.util, sys; print(' '.join(m for m in sys.argv[1:] "
+                 "if importlib.util.find_spec(m) is None))")
+
+
+def reachable(site: Site, env: Environment) -> bool:
+    """Can this machine see the environment the ranks will run in? Where the scheduler runs
+    here, or orch builds it (a shared venv); not inside a container image, nor where the
+    site's ``module load`` lines make it (they are loaded on the nodes only)."""
+    return (backends.scheduler(site.scheduler).runs_here or env.build is not None) \
+        and env.container is None and not env.modules
+
+
+def missing_modules(env: Environment, names: tuple[str, ...]) -> list[str]:
+    """Those of ``names`` that the environment's Python cannot import; [] when it cannot tell
+    (an interpreter that fails to run the probe: the ranks' own output will say why)."""
+    try:
+        proc = subprocess.run([python_of(env), "-c", _FIND_MODULES, *names],
+                              capture_output=True, text=True, env={**os.environ, **env.env},
+                              check=False, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+def check_runs(site: Site, runs: list[Run]) -> None:
+    """:func:`check` the runs' environments, then refuse (one line) a run whose mode's Python
+    modules or launcher program are missing where this machine can see them."""
+    check(site, {r.framework for r in runs})
+    needs: dict[str, set[str]] = {}
+    for run in runs:
+        needs.setdefault(run.framework, set()).update(modes.get(run.mode).needs)
+        command = backends.launcher(run.launcher).command
+        if command and backends.scheduler(site.scheduler).runs_here and not shutil.which(command):
+            raise UserError(f"launcher '{run.launcher}' of run {run.run_id}: '{command}' is "
+                            f"not on PATH here")
+    for fw, names in sorted(needs.items()):
+        env = site.environment(fw)
+        if not reachable(site, env):
+            continue
+        missing = missing_modules(env, tuple(sorted(names)))
+        if missing:
+            wanted = sorted({r.mode for r in runs if r.framework == fw
+                             and set(modes.get(r.mode).needs) & set(missing)})
+            raise UserError(f"environment '{fw}' of site '{site.name}' lacks Python module(s) "
+                            f"{', '.join(missing)} that mode(s) {', '.join(wanted)} need "
+                            f"(python '{python_of(env)}')")

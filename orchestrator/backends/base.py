@@ -100,15 +100,18 @@ class Launcher:
 
     * ``schedulers``: where it is available;
     * ``mpi_world``: the tasks learn their place from Open MPI's ``OMPI_COMM_WORLD_*``
-      variables (mpirun), not from ``SLURM_*`` task variables (srun and the local launcher).
+      variables (mpirun), not from ``SLURM_*`` task variables (srun and the local launcher);
+    * ``command``: the program the job script starts the tasks with (None: the job script's
+      own code), looked for before submitting where the scheduler runs here.
     """
 
     def __init__(self, name: str, description: str, schedulers: tuple[str, ...],
-                 mpi_world: bool = False) -> None:
+                 mpi_world: bool = False, command: str | None = None) -> None:
         self.name = name
         self.description = description
         self.schedulers = schedulers
         self.mpi_world = mpi_world
+        self.command = command
 
     @property
     def template(self) -> str:

@@ -90,7 +90,7 @@ def sweep(
     if dry_run:
         return _print_dry_run(runs, site_obj, out_dir, strategy, loaded)
     strategy.check(runs, site_obj, out_dir)
-    envs.check(site_obj, {r.framework for r in runs})
+    envs.check_runs(site_obj, runs)
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
                                study=loaded.provenance() if loaded is not None else None,
                                packed=strategy.packed)

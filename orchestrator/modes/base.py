@@ -139,6 +139,8 @@ class Mode:
       function of the run's options returning one), or ``overlap_option`` (the option that
       decides it per run), and ``first_bucket_bytes`` (a
       gradient no larger than this is one bucket, sent after backward: DDP's first bucket);
+    * ``python_modules``: the Python modules its ranks import beyond orch's (default: its
+      ``library``), which orch looks for in the environment before submitting, where it can;
     * ``trains``: False for a mode that measures the network rather than training;
     * ``epochs``: the rank side can train whole epochs of a labelled data set and evaluate
       held-out accuracy (``--epochs``, time to accuracy);
@@ -156,7 +158,8 @@ class Mode:
         "exchange_roles": None,
         "synchronous": True, "synchronous_if": None, "data_format": None,
         "pattern": "allreduce", "overlap": "none", "overlap_option": None,
-        "first_bucket_bytes": None, "trains": True, "epochs": False, "package": None,
+        "first_bucket_bytes": None, "python_modules": None, "trains": True, "epochs": False,
+        "package": None,
         "cpu_only_backends": {},
     }
 
@@ -195,6 +198,11 @@ class Mode:
     @property
     def logging_roles(self):
         return self.iteration_roles or self.training_roles
+
+    @property
+    def needs(self):
+        """The Python modules its ranks import (:attr:`python_modules`, else its library)."""
+        return tuple(self.python_modules or (self.library,))
 
     def exchanging(self, nodes, tasks_per_node, options):
         """How many processes of a run exchange gradients (:attr:`exchange_roles`)."""

@@ -10,6 +10,7 @@ MODE = Mode(
     library="chainer",
     launchers=("srun", "mpirun"),
     mpi=True,
+    python_modules=("chainer", "chainermn", "mpi4py"),
     data_format="raw",  # orch's raw records, read with numpy (--data)
     epochs=True,
     options=(

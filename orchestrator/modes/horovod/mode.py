@@ -11,6 +11,7 @@ MODE = Mode(
     library="torch",
     launchers=("srun", "mpirun"),
     mpi=True,
+    python_modules=("torch", "horovod"),
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
     epochs=True,
     overlap="wfbp",  # tensor fusion sends gradients from a background thread during backward

@@ -14,6 +14,7 @@ MODE = Mode(
     # its processes are not an MPI job, so each would be a world of one.
     launchers=("srun", "mpirun"),
     mpi=True,
+    python_modules=("torch", "mpi4py"),
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
     epochs=True,
     overlap_option="overlap",  # the run's own --option overlap=none|wfbp decides
