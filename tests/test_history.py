@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,8 @@ from orchestrator.cli import app
 from orchestrator.errors import UserError
 from orchestrator.history import compare, references, samples, store
 from orchestrator.history.stats import betainc, t_cdf, t_ppf, yuen_welch
+
+from .conftest import ROOT, run_orch
 
 PHASES = {"t_io": 0.0005, "t_h2d": 0.0005, "t_f": 0.010, "t_b": 0.020, "t_u": 0.002,
           "t_comm": 0.015}
@@ -346,3 +350,61 @@ def test_orch_history_list_show_and_compare_a_selection(tmp_path):
     assert result.exit_code == 0, result.output
     assert "no measured change" in result.output
     assert json.loads((root / "index.jsonl").read_text())["id"] == e.id
+
+
+def test_a_change_of_one_window_alone_is_no_measured_change():
+    a, b = table(1), table(2)
+    slow = b["metric"] == "samples_per_s"
+    b.loc[slow, "value"] = b.loc[slow, "value"] * 0.5  # the plain window alone got slower
+    (c,) = compare.compare(a, b)
+    assert c.verdict == "no measured change"
+    assert "throughput worse, iteration time not" in compare.line(c)
+
+
+def test_a_slowdown_no_phase_explains_says_so():
+    a, b = table(1), table(2)
+    for metric, factor in (("samples_per_s", 0.5), ("t_iter", 2.0)):  # untimed work
+        rows = b["metric"] == metric
+        b.loc[rows, "value"] = b.loc[rows, "value"] * factor
+    (c,) = compare.compare(a, b)
+    assert c.verdict == "slower" and c.hint == compare.NO_PHASE
+
+
+# --- real sweeps ------------------------------------------------------------------------
+
+def _orch_sweep(out: Path, *extra: str):
+    """``orch sweep`` of one tiny torch-ddp run at 2 ranks, started and left running."""
+    return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--model", "lenet5",
+                             "--nodes", "2", "--iters", "10", "--warmup", "2", "--out", str(out),
+                             *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _part(sweep: Path, out: Path, delayed: bool) -> Path:
+    """The runs of ``sweep`` with (or without) comm_delay_ms, as a result set of their own."""
+    runs = pd.read_parquet(sweep / "results" / "runs.parquet")
+    iters = pd.read_parquet(sweep / "results" / "iterations.parquet")
+    keep = runs[runs["options"].str.contains("comm_delay_ms") == delayed]
+    assert len(keep) == 1, runs[["run_id", "options"]]
+    return write_results(out, keep, iters[iters["run_id"].isin(keep["run_id"])])
+
+
+@pytest.mark.ranks
+def test_real_sweeps_no_change_and_a_slow_fabric_found(tmp_path):
+    # Both sweeps start together, so that the clean runs of each see the same machine (its
+    # load is theirs together): A, a clean run; B, the same run, then one whose every
+    # all-reduce completes 100 ms late (comm_delay_ms: a slow fabric, for real).
+    procs = [_orch_sweep(tmp_path / "a"),
+             _orch_sweep(tmp_path / "b", "--option", "comm_delay_ms=0,100")]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    history = ["--history", str(tmp_path / "h")]
+    added = run_orch("history", "add", tmp_path / "a", *history, check=True)
+    assert "recorded " in added.stdout and "1 run(s)" in added.stdout
+    clean = _part(tmp_path / "b", tmp_path / "b-clean", delayed=False)
+    same = run_orch("compare", "history:mode=torch-ddp", clean, *history, check=True)
+    assert "no measured change" in same.stdout, same.stdout
+    slow = run_orch("compare", tmp_path / "a", _part(tmp_path / "b", tmp_path / "b-slow", True),
+                    "--ignore-option", "comm_delay_ms", check=True)
+    assert ": slower " in slow.stdout, slow.stdout
+    assert "exposed communication +" in slow.stdout and "look at the fabric" in slow.stdout

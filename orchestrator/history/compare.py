@@ -30,6 +30,8 @@ HINTS = {"t_comm": "look at the fabric", "t_comm_total": "look at the fabric",
          "compute": "look at the nodes (clocks, throttling, co-tenants, library versions)",
          "t_io": "look at the file system and the input pipeline",
          "t_h2d": "look at the host-device link"}
+# No phase moved with the iteration time: the change is outside the timed phases.
+NO_PHASE = "no phase moved with it: measure again before looking further"
 MIN_SHARE = 0.02  # a phase under 2 % of the iteration time explains nothing
 PRIMARY = ("samples_per_s", "t_iter")  # what a configuration's verdict is read from
 
@@ -66,6 +68,7 @@ class Comparison:
     verdict: str  # "faster", "slower", "no measured change" or "not comparable"
     attribution: list[str] = field(default_factory=list)
     hint: str = ""
+    note: str = ""  # why a change the throughput showed is not a verdict
 
 
 def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
@@ -126,15 +129,24 @@ def _keyed(frame: pd.DataFrame, ignore: tuple[str, ...]) -> pd.DataFrame:
 
 
 def judge(key: dict, changes: dict[str, Change]) -> Comparison:
-    """The configuration's verdict (from its throughput, else its iteration time) and the
-    phases that moved with it."""
-    primary = next((changes[m] for m in PRIMARY if m in changes), None)
-    if primary is None:
+    """The configuration's verdict and the phases that moved with it.
+
+    The verdict is the throughput's (the plain window's), confirmed by the iteration time of
+    the instrumented window where the runs have both: two windows measure the same step one
+    after the other, and a real change (a slower fabric, slower nodes) shows in both, where a
+    burst of another job's load hits one. When they disagree, the change is not measured."""
+    found = [changes[m] for m in PRIMARY if m in changes]
+    if not found:
         return Comparison(key, changes, "not comparable")
-    verdict = {"worse": "slower", "better": "faster", "": "no measured change"}[primary.moved]
+    moved = found[0].moved
+    note = ""
+    if moved and any(c.moved != moved for c in found[1:]):
+        moved, note = "", (f"{found[0].metric.label} {found[0].moved}, "
+                           f"{found[1].metric.label} not: the two windows disagree")
+    verdict = {"worse": "slower", "better": "faster", "": "no measured change"}[moved]
     if verdict == "no measured change":
-        return Comparison(key, changes, verdict)
-    words, hint = attribute(changes, primary.moved)
+        return Comparison(key, changes, verdict, note=note)
+    words, hint = attribute(changes, moved)
     return Comparison(key, changes, verdict, words, hint)
 
 
@@ -156,7 +168,7 @@ def attribute(changes: dict[str, Change], direction: str) -> tuple[list[str], st
             words.append(f"{c.metric.label} unchanged")
     if not moved and "t_comm_total" in changes and changes["t_comm_total"].moved == direction:
         moved.append((0.0, "t_comm_total"))
-    return words, HINTS[max(moved)[1]] if moved else ""
+    return words, HINTS[max(moved)[1]] if moved else NO_PHASE
 
 
 def headline(c: Comparison) -> str:
@@ -198,6 +210,8 @@ def line(c: Comparison) -> str:
         text += ": " + ", ".join(c.attribution)
     if c.hint:
         text += f" → {c.hint}"
+    if c.note:
+        text += f"; {c.note}"
     return text
 
 

@@ -58,3 +58,15 @@ RUN_DIMENSIONS = (
 
 # The dimensions the result set gives a column each (the runs table), beside ``options``.
 COLUMNS = tuple(o.name for o in RUN_DIMENSIONS)
+
+# Not a run dimension but a test aid: every all-reduce of the rank completes this many
+# milliseconds late, a fabric made slow on purpose, so that a real slowdown of the
+# communication phase can be measured and ``orch compare`` shown to find and attribute it
+# (docs/howto/compare.md). torch-ddp takes it.
+COMM_DELAY = Option(
+    name="comm_delay_ms",
+    default="0",
+    minimum=0,
+    omit_default=True,
+    help="a test aid: every all-reduce completes this many milliseconds late (a slow fabric)",
+)

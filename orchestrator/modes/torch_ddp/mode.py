@@ -1,7 +1,7 @@
 """PyTorch DistributedDataParallel: one process per rank, all-reduce over NCCL (GPU) or Gloo."""
 
 from ..base import Mode, Option
-from ..torch_options import RUN_DIMENSIONS
+from ..torch_options import COMM_DELAY, RUN_DIMENSIONS
 
 MODE = Mode(
     name="torch-ddp",
@@ -29,5 +29,6 @@ MODE = Mode(
             help="after the measured window, write a layer-wise trace (ranks/trace.csv)",
         ),
         *RUN_DIMENSIONS,
+        COMM_DELAY,
     ),
 )

@@ -42,6 +42,8 @@ from orchestrator.rankside import harness
 from orchestrator.rankside.torch.common import (
     Dims,
     Steps,
+    comm_delay_s,
+    delayed_allreduce,
     init_distributed,
     input_batches,
     leave_distributed,
@@ -58,9 +60,10 @@ class BucketTimer:
     """A DDP comm hook that all-reduces (averages) a bucket and records when things happened:
     host clocks on the CPU, CUDA events on a GPU (see the module docstring)."""
 
-    def __init__(self, world_size: int, cuda: bool = False) -> None:
+    def __init__(self, world_size: int, cuda: bool = False, delay_s: float = 0.0) -> None:
         self.world_size = world_size
         self.cuda = cuda
+        self.delay_s = delay_s  # comm_delay_ms: each bucket completes this late
         self.reset()
 
     def reset(self) -> None:
@@ -84,6 +87,8 @@ class BucketTimer:
         fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
 
         def finished(f):
+            if self.delay_s:
+                time.sleep(self.delay_s)
             if ready is not None:
                 done_event = torch.cuda.Event(enable_timing=True)
                 done_event.record()  # this stream waits for the all-reduce
@@ -141,7 +146,11 @@ def main(argv=None) -> None:
         source = input_batches(args, info, models_torch, dims)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-        plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
+        delay = comm_delay_s(args)
+        plain = DistributedDataParallel(model, device_ids=device_ids)
+        if delay and info.world_size > 1:
+            plain.register_comm_hook(state=None, hook=delayed_allreduce(info.world_size, delay))
+        plain = dims.compiled(plain)
         step = plain_step(plain, optimizer, loss_fn, dims)
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
@@ -149,7 +158,7 @@ def main(argv=None) -> None:
         gc.collect()
 
         ddp = DistributedDataParallel(model, device_ids=device_ids)
-        timer = BucketTimer(info.world_size, cuda=device.type == "cuda")
+        timer = BucketTimer(info.world_size, cuda=device.type == "cuda", delay_s=delay)
         if info.world_size > 1:  # one rank: nothing to communicate, nothing to time
             ddp.register_comm_hook(state=None, hook=timer.hook)
         net = dims.compiled(ddp)

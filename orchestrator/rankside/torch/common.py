@@ -50,6 +50,30 @@ def leave_distributed() -> None:
     dist.destroy_process_group()
 
 
+def comm_delay_s(args) -> float:
+    """Seconds each all-reduce is held back (``comm_delay_ms``, a test aid: 0 elsewhere)."""
+    return getattr(args, "comm_delay_ms", 0) / 1000.0
+
+
+def delayed_allreduce(world_size: int, delay_s: float):
+    """A DDP comm hook doing what DDP does by default (all-reduce, average) whose every bucket
+    completes ``delay_s`` late: the slow fabric of ``comm_delay_ms`` in a plain DDP step."""
+    import time
+
+    import torch.distributed as dist
+
+    def hook(state, bucket):  # signature required by register_comm_hook
+        fut = dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+
+        def finished(f):
+            time.sleep(delay_s)
+            return f.value()[0].div_(world_size)
+
+        return fut.then(finished)
+
+    return hook
+
+
 def note_device_memory(footer: dict, device) -> None:
     """Peak GPU memory of this rank into its footer (``peak_device_bytes``) where it computes
     on a GPU: PyTorch's allocator's peak of memory held by tensors since the process began
