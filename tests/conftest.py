@@ -169,6 +169,23 @@ def rank0_log(rdir: Path) -> Path:
     return rdir / "ranks" / "rank-0.jsonl"
 
 
+def built_python(name: str, hint: str = "") -> str:
+    """The Python of the local site's environment ``name`` once it is built; a skip without it,
+    a failure under CI (make test builds every environment). ``hint``: what building it
+    takes, when that is more than a minute."""
+    from orchestrator import envs
+    from orchestrator import site as sitemod
+
+    env = sitemod.load("local")[0].environment(name)
+    if not envs.is_built(env):
+        problem = (f"the {name} environment is not built ({envs.expand(env.venv)}): run "
+                   f"'.venv/bin/orch env build {name}' (or 'make envs'){hint}")
+        if IN_CI:
+            pytest.fail(f"CI=true but {problem}")
+        pytest.skip(problem)
+    return envs.python_of(env)
+
+
 # A framework mode's short sweep: enough measured iterations for a mean, one warm-up before.
 ITERS, WARMUP = 4, 1
 

@@ -25,12 +25,12 @@ from orchestrator import site as sitemod
 from orchestrator.results.gather import PHASES
 
 from .conftest import (
-    IN_CI,
     ITERS,
     ROOT,
     WARMUP,
     assert_phases_cover,
     assert_two_windows,
+    built_python,
     results,
     run_orch,
     sweep,
@@ -42,15 +42,8 @@ MODELS = ("lenet5", "alexnet", "resnet18", "resnet50")
 
 def need(*names: str) -> None:
     """The named environments of the local site are built (skip, or under CI fail, if not)."""
-    site = sitemod.load("local")[0]
     for name in names:
-        env = site.environment(name)
-        if not envs.is_built(env):
-            problem = (f"the {name} environment is not built ({envs.expand(env.venv)}): run "
-                       f"'.venv/bin/orch env build {name}' (or 'make envs')")
-            if IN_CI:
-                pytest.fail(f"CI=true but {problem}")
-            pytest.skip(problem)
+        built_python(name)
 
 
 @pytest.fixture(scope="session")

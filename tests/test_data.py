@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from .conftest import orch, run_orch
+from .conftest import built_python, orch, run_orch
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +69,7 @@ def test_bad_make_input(tmp_path):
 
 def need_env(framework: str) -> None:
     """Skip without the framework's environment, except under CI (make test builds it)."""
-    from orchestrator import envs
-    from orchestrator import site as sitemod
-
-    from .conftest import IN_CI
-
-    env = sitemod.load("local")[0].environment(framework)
-    if not envs.is_built(env):
-        if IN_CI:
-            pytest.fail(f"CI=true but environment {framework} is not built")
-        pytest.skip(f"environment {framework} not built (orch env build {framework})")
+    built_python(framework)
 
 
 @pytest.fixture(scope="module")

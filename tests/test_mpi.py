@@ -20,15 +20,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from orchestrator import envs
 from orchestrator import site as sitemod
 from orchestrator.results.gather import PHASES
 
 from .conftest import (
-    IN_CI,
     ITERS,
     WARMUP,
     assert_phases_cover,
+    built_python,
     processes_matching,
     results,
     run_orch,
@@ -45,14 +44,7 @@ PHASE_TOLERANCE_REL = 0.05
 @pytest.fixture(scope="session")
 def torch_mpi() -> None:
     """The torch-mpi environment is built (skip, or under CI fail, if not)."""
-    env = sitemod.load("local")[0].environment("torch-mpi")
-    if not envs.is_built(env):
-        problem = (f"the torch-mpi environment is not built ({envs.expand(env.venv)}): run "
-                   "'.venv/bin/orch env build torch-mpi' (or 'make envs'); Horovod compiles "
-                   "for several minutes")
-        if IN_CI:
-            pytest.fail(f"CI=true but {problem}")
-        pytest.skip(problem)
+    built_python("torch-mpi", hint="; Horovod compiles for several minutes")
 
 
 def footer(out, run_id: str, rank: int) -> dict:

@@ -19,15 +19,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator import envs, zoo
 from orchestrator import site as sitemod
+from orchestrator import zoo
 from orchestrator.results.gather import PHASES
 from orchestrator.spec.api import Run
 
 from .conftest import (
-    IN_CI,
     ROOT,
     assert_two_windows,
+    built_python,
     frozen_rank,
     processes_matching,
     results,
@@ -45,14 +45,7 @@ PAIRS = [(name, ds) for name in zoo.names() for ds in zoo.get(name).datasets]
 @pytest.fixture(scope="session")
 def mxnet_python() -> str:
     """The mxnet environment's Python, once it is built."""
-    env = sitemod.load("local")[0].environment("mxnet")
-    if not envs.is_built(env):
-        problem = ("environment 'mxnet' is not built (or its description changed): run "
-                   "'orch env build mxnet'")
-        if IN_CI:
-            pytest.fail(f"CI=true but {problem}")
-        pytest.skip(problem)
-    return envs.python_of(env)
+    return built_python("mxnet")
 
 
 def run_dirs(out: Path) -> list[Path]:

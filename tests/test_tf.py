@@ -20,16 +20,15 @@ import hostlist
 import pandas as pd
 import pytest
 
-from orchestrator import envs, modes, render, zoo
-from orchestrator import site as sitemod
+from orchestrator import modes, render, zoo
 from orchestrator.results.gather import PHASES
 
 from .conftest import (
-    IN_CI,
     ITERS,
     WARMUP,
     assert_phases_cover,
     assert_two_windows,
+    built_python,
     processes_matching,
     results,
     run_orch,
@@ -45,14 +44,7 @@ PHASE_TOLERANCE_REL = 0.05
 @pytest.fixture(scope="session")
 def tensorflow() -> str:
     """The tensorflow environment's Python (skip, or under CI fail, if it is not built)."""
-    env = sitemod.load("local")[0].environment("tensorflow")
-    if not envs.is_built(env):
-        problem = (f"the tensorflow environment is not built ({envs.expand(env.venv)}): run "
-                   "'.venv/bin/orch env build tensorflow' (or 'make envs'), about a minute")
-        if IN_CI:
-            pytest.fail(f"CI=true but {problem}")
-        pytest.skip(problem)
-    return envs.python_of(env)
+    return built_python("tensorflow")
 
 
 def rank_log(out, run_id: str, task: int) -> list[dict]:
