@@ -1,4 +1,7 @@
-"""Tests of the pure performance model: every expected number is computed by hand below."""
+"""The performance model's package API (orchestrator/model/): iteration time and speedup, the
+breakdown and trace inputs, the α–β fit, the schedules and predict. Every expected number is
+computed by hand below; the communication patterns, the ledger, the pre-flight and netbench have
+files of their own (test_comm, test_ledger, test_preflight, test_netbench)."""
 
 import json
 
