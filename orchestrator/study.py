@@ -262,8 +262,8 @@ def spec_fields(study: Study) -> dict[str, Any]:
     return out
 
 
-def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
-          ) -> list[SweepSpec]:
+def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None,
+          *, dry_run: bool = False) -> list[SweepSpec]:
     """One SweepSpec per (mode, point of the zipped groups). ``overrides``: SweepSpec fields
     given on the command line; they replace the study's (a zip group loses a dimension the
     command line gave); ``options`` replace the study's options of the same names only.
@@ -275,7 +275,8 @@ def specs(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None
     fields = {**spec_fields(ls.study), **overrides}
     fields["options"] = {**fields["options"], **cli_options}
     from_cli = set(overrides)
-    sweep.validate(SweepSpec(**fields), site, locator(ls, from_cli, set(cli_options)))
+    sweep.validate(SweepSpec(**fields), site, locator(ls, from_cli, set(cli_options)),
+                   dry_run=dry_run)
     _check_per_mode(ls, fields["modes"], from_cli)
     groups = [[d for d in g if d not in overrides] for g in ls.study.zip]
     groups = [g for g in groups if g]
@@ -311,21 +312,24 @@ def _mode_fields(study: Study, fields: dict[str, Any], mode: str,
     return base
 
 
-def expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None) -> list[Run]:
-    """The study's runs in order, each once. An error no check located names the file."""
+def expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any] | None = None,
+           *, dry_run: bool = False) -> list[Run]:
+    """The study's runs in order, each once. An error no check located names the file.
+    ``dry_run``: a data set not made yet is no error (sweep.validate)."""
     try:
-        return _expand(ls, site, dict(overrides or {}))
+        return _expand(ls, site, dict(overrides or {}), dry_run)
     except UserError as exc:
         if str(exc).startswith(str(ls.path)):
             raise
         raise UserError(f"{ls.path}: {exc}") from None
 
 
-def _expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any]) -> list[Run]:
+def _expand(ls: LoadedStudy, site: Site, overrides: dict[str, Any], dry_run: bool
+            ) -> list[Run]:
     from_cli, cli_options = set(overrides) - {"options"}, set(overrides.get("options", {}))
     runs: dict[str, Run] = {}
-    for spec in specs(ls, site, overrides):
+    for spec in specs(ls, site, overrides, dry_run=dry_run):
         where = locator(ls, from_cli, cli_options, spec.modes[0])
-        for run in sweep.expand(spec, site, where):
+        for run in sweep.expand(spec, site, where, dry_run=dry_run):
             runs.setdefault(run.run_id, run)
     return list(runs.values())

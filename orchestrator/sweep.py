@@ -9,9 +9,10 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from . import backends, data, modes, protocol, zoo
+from . import backends, data, datasources, modes, protocol, zoo
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
@@ -61,19 +62,24 @@ def cli_where(name: str, value: Any = None, key: str | None = None) -> str:
     return flag if value is None else f"{flag} {value}"
 
 
-def expand(spec: SweepSpec, site: Site, where: Where = cli_where) -> list[Run]:
-    """The sweep's runs in a stable order. Every input error is raised before anything runs."""
-    mode_list, partitions, data_dir = validate(spec, site, where)
+def expand(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: bool = False
+           ) -> list[Run]:
+    """The sweep's runs in a stable order. Every input error is raised before anything runs
+    (``dry_run``: every error but the data set's, see :func:`validate`)."""
+    mode_list, partitions, data_dir = validate(spec, site, where, dry_run=dry_run)
     runs: list[Run] = []
     for point in matrix(spec, partitions, mode_list, data_dir):
         runs += runs_at(spec, site, data_dir, *point, where=where)
     return runs
 
 
-def validate(spec: SweepSpec, site: Site, where: Where = cli_where
+def validate(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: bool = False
              ) -> tuple[list[modes.Mode], list[Partition], str | None]:
     """Check the spec against the zoo, the modes and the site (in this order, so the first
-    error is always the same one); returns the modes, the partitions and the data directory."""
+    error is always the same one); returns the modes, the partitions and the data directory.
+
+    ``dry_run``: a data directory not made yet is no error (a dry run prints scripts, it reads
+    no data: a fresh clone dry-runs every study); one that is there is checked all the same."""
     _check_numbers(spec, where)
     if spec.dataset not in zoo.DATASETS:
         raise UserError(f"{where('dataset', spec.dataset)}: unknown dataset '{spec.dataset}'; "
@@ -85,8 +91,9 @@ def validate(spec: SweepSpec, site: Site, where: Where = cli_where
     partitions = [_partition(site, p, where) for p in spec.partitions]
     _check_nodes(spec.nodes, partitions, site, where)
     _check_launcher(spec.launcher, where)
-    data_dir = _check_data(spec, mode_list, site, where) if spec.data is not None else None
-    _check_epochs(spec, mode_list, where)
+    data_dir = (_check_data(spec, mode_list, site, where, dry_run) if spec.data is not None
+                else None)
+    _check_epochs(spec, mode_list, where, dry_run)
     return mode_list, partitions, data_dir
 
 
@@ -188,27 +195,54 @@ def _check_launcher(launcher: str | None, where: Where) -> None:
                         f"valid: {', '.join(backends.launcher_names())}")
 
 
-def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site, where: Where) -> str:
+def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site, where: Where,
+                dry_run: bool = False) -> str:
     """The on-disk data set's directory, once it holds the sweep's dataset in a format every
     mode reads (data.check_reading: JPEG only where the mode decodes it and has Pillow)."""
     assert spec.data is not None
+    for mode in mode_list:
+        if mode.data_format is None:
+            raise UserError(f"{where('data')}: mode '{mode.name}' reads no on-disk data yet; "
+                            "drop it")
+    if dry_run and _not_made(spec.data):
+        return str(Path(spec.data).expanduser().resolve())
+    if not _has_manifest(spec.data):
+        raise UserError(f"{where('data', spec.data)}: no {data.MANIFEST} there; make the data "
+                        f"set with '{_make_command(spec, mode_list)}'")
     root, manifest = data.load_manifest(spec.data)
     if manifest.dataset != spec.dataset:
         raise UserError(f"{where('data', spec.data)}: holds {manifest.dataset} images; the "
                         f"sweep trains on {spec.dataset} ({where('dataset')})")
     for mode in mode_list:
-        if mode.data_format is None:
-            raise UserError(f"{where('data')}: mode '{mode.name}' reads no on-disk data yet; "
-                            "drop it")
         data.check_reading(site, mode, root, manifest)
     return str(root)
+
+
+def _has_manifest(data_dir: str) -> bool:
+    return (Path(data_dir).expanduser() / data.MANIFEST).is_file()
+
+
+def _not_made(data_dir: str) -> bool:
+    """No directory there at all, as on a fresh clone: a dry run goes on without it. A
+    directory that is there is checked, in a dry run too (it may be the wrong one)."""
+    return not Path(data_dir).expanduser().exists()
+
+
+def _make_command(spec: SweepSpec, mode_list: list[modes.Mode]) -> str:
+    """The ``orch data make`` that makes the data set the sweep needs: labelled (the embedded
+    digits) where it trains epochs, in every format its modes read."""
+    formats = sorted({m.data_format for m in mode_list if m.data_format})
+    default = settings.BY_NAME["dataset"].default
+    dataset = f" --dataset {spec.dataset}" if spec.dataset != default else ""
+    labelled = f" --from {datasources.DIGITS}" if spec.epochs is not None else ""
+    return f"orch data make --out {spec.data}{dataset}{labelled} --format {','.join(formats)}"
 
 
 MAX_EPOCHS = 10_000
 
 
-def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode], where: Where = cli_where
-                  ) -> None:
+def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode], where: Where = cli_where,
+                  dry_run: bool = False) -> None:
     """--epochs needs a labelled data set with a held-out split and modes that train epochs;
     --target-accuracy is a share in (0, 1] and needs --epochs."""
     if spec.target_accuracy is not None:
@@ -225,11 +259,13 @@ def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode], where: Where = c
     if spec.data is None:
         raise UserError(f"{where('epochs')}: needs --data DIR of a labelled data set with a "
                         "held-out split; make one with 'orch data make --out DIR --from digits'")
-    _, manifest = data.load_manifest(spec.data)
-    if not manifest.test_samples:
-        raise UserError(f"{where('epochs')}: {spec.data} holds random images without a held-out "
-                        f"split; make a labelled set with 'orch data make --out DIR --from "
-                        "digits'")
+    # A dry run before the data set is made: no split to check yet (see _check_data).
+    if not (dry_run and _not_made(spec.data)):
+        _, manifest = data.load_manifest(spec.data)
+        if not manifest.test_samples:
+            raise UserError(f"{where('epochs')}: {spec.data} holds random images without a "
+                            f"held-out split; make a labelled set with 'orch data make --out "
+                            "DIR --from digits'")
     for mode in mode_list:
         if not mode.epochs:
             raise UserError(f"{where('epochs')}: mode '{mode.name}' does not train epochs yet; "
@@ -330,8 +366,9 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
 
 @functools.lru_cache(maxsize=64)
 def _data_classes(data_dir: str) -> int | None:
-    """The class count in a data set's manifest (None for random images): read once a sweep."""
-    return data.load_manifest(data_dir)[1].classes
+    """The class count in a data set's manifest (None for random images, or in a dry run
+    before the data set is made): read once a sweep."""
+    return data.load_manifest(data_dir)[1].classes if _has_manifest(data_dir) else None
 
 
 def _launcher(requested: str | None, site: Site, partition_default: str, mode: modes.Mode,

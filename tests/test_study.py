@@ -300,8 +300,8 @@ BAD = [
     ("name: fuzz\nnodes: [1]\nnodes: [2]\n", 3, "duplicate key 'nodes' (first given on line 2)"),
     ("name: fuzz\noptions:\n  backend: [gloo]\n  backend: [nccl]\n", 4,
      "duplicate key 'backend' (first given on line 3)"),
-    ("name: fuzz\nmodels: [alexnet]\ndataset: imagenet\nmodes: [torch-ddp]\ndata: /nope\n",
-     None, "/nope"),
+    ("name: fuzz\nmodels: [alexnet]\ndataset: imagenet\nmodes: [torch-ddp]\ndata: /\n",
+     5, "data: no manifest.json there; make the data set with 'orch data make --out / "),
 ]
 
 

@@ -82,7 +82,7 @@ def sweep(
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
     from .. import envs, execute
 
-    runs, site_obj, loaded = plan(ctx, spec_values(given, option), study, site)
+    runs, site_obj, loaded = plan(ctx, spec_values(given, option), study, site, dry_run=dry_run)
     out_dir = check_out(out or Path("runs") / site_obj.name)
     choice = {"pack": pack, "pack_shared": pack_shared, "array": array}
     strategy = execute.choose(**choice)
@@ -205,9 +205,11 @@ def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
         raise typer.Exit(1)
 
 
-def plan(ctx: typer.Context, values: dict[str, Any], study: str | None, site: str):
+def plan(ctx: typer.Context, values: dict[str, Any], study: str | None, site: str, *,
+         dry_run: bool = False):
     """The sweep's runs, its site and its study (None without --study): every input error is
-    raised here, before anything is written."""
+    raised here, before anything is written (with ``dry_run``, all but a data set not made
+    yet: a dry run reads no data)."""
     from .. import site as sitemod
     from .. import sweep as sweepmod
 
@@ -215,14 +217,15 @@ def plan(ctx: typer.Context, values: dict[str, Any], study: str | None, site: st
         from ..spec.models import SweepSpec
 
         site_obj, _path = sitemod.load(site)
-        return sweepmod.expand(SweepSpec(**values), site_obj), site_obj, None
+        return sweepmod.expand(SweepSpec(**values), site_obj, dry_run=dry_run), site_obj, None
     from .. import study as studymod
 
     loaded = studymod.load(study)
     named = _given(ctx)
     site_obj, _path = sitemod.load(site if "site" in named or not loaded.study.site
                                    else loaded.study.site)
-    return studymod.expand(loaded, site_obj, _overrides(values, named)), site_obj, loaded
+    return (studymod.expand(loaded, site_obj, _overrides(values, named), dry_run=dry_run),
+            site_obj, loaded)
 
 
 def spec_values(given: dict[str, Any], option: list[str] | None) -> dict[str, Any]:
