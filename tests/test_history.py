@@ -408,3 +408,10 @@ def test_real_sweeps_no_change_and_a_slow_fabric_found(tmp_path):
                     "--ignore-option", "comm_delay_ms", check=True)
     assert ": slower " in slow.stdout, slow.stdout
     assert "exposed communication +" in slow.stdout and "look at the fabric" in slow.stdout
+
+
+def test_orch_history_schema_is_the_references_model():
+    result = CliRunner().invoke(app, ["history", "schema"])
+    assert result.exit_code == 0
+    schema = json.loads(result.output)
+    assert schema["title"] == "References" and set(schema["required"]) == {"site", "partitions"}

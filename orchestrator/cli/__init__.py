@@ -69,7 +69,7 @@ COMMANDS: tuple[Entry, ...] = (
     Entry("rerun", "container:rerun", "Submit a run again from its record alone, into "
           "<sweep>/reruns/<n>/ (never over it)."),
     Entry("history", "history:app", "The results history: record gathered sweeps, list and "
-          "show them."),
+          "show them; the schema of references.yaml."),
     Entry("compare", "history:compare_cmd", "Compare two result sets: per configuration in "
           "both, B/A of throughput, iteration time and each phase with a 95 % interval, a "
           "verdict and the phases that moved."),

@@ -12,7 +12,8 @@ import typer
 from ..errors import UserError
 from ._common import group, warn
 
-app = group("The results history: record gathered sweeps, list and show them.")
+app = group("The results history: record gathered sweeps, list and show them; the schema "
+            "of references.yaml.")
 
 HistoryDir = Annotated[Path | None, typer.Option(
     "--history", help="The history's directory; default $ORCH_HISTORY, else "
@@ -112,6 +113,17 @@ def show(entry: Annotated[str, typer.Argument(help="An entry id (or a unique pre
         stats = [f"{m.label} {Trimmed.of(g[g['metric'] == m.name]['value']).mean:.6g} "
                  f"{m.unit}" for m in samples.METRICS[:2] if (g["metric"] == m.name).any()]
         typer.echo(f"  {_label(dict(zip(keys, values, strict=True)))}: {', '.join(stats)}")
+
+
+@app.command("schema")
+def schema() -> None:
+    """The JSON schema of a site's references.yaml (orch check --references), from its
+    pydantic model."""
+    import json
+
+    from ..history.references import References
+
+    typer.echo(json.dumps(References.model_json_schema(), indent=2))
 
 
 def _label(key: dict) -> str:
