@@ -22,15 +22,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import json
 import os
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .. import files, provenance, rundir
 from ..errors import UserError
@@ -59,30 +58,31 @@ def parse_age(text: str, what: str = "--since") -> float:
     return float(m.group(1)) * _SECONDS[m.group(2)]
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(BaseModel):
     """One recorded sweep, as its index line says."""
+
+    model_config = ConfigDict(frozen=True)
 
     id: str
     file: str
     sha256: str
     added_at: float
-    measured_at: float
+    measured_at: float  # the earliest run's preparation: when the sweep was measured
     sweep: str
     runs: int
     configurations: int
-    site: list
-    partition: list
-    mode: list
-    model: list
-    commits: list
+    site: list[str]
+    partition: list[str]
+    mode: list[str]
+    model: list[str]
+    commits: list[str]
 
     @classmethod
     def from_line(cls, line: str) -> Entry | None:
+        """The entry of an index line; None for a damaged one (cut short by a crash)."""
         try:
-            data = json.loads(line)
-            return cls(**{k: data[k] for k in cls.__dataclass_fields__})
-        except (ValueError, TypeError, KeyError):
+            return cls.model_validate_json(line)
+        except ValidationError:
             return None
 
 
@@ -120,19 +120,20 @@ def add(root: Path, table: pd.DataFrame, sweep: Path) -> Entry:
                                 f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(old.added_at))})")
         entry = _entry(body, digest, sweep)
         files.replace_with(root / entry.file, lambda tmp: body.to_parquet(tmp, index=False))
-        append_line(fd, root / INDEX, json.dumps(entry.__dict__, sort_keys=True))
+        append_line(fd, root / INDEX, entry.model_dump_json())
     return entry
 
 
 def _entry(body: pd.DataFrame, digest: str, sweep: Path) -> Entry:
     now = time.time()
     entry_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now))}-{digest[:10]}"
-    return Entry(entry_id, f"{ENTRIES}/{entry_id}.parquet", digest, now,
-                 float(body["measured_at"].min()) if "measured_at" in body else now,
-                 str(sweep), int(body["run_id"].nunique()),
-                 int(body[key_columns(body)].drop_duplicates().shape[0]),
-                 *[sorted(map(str, body[f].unique())) if f in body else [] for f in FILTERS],
-                 sorted(c for c in body.get("commit", pd.Series(dtype=str)).unique() if c))
+    return Entry(
+        id=entry_id, file=f"{ENTRIES}/{entry_id}.parquet", sha256=digest, added_at=now,
+        measured_at=float(body["measured_at"].min()) if "measured_at" in body else now,
+        sweep=str(sweep), runs=int(body["run_id"].nunique()),
+        configurations=int(body[key_columns(body)].drop_duplicates().shape[0]),
+        **{f: sorted(map(str, body[f].unique())) if f in body else [] for f in FILTERS},
+        commits=sorted(c for c in body.get("commit", pd.Series(dtype=str)).unique() if c))
 
 
 @contextlib.contextmanager
