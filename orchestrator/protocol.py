@@ -120,6 +120,9 @@ PACK_PREFIX = "pack-"  # a pack's name (and Slurm job name): pack-<n>-<partition
 ARRAY_PREFIX = "array-"  # an array's: array-<n>-<partition>-<tag>
 
 _RANK_LOG = re.compile(r"^rank-(\d+)\.jsonl$")
+# A rank log's lines are a few hundred bytes (an iteration), a few KB (header, footer): a line
+# longer than this is a damaged write, reported and never read whole (docs/limits.md).
+MAX_LINE_BYTES = 1 << 20
 
 # ``--inject-failure RANK@ITER[:ACTION]``, a testing aid that makes a fault happen exactly where
 # a test wants it, instead of a signal raced against a log: ``fail`` (the default) raises in the
@@ -261,9 +264,14 @@ def parse_record(line):
 
 def parse_lines(lines, rank, name="rank log"):
     """Parse an iterable of lines (bytes or str) into a :class:`RankLog`. A line that is not
-    a record is a problem (``<name>:<line>: unreadable line``), never an exception."""
+    a record is a problem (``<name>:<line>: unreadable line``), never an exception; None in
+    place of a line stands for one longer than :data:`MAX_LINE_BYTES` (:func:`bounded_lines`)."""
     out = RankLog(rank=rank)
     for lineno, line in enumerate(lines, 1):
+        if line is None:
+            out.problems.append(f"{name}:{lineno}: a line longer than "
+                                f"{MAX_LINE_BYTES >> 20} MiB: a damaged log")
+            continue
         if not line.strip():
             continue
         rec = parse_record(line)
@@ -295,9 +303,24 @@ def read_rank_log(path, raw_iters=False):
         log.path = path
         return log
     with open(str(path), "rb") as fh:
-        log = parse_lines(fh, rank, name)
+        log = parse_lines(bounded_lines(fh), rank, name)
     log.path = path
     return log
+
+
+def bounded_lines(fh):
+    """A binary file's lines, each of at most :data:`MAX_LINE_BYTES`; None in place of a
+    longer one, whose rest is skipped a block at a time, never held whole."""
+    while True:
+        line = fh.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        while line and not line.endswith(b"\n"):
+            line = fh.readline(MAX_LINE_BYTES)
+        yield None
 
 
 # What :func:`scan_lines` looks for: every harness ``iter`` line starts so (json.dumps of a dict
@@ -315,7 +338,8 @@ def scan_lines(data, rank, name="rank log"):
     size = len(data) - 1 if data.endswith(b"\n") else len(data)  # without the final newline
     head_end = data.find(b"\n", 0, size)
     odd = RankLog(rank, segments=None)
-    header = parse_record(data[:head_end]) if head_end >= 0 else None
+    # A line over MAX_LINE_BYTES anywhere: only parse_lines reads the log (and reports it).
+    header = parse_record(data[:head_end]) if 0 <= head_end <= MAX_LINE_BYTES else None
     if not (isinstance(header, dict) and header.get("type") == HEADER):
         return odd
     out = RankLog(rank, header=header)
@@ -337,6 +361,8 @@ def scan_lines(data, rank, name="rank log"):
 def _scan_tail(data, tail_start, size, out, name):
     """Where the iteration lines end (the footer, if the last line is one, goes to ``out``);
     None if the last line is neither a footer, an ``iter`` line nor torn."""
+    if size - tail_start > MAX_LINE_BYTES:
+        return None
     last = data[tail_start:size]
     if last.startswith(ITER_PREFIX) and last.endswith(b"}"):
         return size  # a rank killed between two records: its last line is an iteration
@@ -358,6 +384,8 @@ def _segment_at(data, view, start, end):
         return None
     first_end = data.find(b"\n", start, end)
     first_end = end if first_end < 0 else first_end
+    if first_end - start > MAX_LINE_BYTES:
+        return None
     first = data[start:first_end]
     record = parse_record(first)
     if not (isinstance(record, dict) and record.get("type") == ITER):

@@ -181,3 +181,25 @@ def test_run_metrics_are_pandas_means_and_stds_bit_for_bit(tmp_path):
             assert run[name] == m[name].mean(), name
             assert run[f"{name}_std"] == m[name].std(ddof=1), name
     assert rows["t_b"].isna().sum() == 1 + rows["window"].eq("native").sum()
+
+
+def test_a_line_over_the_bound_sends_its_log_the_slow_way(tmp_path, monkeypatch):
+    """An iteration line longer than protocol.MAX_LINE_BYTES that the CSV reader splits
+    (one huge number): the fast path leaves its log to the slow path, which reports the line
+    as damaged and reads the rest; the result set equals the slow path's."""
+    rng = np.random.default_rng(14)
+    out, rdirs = sweep_of_two_windows(tmp_path, rng)
+    log = rdirs[2] / "ranks" / "rank-1.jsonl"
+    good = log.read_text().splitlines()
+    rec = json.loads(good[9])
+    huge = dumps(rec).replace(f'"t_f":{json.dumps(rec["t_f"])}',
+                              '"t_f":0.' + "1" * (protocol.MAX_LINE_BYTES + 10))
+    assert len(huge) > protocol.MAX_LINE_BYTES and huge != dumps(rec)
+    write(log, [*good[:9], huge, *good[10:]])
+    slow_reads = []
+    real = tables.read_rank_log
+    monkeypatch.setattr(tables, "read_rank_log", lambda p: (slow_reads.append(p), real(p))[1])
+    check_merge(out)
+    assert [p.name for p in slow_reads] == [log.name]
+    assert protocol.read_rank_log(log).problems == [f"{log.name}:10: a line longer than 1 MiB: "
+                                                    "a damaged log"]

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from ..protocol import PHASES, WINDOW, WINDOW_BREAKDOWN, WINDOW_NATIVE, Segment
+from ..protocol import MAX_LINE_BYTES, PHASES, WINDOW, WINDOW_BREAKDOWN, WINDOW_NATIVE, Segment
 
 _TYPE_CELL = b'{"type"'
 _MARK_CELL = b"M"
@@ -150,9 +150,19 @@ def _check_cells(keys: tuple[str, ...], cells: pa.Table,
     checked = list(threads.map(check, range(len(keys))))
     first = cells.column(0)
     ok = pc.or_(pc.equal(first, _TYPE_CELL), pc.equal(first, _MARK_CELL))
+    ok = pc.and_(ok, _within_line_bound(cells))
     for right, _ in checked:
         ok = pc.and_(ok, right)
     return ok, {keys[k]: value for k, (_, value) in enumerate(checked) if value is not None}
+
+
+def _within_line_bound(cells: pa.Table) -> pa.Array:
+    """Rows whose line is at most ``protocol.MAX_LINE_BYTES``: a longer one goes with its log
+    to the slow path, which reports it as damaged (taken from the cells' offsets, no scan)."""
+    length = pc.binary_length(cells.column(0))
+    for k in range(1, cells.num_columns):
+        length = pc.add(length, pc.binary_length(cells.column(k)))
+    return pc.less_equal(length, MAX_LINE_BYTES - (cells.num_columns - 1))  # and the ':'s
 
 
 def _cast_good_segments(texts: dict[str, pa.Array], bad, seg_of_row, rows,
