@@ -11,6 +11,7 @@ the shipped configs) and hands each to every loader: each answer is a value or o
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytest
 from orchestrator import data, site, study, yamlconf
 from orchestrator.containers import specs
 from orchestrator.errors import UserError
+from orchestrator.history import references
 from orchestrator.model import load_breakdown, load_trace_csv
 from orchestrator.model.inputs import TRACE_LIMITS
 from orchestrator.yamlconf import LIMITS, Limits
@@ -31,7 +33,8 @@ SHIPPED = sorted([*ROOT.glob("site-configs/*.yaml"), *ROOT.glob("studies/*.yaml"
 
 def alias_bomb(rng: random.Random) -> str:
     """Billion laughs: each level an anchored list of ``width`` aliases of the one before."""
-    width, levels = rng.randint(4, 12), rng.randint(6, 12)
+    width = rng.randint(4, 12)
+    levels = math.ceil(math.log(10 * LIMITS.nodes, width)) + rng.randint(0, 4)  # over the limit
     lines = [f"l0: &l0 [{', '.join(['lol'] * width)}]"]
     lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * width)}]" for i in range(1, levels)]
     return "\n".join(lines) + "\n"
@@ -89,7 +92,8 @@ GENERATORS: dict[str, Callable[[random.Random], str | bytes]] = {
 # YAML files (aliases, depth): refused, the message naming the limit.
 READ_LIMITS = {"long line", "too big"}
 OVER_A_LIMIT = {"alias bomb", "scalar bomb", "deep flow", "deep block", *READ_LIMITS}
-YAML_LOADERS = {"site config", "study", "framework environment", "image spec", "breakdown YAML"}
+YAML_LOADERS = {"site config", "study", "framework environment", "image spec",
+                "references file", "breakdown YAML"}
 
 
 def _framework(path: Path, monkeypatch) -> object:
@@ -114,6 +118,7 @@ LOADERS: dict[str, tuple[str, Callable[[Path, object], object]]] = {
     "study": ("study.yaml", lambda p, _m: study.load(str(p))),
     "framework environment": ("fw.yaml", _framework),
     "image spec": ("img.yaml", _image_spec),
+    "references file": ("references.yaml", lambda p, _m: references.load(p)),
     "data manifest": ("m.json", _manifest),
     "breakdown YAML": ("b.yaml", lambda p, _m: load_breakdown(p)),
     "breakdown JSON": ("b.json", lambda p, _m: load_breakdown(p)),
