@@ -186,6 +186,41 @@ def built_python(name: str, hint: str = "") -> str:
     return envs.python_of(env)
 
 
+GOLDEN = ROOT / "tests" / "golden"
+UPDATE_GOLDEN = os.environ.get("ORCH_UPDATE_GOLDEN") == "1"
+
+
+def check_golden(name: str, text: str) -> None:
+    """``text`` is golden file ``tests/golden/NAME``; ``ORCH_UPDATE_GOLDEN=1`` rewrites it."""
+    path = GOLDEN / name
+    if UPDATE_GOLDEN:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with ORCH_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{name} differs from its golden file"
+
+
+def rendered(site_name, partition, mode, nodes=2, **spec):
+    """(run, its rendered files) for one run of ``mode`` on a site's partition, the interpreter
+    and paths fixed so that the text is the same on every machine (golden files)."""
+    from orchestrator import modes
+    from orchestrator import site as sitemod
+    from orchestrator.render import render_run
+    from orchestrator.spec.resolved import ResolvedRun
+    from orchestrator.sweep import SweepSpec, expand
+
+    site = sitemod.load(site_name)[0]
+    run = expand(SweepSpec(nodes=(nodes,), modes=(mode,), partitions=(partition,), **spec),
+                 site)[0]
+    part = site.partition(partition)
+    env = site.environment(run.framework)
+    # A fixed interpreter path keeps the golden files machine-independent.
+    env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
+    return run, render_run(ResolvedRun(run, site, part, env, modes.get(run.mode)),
+                           Path("/scratch/runs") / run.run_id,
+                           Path("/scratch/runs/.orch/lib-0123456789ab"))
+
+
 # A framework mode's short sweep: enough measured iterations for a mean, one warm-up before.
 ITERS, WARMUP = 4, 1
 

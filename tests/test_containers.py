@@ -32,21 +32,10 @@ from orchestrator.render import render_run
 from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import IN_CI, ROOT, results, run_orch
+from .conftest import IN_CI, ROOT, check_golden, results, run_orch
 
-GOLDEN = Path(__file__).parent / "golden" / "containers"
-UPDATE = os.environ.get("ORCH_UPDATE_GOLDEN") == "1"
 FAKE_DIGEST = "sha256:" + "0123456789abcdef" * 4
 ITERS, WARMUP = 4, 1
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with ORCH_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs from its golden file"
 
 
 # --- image files generated from the specs --------------------------------------------------
@@ -160,8 +149,8 @@ def test_wrapper_and_job_script_golden(runtime, site_name, partition):
     (name, wrapper), = r.files
     assert name == "container-python"
     stem = f"{runtime}.{site_name}.{partition}"
-    check_golden(f"{stem}.container-python", wrapper)
-    check_golden(f"{stem}.job.sbatch", r.job_script)
+    check_golden(f"containers/{stem}.container-python", wrapper)
+    check_golden(f"containers/{stem}.job.sbatch", r.job_script)
     gpu = site.partition(partition).gpus_per_node > 0
     assert (" --nv " in wrapper) is gpu
     assert f"{runtime} exec --cleanenv" in wrapper

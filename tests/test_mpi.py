@@ -28,12 +28,13 @@ from .conftest import (
     WARMUP,
     assert_phases_cover,
     built_python,
+    check_golden,
     processes_matching,
+    rendered,
     results,
     run_orch,
     sweep,
 )
-from .test_render import check_golden, rendered
 
 pytestmark = pytest.mark.ranks
 SMALL_BUCKETS = "20000"  # bytes: LeNet-5's gradients (≈250 kB) then travel in several buckets

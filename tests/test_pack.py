@@ -27,8 +27,7 @@ from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import run_orch, wait_until
-from .test_render import check_golden
+from .conftest import check_golden, run_orch, wait_until
 
 ITERS, WARMUP = 3, 1
 # n3 and n2 have a rank 1, which fails at its first iteration; n1 has not and completes.

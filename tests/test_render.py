@@ -21,41 +21,19 @@ from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import (
+    check_golden,
     edit_container,
     edit_environment,
     edit_partition,
     edit_sbatch,
     orch,
+    rendered,
     site_file,
 )
-
-GOLDEN = Path(__file__).parent / "golden"
-UPDATE = os.environ.get("ORCH_UPDATE_GOLDEN") == "1"
 
 # (site, partition): every interconnect, CPU and GPU, local and Slurm.
 TARGETS = [("local", "local"), ("testcluster", "ib"), ("testcluster", "eth"),
            ("example-gpu-cluster", "gpu-ib"), ("example-gpu-cluster", "gpu-eth")]
-
-
-def rendered(site_name, partition, mode, nodes=2, **spec):
-    site = sitemod.load(site_name)[0]
-    run = expand(SweepSpec(nodes=(nodes,), modes=(mode,), partitions=(partition,), **spec),
-                 site)[0]
-    part = site.partition(partition)
-    env = site.environment(run.framework)
-    # A fixed interpreter path keeps the golden files machine-independent.
-    env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
-    return run, render_run(ResolvedRun(run, site, part, env, modes.get(run.mode)),
-                           Path("/scratch/runs") / run.run_id,
-                           Path("/scratch/runs/.orch/lib-0123456789ab"))
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if UPDATE:
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with ORCH_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs from its golden file"
 
 
 @pytest.mark.parametrize("mode", sorted(modes.registry()))

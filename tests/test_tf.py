@@ -30,12 +30,12 @@ from .conftest import (
     assert_two_windows,
     built_python,
     processes_matching,
+    rendered,
     results,
     run_orch,
     sweep,
     wait_processes_gone,
 )
-from .test_render import rendered
 
 PHASE_TOLERANCE_S = 0.002
 PHASE_TOLERANCE_REL = 0.05
