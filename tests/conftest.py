@@ -221,6 +221,22 @@ def rendered(site_name, partition, mode, nodes=2, **spec):
                            Path("/scratch/runs/.orch/lib-0123456789ab"))
 
 
+@pytest.fixture(scope="module")
+def local():
+    """The shipped local site."""
+    from orchestrator import site as sitemod
+
+    return sitemod.load("local")[0]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The shipped test cluster's site (its config only: no cluster needed)."""
+    from orchestrator import site as sitemod
+
+    return sitemod.load("testcluster")[0]
+
+
 # A framework mode's short sweep: enough measured iterations for a mean, one warm-up before.
 ITERS, WARMUP = 4, 1
 

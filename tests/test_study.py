@@ -12,22 +12,11 @@ import pandas as pd
 import pytest
 
 from orchestrator import modes, study
-from orchestrator import site as sitemod
 from orchestrator.errors import UserError
 from orchestrator.results import analyze
 from orchestrator.sweep import plan_row
 
 from .conftest import ROOT, run_orch
-
-
-@pytest.fixture(scope="module")
-def local():
-    return sitemod.load("local")[0]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return sitemod.load("testcluster")[0]
 
 
 def write(tmp_path, text: str, name: str = "s.yaml"):

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import site as sitemod
 from orchestrator.errors import UserError
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.settings import parse_int_list, parse_options
 from orchestrator.sweep import expand, slurm_minutes
 
 from .conftest import orch
-
-
-@pytest.fixture(scope="module")
-def local():
-    return sitemod.load("local")[0]
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    return sitemod.load("testcluster")[0]
 
 
 def test_default_sweep_is_one_run_per_node_count(local):
