@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import modes
+from orchestrator import backends, modes
 from orchestrator import site as sitemod
 from orchestrator.backends.slurm import pack
 from orchestrator.containers import recipes, specs
@@ -83,10 +83,10 @@ def test_every_mode_and_launcher_renders_clean_scripts(tmp_path, site_name, part
     site = sitemod.load(site_name)[0]
     paths = []
     for name in sorted(modes.registry()):
-        # The local site has its one launcher; a Slurm site every launcher the mode has but
-        # the local one.
-        launchers = (None,) if site_name == "local" else modes.get(name).launchers
-        for launcher in (lch for lch in launchers if lch != "local"):
+        # Every launcher of the mode that the site's scheduler has.
+        launchers = [lch for lch in modes.get(name).launchers
+                     if site.scheduler in backends.launcher(lch).schedulers]
+        for launcher in launchers:
             paths += write(render(site, partition, name, launcher), tmp_path / f"{name}-{launcher}")
     shellcheck(paths)
 
