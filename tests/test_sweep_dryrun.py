@@ -43,3 +43,16 @@ def test_a_data_set_that_is_there_is_checked_in_a_dry_run_too(tmp_path, monkeypa
     (tmp_path / "data" / "digits" / "manifest.json").write_text("{}")
     with pytest.raises(UserError, match=r"not an orch data manifest"):
         study.expand(study.load("convergence"), site.load("local")[0], dry_run=True)
+
+
+def test_a_sweep_on_the_command_line_dry_runs_before_its_data_set_is_made(tmp_path):
+    args = ["sweep", "--nodes", "1", "--data", str(tmp_path / "later"),
+            "--out", str(tmp_path / "runs")]
+    dry = CliRunner().invoke(app, [*args, "--dry-run"], prog_name="orch")
+    assert dry.exit_code == 0, dry.output
+    real = CliRunner().invoke(app, args, prog_name="orch")  # orch's main prints it, exit 2
+    assert isinstance(real.exception, UserError) and real.exception.exit_code == 2
+    assert str(real.exception) == (f"--data {tmp_path / 'later'}: no manifest.json there; make "
+                                   f"the data set with 'orch data make --out "
+                                   f"{tmp_path / 'later'} --format raw'")
+    assert not (tmp_path / "later").exists() and not (tmp_path / "runs").exists()
