@@ -15,7 +15,7 @@ line that exists.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -170,35 +170,43 @@ def _refuse_depth(path: Path, what: str, line: int | None, most: int) -> None:
 def check_events(text: str, path: Path, what: str, limits: Limits = LIMITS) -> None:
     """Refuse YAML that nests deeper than ``limits.depth`` or that, with every alias expanded,
     holds more than ``limits.nodes`` nodes or ``limits.chars`` scalar characters; counted on
-    the parser's events, before any node is built. Each anchor's expanded size is kept, so
-    an alias costs one step however much it stands for. A syntax error is left to the
-    composer, which says it with its own words."""
+    the parser's events, before any node is built. A syntax error is left to the composer,
+    which says it with its own words; where libyaml stops on one, PyYAML's own parser counts
+    again (the two differ at the edges, and the composer is PyYAML's)."""
+    for loader in dict.fromkeys((_FastLoader, yaml.SafeLoader)):
+        try:
+            _count_events(yaml.parse(text, Loader=loader), path, what, limits)
+            return
+        except yaml.YAMLError:
+            continue
+
+
+def _count_events(events: Iterator[yaml.Event], path: Path, what: str, limits: Limits
+                  ) -> None:
+    """:func:`check_events` on one parser's events. Each anchor's expanded size is kept, so
+    an alias costs one step however much it stands for."""
     sizes: dict[str, tuple[int, int]] = {}
     open_at: list[tuple[str | None, int, int]] = []  # per open collection: anchor, counts then
     nodes = chars = 0
-    try:
-        for event in yaml.parse(text, Loader=_FastLoader):
-            if isinstance(event, yaml.CollectionStartEvent):
-                if len(open_at) >= limits.depth:
-                    _refuse_depth(path, what, event.start_mark.line + 1, limits.depth)
-                open_at.append((event.anchor, nodes, chars))
-                nodes += 1
-            elif isinstance(event, yaml.CollectionEndEvent):
-                anchor, nodes_then, chars_then = open_at.pop()
-                if anchor is not None:
-                    sizes[anchor] = (nodes - nodes_then, chars - chars_then)
-            elif isinstance(event, yaml.ScalarEvent):
-                nodes, chars = nodes + 1, chars + len(event.value)
-                if event.anchor is not None:
-                    sizes[event.anchor] = (1, len(event.value))
-            elif isinstance(event, yaml.AliasEvent):
-                add_nodes, add_chars = sizes.get(event.anchor, (1, 0))
-                nodes, chars = nodes + add_nodes, chars + add_chars
-            if nodes > limits.nodes or chars > limits.chars:
-                _refuse_size(path, what, event.start_mark.line + 1, nodes > limits.nodes,
-                             limits)
-    except yaml.YAMLError:
-        return
+    for event in events:
+        if isinstance(event, yaml.CollectionStartEvent):
+            if len(open_at) >= limits.depth:
+                _refuse_depth(path, what, event.start_mark.line + 1, limits.depth)
+            open_at.append((event.anchor, nodes, chars))
+            nodes += 1
+        elif isinstance(event, yaml.CollectionEndEvent):
+            anchor, nodes_then, chars_then = open_at.pop()
+            if anchor is not None:
+                sizes[anchor] = (nodes - nodes_then, chars - chars_then)
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes, chars = nodes + 1, chars + len(event.value)
+            if event.anchor is not None:
+                sizes[event.anchor] = (1, len(event.value))
+        elif isinstance(event, yaml.AliasEvent):
+            add_nodes, add_chars = sizes.get(event.anchor, (1, 0))
+            nodes, chars = nodes + add_nodes, chars + add_chars
+        if nodes > limits.nodes or chars > limits.chars:
+            _refuse_size(path, what, event.start_mark.line + 1, nodes > limits.nodes, limits)
 
 
 def _refuse_size(path: Path, what: str, line: int, by_nodes: bool, limits: Limits) -> None:

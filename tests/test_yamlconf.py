@@ -200,3 +200,18 @@ def test_shipped_configs_are_far_inside_the_limits():
         text = path.read_text()
         assert len(text.encode()) * 4 < LIMITS.bytes, path
         yamlconf.check_events(text, path, "config")
+
+
+def test_where_libyaml_stops_on_a_syntax_error_pyyaml_counts_again(tmp_path, monkeypatch):
+    """The composer is PyYAML's: a file libyaml refuses but PyYAML reads is still counted."""
+    import yaml
+
+    class Refusing(yaml.SafeLoader):
+        def check_event(self, *choices):
+            raise yaml.YAMLError("libyaml's refusal")
+
+    monkeypatch.setattr(yamlconf, "_FastLoader", Refusing)
+    path = tmp_path / "s.yaml"
+    path.write_text(alias_bomb(random.Random(2)))
+    with pytest.raises(UserError, match=r"s\.yaml:\d+: the site config holds more than"):
+        site.load(str(path))
