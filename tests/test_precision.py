@@ -29,7 +29,8 @@ from .conftest import IN_CI, run_orch
 
 TORCH_MODES = ("torch-ddp", "torch-fsdp", "mpi-ssgd", "horovod")
 ITERS, WARMUP = 4, 1
-DEFAULTS = {"precision": "fp32", "memory_format": "nchw", "compile": "no", "pin_memory": "yes"}
+DEFAULTS = {"precision": "fp32", "memory_format": "nchw", "compile": "no", "pin_memory": "yes",
+            "cudnn_benchmark": "no"}
 
 
 # --- declarations (fast) ---------------------------------------------------------------------
@@ -47,7 +48,7 @@ def test_every_torch_mode_takes_the_one_declaration(name):
 # What applying a run dimension takes in PyTorch: a rank that used any of these would be one
 # more file to edit for the next dimension.
 DIMENSION_CALLS = {"autocast", "scaler", "GradScaler", "unscale_", "channels_last",
-                   "memory_format", "pin_memory", "allow_tf32", "compile"}
+                   "memory_format", "pin_memory", "allow_tf32", "compile", "cudnn"}
 
 
 @pytest.mark.parametrize("name", TORCH_MODES)
@@ -116,7 +117,7 @@ def test_dimension_columns_of_a_run():
     logs = [RankLog(rank=k, footer=f) for k, f in enumerate(footers)]
     assert dimension_facts(ddp, logs) == {
         "precision": "bf16", "memory_format": "nchw", "compile": "no", "pin_memory": "yes",
-        "t_compile": 3.0, "activation_dtype": "bfloat16"}
+        "cudnn_benchmark": "no", "t_compile": 3.0, "activation_dtype": "bfloat16"}
     cntk = expand(SweepSpec(nodes=(1,), modes=("cntk",)), site)[0]
     assert dimension_facts(cntk, []) == dict.fromkeys((*COLUMNS, "t_compile",
                                                        "activation_dtype"))
@@ -241,12 +242,14 @@ def test_ddp_and_fsdp_in_bf16_and_channels_last(tmp_path):
 def test_fp16_with_a_grad_scaler_and_tf32_on_the_cpu(tmp_path):
     out = tmp_path / "fp16"
     _sweep(out, "--mode", "torch-ddp", "--nodes", "2", "-o", "precision=fp16,tf32",
-           "-o", "pin_memory=no")
+           "-o", "pin_memory=no", "-o", "cudnn_benchmark=yes")
     recs = _results(out)
     assert sorted(r["precision"] for r in recs) == ["fp16", "tf32"]
     for r in recs:
         fp16 = r["precision"] == "fp16"
-        footers = _check_run(out, r, {"precision": r["precision"], "pin_memory": "no"})
+        footers = _check_run(out, r, {"precision": r["precision"], "pin_memory": "no",
+                                      "cudnn_benchmark": "yes"})
+        assert all("cudnn_benchmark_note" in f for f in footers)  # no cuDNN on a CPU
         assert r["activation_dtype"] == ("float16" if fp16 else "float32")
         for f in footers:
             assert f["grad_scaler"] is fp16

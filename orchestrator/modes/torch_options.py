@@ -14,6 +14,9 @@ GPU users run a training step beyond the plain fp32 loop. Declared once here; ea
   compile step runs before the measured window and its time is the footer's ``t_compile``.
 * ``pin_memory``: host batches in pinned memory, copied with ``non_blocking=True`` (a no-op on
   a CPU, where nothing is copied).
+* ``cudnn_benchmark``: ``torch.backends.cudnn.benchmark``: cuDNN times the convolution
+  algorithms for each new input shape on its first batches and keeps the fastest, as NVIDIA's
+  DeepLearningExamples train (the warm-up iterations absorb the search; a no-op on a CPU).
 
 Each is ``omit_default``: a run at the default leaves it out of its options, so its run id is
 the one it had before these options existed. Imported by the control plane only, but kept
@@ -53,6 +56,14 @@ RUN_DIMENSIONS = (
         omit_default=True,
         help="on a GPU: input batches in pinned host memory, copied with non_blocking=True "
         "(a no-op on CPUs)",
+    ),
+    Option(
+        name="cudnn_benchmark",
+        choices=("no", "yes"),
+        default="no",
+        omit_default=True,
+        help="yes: cuDNN times its convolution algorithms per input shape in the first "
+        "batches and keeps the fastest (torch.backends.cudnn.benchmark; a no-op on CPUs)",
     ),
 )
 

@@ -125,8 +125,9 @@ AUTOCAST_DTYPES = {"bf16": "bfloat16", "fp16": "float16"}
 
 class Dims:
     """This rank's run dimensions (``precision``, ``memory_format``, ``compile``,
-    ``pin_memory``: declared once in :mod:`orchestrator.modes.torch_options`), applied the way
-    PyTorch's own documentation writes them:
+    ``pin_memory``, ``cudnn_benchmark``: declared once in
+    :mod:`orchestrator.modes.torch_options`), applied the way PyTorch's own documentation
+    writes them:
 
     * :meth:`autocast` around forward and loss (``torch.autocast(device_type, dtype)``; a
       disabled one for fp32/tf32), and :attr:`scaler`, a ``torch.amp.GradScaler`` enabled for
@@ -139,7 +140,7 @@ class Dims:
       (``torch.compile(module, mode=...)``), :meth:`to_device` a batch (non-blocking from
       pinned memory, channels_last for nhwc).
 
-    What the rank did is written to ``footer`` as it becomes known: the four values, where a
+    What the rank did is written to ``footer`` as it becomes known: the values, where a
     value changed nothing here (``*_note``), the compile time (``t_compile``) and what the
     forward really computed in (``activation_dtype``, ``input_channels_last``)."""
 
@@ -159,15 +160,20 @@ class Dims:
         tf32 = args.precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+        # Set either way: the rank's value is the run's, whatever a library left there.
+        torch.backends.cudnn.benchmark = args.cudnn_benchmark == "yes"
         self._seen = False
         footer.update(precision=args.precision, memory_format=args.memory_format,
                       compile=args.compile, pin_memory=args.pin_memory,
+                      cudnn_benchmark=args.cudnn_benchmark,
                       autocast_dtype=str(self.dtype).replace("torch.", "") if name else None,
                       grad_scaler=self.scaler.is_enabled())
         if tf32 and not cuda:
             footer["precision_note"] = "tf32 is fp32 on a CPU (TF32 is a GPU tensor-core format)"
         if args.pin_memory == "yes" and not cuda:
             footer["pin_memory_note"] = "no-op on a CPU: batches are not copied to a device"
+        if args.cudnn_benchmark == "yes" and not cuda:
+            footer["cudnn_benchmark_note"] = "no-op on a CPU: cuDNN runs on NVIDIA GPUs only"
 
     @property
     def amp(self) -> bool:
