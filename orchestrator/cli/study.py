@@ -43,7 +43,7 @@ def study_validate(
 
     ls = studymod.load(path)
     site_obj, _ = sitemod.load(site or ls.study.site or "local")
-    runs = studymod.expand(ls, site_obj)
+    runs = studymod.expand(ls, site_obj, dry_run=True)  # the file, not a data set made yet
     out_console.print(f"{ls.path}: valid study '{ls.study.name}' on site '{site_obj.name}': "
                       f"{len(runs)} run(s), sha256 {ls.sha256[:12]}", highlight=False)
 
