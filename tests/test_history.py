@@ -373,40 +373,45 @@ def test_a_slowdown_no_phase_explains_says_so():
 # --- real sweeps ------------------------------------------------------------------------
 
 def _orch_sweep(out: Path, *extra: str):
-    """``orch sweep`` of one tiny torch-ddp run at 2 ranks, started and left running."""
+    """``orch sweep`` of tiny torch-ddp runs at 2 ranks, 2 repeats, started and left running."""
     return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--model", "lenet5",
-                             "--nodes", "2", "--iters", "10", "--warmup", "2", "--out", str(out),
-                             *extra], cwd=ROOT, stdout=subprocess.PIPE,
+                             "--nodes", "2", "--iters", "10", "--warmup", "2", "--repeats", "2",
+                             "--out", str(out), *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 
-def _part(sweep: Path, out: Path, delayed: bool) -> Path:
-    """The runs of ``sweep`` with (or without) comm_delay_ms, as a result set of their own."""
+def _part(sweep: Path, out: Path, delayed: bool, repeats: tuple[int, ...]) -> Path:
+    """The runs of ``sweep`` with (or without) comm_delay_ms and of these repeats, as a result
+    set of their own."""
     runs = pd.read_parquet(sweep / "results" / "runs.parquet")
     iters = pd.read_parquet(sweep / "results" / "iterations.parquet")
-    keep = runs[runs["options"].str.contains("comm_delay_ms") == delayed]
-    assert len(keep) == 1, runs[["run_id", "options"]]
+    keep = runs[(runs["options"].str.contains("comm_delay_ms") == delayed)
+                & runs["repeat"].isin(repeats)]
+    assert len(keep) == len(repeats), runs[["run_id", "options", "repeat"]]
     return write_results(out, keep, iters[iters["run_id"].isin(keep["run_id"])])
 
 
 @pytest.mark.ranks
 def test_real_sweeps_no_change_and_a_slow_fabric_found(tmp_path):
     # Both sweeps start together, so that the clean runs of each see the same machine (its
-    # load is theirs together): A, a clean run; B, the same run, then one whose every
-    # all-reduce completes 100 ms late (comm_delay_ms: a slow fabric, for real).
+    # load is theirs together): A, a clean run twice; B, the same, then one whose every
+    # all-reduce completes 200 ms late (comm_delay_ms: a slow fabric, for real), twice.
+    # A and B's clean runs compare run against run (repeats: the run-to-run spread of a
+    # shared machine is in the interval); the slow run, one of it, iteration by iteration.
     procs = [_orch_sweep(tmp_path / "a"),
-             _orch_sweep(tmp_path / "b", "--option", "comm_delay_ms=0,100")]
+             _orch_sweep(tmp_path / "b", "--option", "comm_delay_ms=0,200")]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     history = ["--history", str(tmp_path / "h")]
     added = run_orch("history", "add", tmp_path / "a", *history, check=True)
-    assert "recorded " in added.stdout and "1 run(s)" in added.stdout
-    clean = _part(tmp_path / "b", tmp_path / "b-clean", delayed=False)
+    assert "recorded " in added.stdout and "2 run(s)" in added.stdout
+    clean = _part(tmp_path / "b", tmp_path / "b-clean", False, (0, 1))
     same = run_orch("compare", "history:mode=torch-ddp", clean, *history, check=True)
-    assert "no measured change" in same.stdout, same.stdout
-    slow = run_orch("compare", tmp_path / "a", _part(tmp_path / "b", tmp_path / "b-slow", True),
+    assert "no measured change" in same.stdout and "(2 vs 2 repeats)" in same.stdout, same.stdout
+    slow = run_orch("compare", tmp_path / "a", _part(tmp_path / "b", tmp_path / "b-slow", True,
+                                                    (0,)),
                     "--ignore-option", "comm_delay_ms", check=True)
-    assert ": slower " in slow.stdout, slow.stdout
+    assert ": slower " in slow.stdout and "iterations)" in slow.stdout, slow.stdout
     assert "exposed communication +" in slow.stdout and "look at the fabric" in slow.stdout
 
 
