@@ -420,3 +420,12 @@ def test_orch_history_schema_is_the_references_model():
     assert result.exit_code == 0
     schema = json.loads(result.output)
     assert schema["title"] == "References" and set(schema["required"]) == {"site", "partitions"}
+
+
+def test_what_differs_between_a_and_b():
+    a = with_meta(1)
+    b = with_meta(2).assign(commit="def456", versions='{"torch": "2.14.0"}')
+    assert compare.what_differs(a, b) == ["orch commit abc123 → def456",
+                                          "torch 2.13.0 → 2.14.0"]
+    assert compare.what_differs(a, with_meta(2)) == []
+    assert compare.what_differs(table(1), table(2)) == []

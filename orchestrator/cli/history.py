@@ -33,11 +33,10 @@ def _sweep_samples(directory: Path, with_provenance: bool = False):
 
     runs, iters, sweep = load_result_set(directory)
     table = samples.samples(runs, iters)
-    if with_provenance:
-        if sweep is None:
-            raise UserError(f"{directory}: give the sweep directory (its runs' provenance is "
-                            "recorded with the results)")
+    if with_provenance and sweep is not None:
         table = store.with_provenance(table, sweep, runs)
+    elif "versions" in runs.columns:  # a result set alone: no provenance, its versions still
+        table = table.merge(runs[["run_id", "versions"]], on="run_id", how="left")
     return table
 
 
@@ -46,9 +45,13 @@ def add(sweep: Annotated[Path, typer.Argument(metavar="SWEEP", help="A gathered 
                                               "directory.")],
         history: HistoryDir = None) -> None:
     """Record a sweep's results in the history (a new entry; nothing is rewritten)."""
+    from .. import rundir
     from ..history import store
 
     root = _root(history)
+    if not Path(sweep).is_dir() or not rundir.run_dirs(sweep):
+        raise UserError(f"{sweep}: give a sweep directory (its runs' provenance is recorded "
+                        "with the results)")
     entry = store.add(root, _sweep_samples(sweep, with_provenance=True), sweep.resolve())
     typer.echo(f"recorded {entry.id}: {entry.runs} run(s), {entry.configurations} "
                f"configuration(s) of {', '.join(entry.site)} in {root}")
@@ -137,7 +140,7 @@ def _side(text: str, history: Path | None):
     from ..history import store
 
     if Path(text).is_dir():
-        return _sweep_samples(Path(text)), text
+        return _sweep_samples(Path(text), with_provenance=True), text
     if not text.startswith(store.SELECTION):
         raise UserError(f"{text}: neither a sweep directory nor a history selection "
                         "(history:since=30d,site=…)")
@@ -179,6 +182,8 @@ def compare_cmd(
         raise UserError(f"no configuration is in both {name_a} and {name_b} (a mode option "
                         "that differs on purpose: --ignore-option NAME)")
     typer.echo(f"A: {name_a}\nB: {name_b}")
+    for line in compare.what_differs(ta, tb):
+        typer.echo(f"differs: {line}")
     for c in found:
         typer.echo(compare.line(c))
         if detail:

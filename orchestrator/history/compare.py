@@ -224,3 +224,38 @@ def detail(c: Comparison) -> list[str]:
                     f"B/A {ch.ratio:.3f} [{ch.low:.3f}, {ch.high:.3f}]  p(worse)="
                     f"{ch.p_worse:.3g}  {ch.moved or 'unchanged'}")
     return rows
+
+
+def what_differs(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
+    """What A and B ran with that differs: orch commit, image digest, each framework version
+    ('torch 2.13.0 → 2.14.0'); empty where a side does not say (a result set alone)."""
+    out = []
+    for column, name in (("commit", "orch commit"), ("image_digest", "image digest")):
+        va, vb = _values(a, column), _values(b, column)
+        if va and vb and va != vb:
+            out.append(f"{name} {', '.join(v[:12] for v in va)} → "
+                       f"{', '.join(v[:12] for v in vb)}")
+    versions = [_versions(side) for side in (a, b)]
+    for lib in sorted(set(versions[0]) & set(versions[1])):
+        if versions[0][lib] != versions[1][lib]:
+            out.append(f"{lib} {', '.join(versions[0][lib])} → {', '.join(versions[1][lib])}")
+    return out
+
+
+def _values(frame: pd.DataFrame, column: str) -> list[str]:
+    if column not in frame.columns:
+        return []
+    return sorted({v for v in frame[column].dropna().astype(str) if v})
+
+
+def _versions(frame: pd.DataFrame) -> dict[str, list[str]]:
+    """Each library's versions over the runs (the runs table's ``versions``, JSON)."""
+    found: dict[str, set[str]] = {}
+    for text in _values(frame, "versions"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        for lib, version in (data.items() if isinstance(data, dict) else ()):
+            found.setdefault(lib, set()).add(str(version))
+    return {lib: sorted(v) for lib, v in found.items()}
