@@ -27,12 +27,14 @@ PHASES = {"t_io": 0.0005, "t_h2d": 0.0005, "t_f": 0.010, "t_b": 0.020, "t_u": 0.
 
 def result_set(seed: int, scale: dict | None = None, iters: int = 20, ranks: int = 2,
                nodes: int = 2, options: str = '{"backend": "gloo"}', spread: float = 0.08,
-               site: str = "local", mode: str = "torch-ddp") -> tuple[pd.DataFrame, pd.DataFrame]:
+               site: str = "local", mode: str = "torch-ddp", seed_id: int | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A one-run result set (runs, iterations) whose phases are lognormal around PHASES,
-    each scaled by ``scale``: 2 warm-up and ``iters`` measured iterations per window."""
+    each scaled by ``scale``: 2 warm-up and ``iters`` measured iterations per window. Its run
+    id is made from ``seed_id`` (default: the seed)."""
     rng = np.random.default_rng(seed)
     base = {k: v * (scale or {}).get(k, 1.0) for k, v in PHASES.items()}
-    run_id = f"{mode}-lenet5-local-n{nodes}-r0-{seed:08x}"
+    run_id = f"{mode}-lenet5-local-n{nodes}-r0-{seed if seed_id is None else seed_id:08x}"
     rows = []
     for window in ("native", "breakdown"):
         for it in range(iters + 2):
@@ -429,3 +431,13 @@ def test_what_differs_between_a_and_b():
                                           "torch 2.13.0 → 2.14.0"]
     assert compare.what_differs(a, with_meta(2)) == []
     assert compare.what_differs(table(1), table(2)) == []
+
+
+def test_the_same_run_in_two_recorded_sweeps_is_two_runs(tmp_path):
+    store.add(tmp_path, with_meta(1), Path("/s1"))
+    store.add(tmp_path, with_meta(2, seed_id=1), Path("/s2"))
+    selected = store.select(tmp_path)[0]
+    assert selected["run_id"].nunique() == 2  # one run id in both sweeps
+    b = pd.concat([table(3), table(4).assign(run_id="other")])
+    (c,) = compare.compare(selected, b)
+    assert (c.changes["t_iter"].unit, c.changes["t_iter"].n_a) == ("repeat", 2)

@@ -189,11 +189,14 @@ def matches(entry: Entry, since: float | None = None, now: float | None = None,
 
 
 def load(root: Path, entry: Entry) -> pd.DataFrame | None:
-    """An entry's sample table; None when its file is missing or damaged."""
+    """An entry's sample table; None when its file is missing or damaged. Its run ids are
+    prefixed with the entry's: a run id is a hash of the run's configuration, so the same run
+    measured in two recorded sweeps has one id, and they are two runs."""
     try:
-        return pd.read_parquet(root / entry.file).assign(entry=entry.id)
+        frame = pd.read_parquet(root / entry.file)
     except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
         return None
+    return frame.assign(entry=entry.id, run_id=entry.id + "/" + frame["run_id"].astype(str))
 
 
 def select(root: Path, since: float | None = None, **values: str | None
