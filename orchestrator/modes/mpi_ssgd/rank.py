@@ -264,6 +264,23 @@ def breakdown(s, steps, reducer: Allreducer | None, overlap: str):
                      update=("t_u", update))
 
 
+def train_epochs(s, args, step, model, device, dims, comm, MPI) -> None:
+    """Time to accuracy: whole epochs of the labelled set, the ranks' sums all-reduced over
+    MPI; then the footer's checksum and memory, and MPI finalized as at the end of main."""
+    from orchestrator.rankside.torch import epochs as epochs_torch
+    from orchestrator.rankside.torch.common import note_device_memory, parameter_checksum
+
+    def summed(t):
+        comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
+        return t
+
+    epochs_torch.train(s, args, s.info, step, model, device, reduce=summed, dims=dims)
+    s.footer["param_checksum"] = parameter_checksum(model)
+    note_device_memory(s.footer, device)
+    comm.Barrier()
+    MPI.Finalize()
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     if args.bucket_size < 1:
@@ -321,18 +338,7 @@ def main(argv=None) -> None:
         step = reference_step(dims, net, loss_fn, optimizer, reducer)
 
         if args.epochs:  # time to accuracy: DistributedSampler shares, as torch-ddp
-            from orchestrator.rankside.torch import epochs as epochs_torch
-
-            def summed(t):
-                comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
-                return t
-
-            epochs_torch.train(s, args, info, step, model, device, reduce=summed,
-                               dims=dims)
-            s.footer["param_checksum"] = parameter_checksum(model)
-            note_device_memory(s.footer, device)
-            comm.Barrier()
-            MPI.Finalize()  # as at the end below
+            train_epochs(s, args, step, model, device, dims, comm, MPI)
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.

@@ -167,39 +167,11 @@ def wait_for_footers(log_dir: str, tasks: list[int]) -> int:
         time.sleep(POLL_S)
 
 
-def coordinate(s, args) -> None:
-    """The chief: create the variables on the ps tasks, schedule steps, time them."""
-    import tensorflow as tf
-
+def instrumented_step(tf, strategy, model, params, slots):
+    """The breakdown window's step: one worker's pull, forward, backward and push, each stage
+    stamped with ``tf.timestamp()`` behind control dependencies so that a stamp is taken when
+    the stage before it is done; returns the six stamps and the loss."""
     from orchestrator.rankside.tf import models as models_tf
-
-    s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
-    s.footer["threads"] = tf_common.thread_settings()
-    tf.config.set_visible_devices([], "GPU")  # the chief computes nothing
-    cluster = tf_common.tf_config()["cluster"]
-    workers = len(cluster["worker"])
-    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-    strategy = tf.distribute.ParameterServerStrategy(resolver)
-    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    s.footer["workers"], s.footer["ps"] = workers, len(cluster["ps"])
-
-    with strategy.scope():
-        model = models_tf.build(args.model, args.dataset, args.classes)
-        params = list(model.trainable_variables)
-        slots = []
-        for v in params:
-            with strategy.extended.colocate_vars_with(v):
-                slots.append(tf.Variable(tf.zeros(v.shape), trainable=False, name="momentum"))
-    s.footer["variables_per_ps"] = dict(Counter(v.device for v in params))
-
-    shape = models_tf.input_shape(args.dataset)
-    classes = models_tf.num_classes(args.dataset)
-    batch = args.batch_size
-
-    def dataset_fn():
-        x = tf.random.normal((tf_common.POOL, batch, *shape))
-        y = tf.random.uniform((tf_common.POOL, batch), 0, classes, dtype=tf.int32)
-        return tf.data.Dataset.from_tensor_slices((x, y)).repeat()
 
     lr = tf.constant(tf_common.LEARNING_RATE)
     momentum = tf.constant(tf_common.MOMENTUM)
@@ -242,6 +214,45 @@ def coordinate(s, args) -> None:
             return tf.stack([t_start, t_data, t_pulled, t_loss, t_grads, t_end]), loss
 
         return strategy.run(replica, args=(x, y))
+
+    return step
+
+
+def coordinate(s, args) -> None:
+    """The chief: create the variables on the ps tasks, schedule steps, time them."""
+    import tensorflow as tf
+
+    from orchestrator.rankside.tf import models as models_tf
+
+    s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
+    s.footer["threads"] = tf_common.thread_settings()
+    tf.config.set_visible_devices([], "GPU")  # the chief computes nothing
+    cluster = tf_common.tf_config()["cluster"]
+    workers = len(cluster["worker"])
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    s.footer["workers"], s.footer["ps"] = workers, len(cluster["ps"])
+
+    with strategy.scope():
+        model = models_tf.build(args.model, args.dataset, args.classes)
+        params = list(model.trainable_variables)
+        slots = []
+        for v in params:
+            with strategy.extended.colocate_vars_with(v):
+                slots.append(tf.Variable(tf.zeros(v.shape), trainable=False, name="momentum"))
+    s.footer["variables_per_ps"] = dict(Counter(v.device for v in params))
+
+    shape = models_tf.input_shape(args.dataset)
+    classes = models_tf.num_classes(args.dataset)
+    batch = args.batch_size
+
+    def dataset_fn():
+        x = tf.random.normal((tf_common.POOL, batch, *shape))
+        y = tf.random.uniform((tf_common.POOL, batch), 0, classes, dtype=tf.int32)
+        return tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+
+    step = instrumented_step(tf, strategy, model, params, slots)
 
     s.samples = workers * batch  # the global samples of one chief iteration
     from orchestrator.rankside.tf import epochs as epochs_tf
