@@ -111,9 +111,9 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
         scripts = provenance.rendered_files(rendered)
         record = JobRecord(run_id=run.run_id, attempt=attempt, scheduler=site.scheduler,
                            history=history)
-        rundir.materialise(rdir, run, scripts,
-                           provenance.build(resolved, rdir, lib, scripts,
-                                            images.get(run.framework), study=study), record)
+        prov = provenance.build(resolved, rdir, lib, scripts, images.get(run.framework),
+                                study=study)
+        rundir.materialise(rdir, run, scripts, prov, record)
         prepared.append(Prepared(run, rdir, record, "submit"))
     return prepared
 
