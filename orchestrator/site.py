@@ -27,7 +27,7 @@ from pydantic import (
 from . import backends, containers, units
 from .errors import UserError
 from .resources import data_dir
-from .yamlconf import control_chars, dotted, format_validation_error, read_yaml
+from .yamlconf import control_chars, dotted, format_validation_error, load_model, read_yaml
 
 Interconnect = Literal["infiniband", "ethernet"]
 
@@ -58,6 +58,15 @@ _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # NAME==VERSION (extras allowed): how every package of a framework environment is pinned.
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
 _SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
+
+
+def check_pinned(requirements: list[str]) -> list[str]:
+    """Every pip requirement pinned (NAME==VERSION): an environment or image built from them
+    today and in a year holds the same packages."""
+    for req in requirements:
+        if not PIN.match(req):
+            raise ValueError(f"'{req}' is not pinned: write NAME==VERSION")
+    return requirements
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
@@ -252,10 +261,7 @@ class Framework(_BuildFields):
     @field_validator("packages")
     @classmethod
     def _pinned(cls, v: list[str]) -> list[str]:
-        for req in v:
-            if not PIN.match(req):
-                raise ValueError(f"'{req}' is not pinned: write NAME==VERSION")
-        return v
+        return check_pinned(v)
 
     def env_build(self, name: str) -> EnvBuild:
         fields = self.model_dump(mode="json", exclude={"description"})
@@ -446,9 +452,5 @@ def load_framework(name: str) -> Framework:
     if not path.is_file():
         raise UserError(f"unknown framework environment '{name}'; valid: "
                         f"{', '.join(framework_names()) or '(none)'} (frameworks/<name>.yaml)")
-    data, root = read_yaml(path, "framework environment", "description, python, packages…")
-    try:
-        return Framework.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(format_validation_error(path, root, exc, Framework,
-                                                "framework environment")) from None
+    return load_model(path, Framework, "framework environment",
+                      "description, python, packages…")[0]

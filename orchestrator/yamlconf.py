@@ -17,12 +17,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import CONTROL, UserError
+
+M = TypeVar("M", bound=BaseModel)
 
 # Pydantic's own step names that appear in an error location inside a union (not fields).
 _PYDANTIC_STEPS = ("function-after",)
@@ -350,3 +352,13 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
         if found is not None:
             return found
     return None
+
+
+def load_model(path: Path, model: type[M], what: str, fields: str) -> tuple[M, yaml.Node | None]:
+    """:func:`read_yaml`, validated as ``model``: a problem is refused with its file:line
+    (:func:`format_validation_error`); returns the model and the node tree (for locations)."""
+    data, root = read_yaml(path, what, fields)
+    try:
+        return model.model_validate(data), root
+    except ValidationError as exc:
+        raise UserError(format_validation_error(path, root, exc, model, what)) from None

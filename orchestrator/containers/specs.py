@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import UserError
 from ..resources import data_dir
-from ..site import PIN, framework_names, load_framework
-from ..yamlconf import format_validation_error, location, read_yaml
+from ..site import check_pinned, framework_names, load_framework
+from ..yamlconf import load_model, location
 
 DEFAULT_MOUNT_POINTS = ("/work", "/scratch", "/project", "/data", "/gpfs", "/lustre")
 MARKER = "/etc/orch-image.json"  # written into every image: proof, inside, of which image
@@ -43,10 +43,7 @@ class Pip(_Strict):
     @field_validator("local", "index")
     @classmethod
     def _pinned(cls, v: list[str]) -> list[str]:
-        for req in v:
-            if not PIN.match(req):
-                raise ValueError(f"'{req}' is not pinned: write NAME==VERSION")
-        return v
+        return check_pinned(v)
 
 
 class ImageSpec(_Strict):
@@ -184,11 +181,8 @@ def load_spec(name: str) -> ImageSpec:
     if not path.is_file():
         raise UserError(f"unknown image '{name}'; valid: {', '.join(spec_names())} "
                         f"(containers/specs/<name>.yaml)")
-    data, root = read_yaml(path, "image spec", "name, framework, environment, apt, pip…")
-    try:
-        source = SpecFile.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(format_validation_error(path, root, exc, SpecFile, "image spec")) from None
+    source, root = load_model(path, SpecFile, "image spec",
+                              "name, framework, environment, apt, pip…")
     if source.name != name:
         raise UserError(f"{path}: name '{source.name}' must match the file name '{name}'")
     try:

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Literal
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ..errors import UserError
-from ..yamlconf import format_validation_error, read_yaml
+from ..yamlconf import load_model
 from .samples import COMPUTE, METRICS
 
 
@@ -79,12 +78,7 @@ class References(_Strict):
 
 
 def load(path: Path) -> References:
-    data, root = read_yaml(path, "references file", "site, partitions")
-    try:
-        return References.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(format_validation_error(path, root, exc, References,
-                                                "references file")) from None
+    return load_model(path, References, "references file", "site, partitions")[0]
 
 
 @dataclass(frozen=True)
