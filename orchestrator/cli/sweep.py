@@ -94,7 +94,7 @@ def sweep(
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
                                study=loaded.provenance() if loaded is not None else None,
                                packed=strategy.packed)
-    strategy, networks = _predictions(choice, runs, site_obj, out_dir,
+    strategy, networks = _predictions(strategy, choice, runs, site_obj, out_dir,
                                       "never" if no_preflight else preflight, wait)
     policy = _fault_policy(hang_timeout, startup_timeout, max_retries)
     _carry_out(strategy, prepared, site_obj, out_dir, wait=wait, require_fabric=require_fabric,
@@ -160,13 +160,14 @@ def _fault_policy(hang_timeout: float, startup_timeout: float, max_retries: int)
     return faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
 
 
-def _predictions(choice: dict[str, bool], runs, site_obj, out_dir: Path, how: str, wait: bool):
-    """The pre-flight and, with its networks, the same strategy staged by scale with the
-    predictions stated between scales; (strategy, networks: {} without predictions)."""
+def _predictions(strategy, choice: dict[str, bool], runs, site_obj, out_dir: Path, how: str,
+                 wait: bool):
+    """The pre-flight and, with its networks, the strategy the sweep's ``choice`` chose,
+    staged by scale with the predictions stated between scales; (strategy, networks: {}
+    without predictions)."""
     from .. import execute
     from ..execute import staged
 
-    strategy = execute.choose(**choice)
     packing = strategy.name if strategy.all_at_once else None
     if packing and how == "auto":
         # A pack pays the queue once for every scale; predictions need the smaller scales
