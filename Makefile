@@ -1,5 +1,6 @@
 # The two commands of the README's quick start, and the pieces they are made of.
 #   make sweep   set up orch + PyTorch (CPU) in .venv and run `orch sweep --nodes 1,2,4` here
+#   make docs    build the documentation site into site/ (warnings fail the build)
 #   make test    set up the test tools and the 4-node test Slurm cluster (as root), run all tests
 # CI (.ci/run) calls `make test`.
 
@@ -8,13 +9,14 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test lint envs cluster-up cluster-down container-tools images clean
+.PHONY: sweep test docs lint envs cluster-up cluster-down container-tools images clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch==2.13.0 is the CPU wheel (an unpinned torch would pull a multi-GB CUDA build).
-	$(BIN)/python -m pip install --quiet -e '.[torch,test]'
+	# docs: MkDocs, which tests/test_docs_site.py builds the site with, as `make docs` does.
+	$(BIN)/python -m pip install --quiet -e '.[torch,test,docs]'
 	touch $@
 
 sweep: $(STAMP)
@@ -50,6 +52,11 @@ images: $(STAMP) container-tools
 envs: $(STAMP)
 	$(BIN)/orch env build --site local
 
+# The documentation site (mkdocs.yml), strict: a broken link or anchor, a page missing from the
+# nav or a nav entry without a page is an error, not a warning.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks
 
@@ -57,4 +64,4 @@ test: $(STAMP) cluster-up container-tools lint envs
 	$(BIN)/python -m pytest -ra --durations=25
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache
