@@ -161,11 +161,41 @@ def _few_runs(done: pd.DataFrame, limit: int) -> tuple[pd.DataFrame, str]:
     return keep, f" ({len(keep)} of {len(runs)} runs: fewest and most nodes per configuration)"
 
 
-def _plot_phases(done: pd.DataFrame) -> bytes:
+def config_keys(labels: list[str]) -> dict[str, str]:
+    """A short key per configuration label, in order: A..Z, then AA, AB, ..."""
+    def key(i: int) -> str:
+        return key(i // 26 - 1) + chr(65 + i % 26) if i >= 26 else chr(65 + i)
+    return {label: key(i) for i, label in enumerate(labels)}
+
+
+def _phases_ticks(bars: pd.DataFrame, keys: dict[str, str] | None) -> list[str]:
+    """One bar's x label: its node count, under its configuration's key when there are several
+    (a full configuration label is as wide as several bars, so the labels went over each other;
+    the key below the plot names each configuration in full)."""
+    if keys is None:
+        return [nodes_word(int(n)) for n in bars["nodes"]]
+    return [f"{keys[label]}\n{int(n)}" for label, n in zip(bars["_label"], bars["nodes"],
+                                                           strict=True)]
+
+
+def _phases_key(fig, keys: dict[str, str]) -> None:
+    """The configurations' key, under the plot, one or two columns of 'A  full label'."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], linestyle="none") for _ in keys]
+    names = [f"{key}   {label}" for label, key in keys.items()]
+    fig.legend(handles, names, loc="outside lower left",
+               ncols=1 if len(keys) <= 8 else 2, fontsize=8, handlelength=0, handletextpad=0,
+               title="configurations", title_fontsize=8, alignment="left", frameon=False)
+
+
+def phases_figure(done: pd.DataFrame):
+    """The phases figure: one stacked bar per run (at most MAX_BARS), its labels apart."""
     bars, shown = _few_runs(done, MAX_BARS)
-    multi = bars["_label"].nunique() > 1
-    rotate = multi and len(bars) > 4
-    fig = _figure(min(24.0, max(6.0, 0.8 * len(bars) + 3.5)), 6.0 if rotate else 5.0)
+    labels = sorted(bars["_label"].unique())
+    keys = config_keys(labels) if len(labels) > 1 else None
+    key_rows = 0 if keys is None else math.ceil(len(keys) / (1 if len(keys) <= 8 else 2)) + 1
+    fig = _figure(min(24.0, max(6.0, 0.8 * len(bars) + 3.5)), 5.0 + 0.17 * key_rows)
     ax = fig.subplots()
     x = np.arange(len(bars))
     bottom = np.zeros(len(bars))
@@ -178,15 +208,20 @@ def _plot_phases(done: pd.DataFrame) -> bytes:
     for xi, total in zip(x, bottom, strict=True):
         ax.text(xi, total, f"{total:.1f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x)
-    ax.set_xticklabels([(f"{r['_label']}\n" if multi else "") + nodes_word(int(r["nodes"]))
-                        for _, r in bars.iterrows()], fontsize=8,
-                       rotation=30 if rotate else 0, ha="right" if rotate else "center")
+    ax.set_xticklabels(_phases_ticks(bars, keys), fontsize=8)
+    if keys is not None:
+        ax.set_xlabel("configuration (key below), nodes")
+        _phases_key(fig, keys)
     ax.set_ylabel("ms per iteration (mean over ranks and iterations)")
     ax.set_ylim(0, float(bottom.max()) * 1.12 if len(bottom) and bottom.max() > 0 else 1)
     ax.set_title("Where the time goes: phases per iteration" + shown)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, axis="y", alpha=0.3)
-    return _png(fig)
+    return fig
+
+
+def _plot_phases(done: pd.DataFrame) -> bytes:
+    return _png(phases_figure(done))
 
 
 def _plot_ranks(done: pd.DataFrame, iters: pd.DataFrame, strag: pd.DataFrame) -> bytes:
