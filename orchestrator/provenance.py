@@ -3,7 +3,8 @@
 Written when a run is prepared, before it is submitted: what a result was produced with.
 
     orch         version, git commit of the checkout (None when installed), dirty or not
-    site         name, the sha256 of its validated config, and the config itself
+    site         name, the sha256 of its validated config, the file it was read from (found
+                 on the site search path or given), and the config itself
     environment  the framework's environment (python, modules, variables, container)
     container    runtime, image path, image digest, the spec the image was built from
     scripts      sha256 of each rendered file, and of all of them with the run directory
@@ -109,7 +110,7 @@ def build(resolved: ResolvedRun, rdir: Path, lib: Path, files: dict[str, str],
         "prepared_at": time.time(),
         "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
         "orch": orch_source(),
-        "site": {"name": site.name, "sha256": site_hash(site),
+        "site": {"name": site.name, "sha256": site_hash(site), "file": site.source_file,
                  "config": site.model_dump(mode="json")},
         "environment": {"framework": run.framework, **env.model_dump(mode="json")},
         "container": image.as_dict() if image else None,
@@ -178,7 +179,8 @@ def format_show(info: dict) -> str:
         f"state        {info['state']}" + (f" (job {info['job_id']})" if info["job_id"] else ""),
         f"orch         {o['version']}  commit {o['git_commit'] or '-'}"
         + (" (uncommitted changes)" if o.get("git_dirty") else ""),
-        f"site         {p['site']['name']}  config sha256 {p['site']['sha256']}",
+        f"site         {p['site']['name']}  config sha256 {p['site']['sha256']}"
+        + (f"  from {p['site']['file']}" if p["site"].get("file") else ""),
         f"environment  {p['environment']['framework']}",
     ]
     c = p.get("container")

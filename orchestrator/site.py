@@ -1,15 +1,20 @@
 """Site configs: what a cluster offers (partitions, interconnects, environments).
 
-A site admin adds one YAML file to ``site-configs/``. It is validated by the pydantic models
-below, which are also the published JSON schema (``orch site schema``), so the schema and the
-checks can never disagree. Errors name the file, the line, the field and what was expected.
+A site admin adds one YAML file to a directory of the site search path (``SEARCH_PATH``:
+``$ORCH_SITE_PATH``, the user's ``~/.config/orch/sites``, ``/etc/orch/sites``, then the shipped
+``site-configs/``); ``--site NAME`` finds the first ``NAME.yaml``. Each file is validated by
+the pydantic models below, which are also the published JSON schema (``orch site schema``), so
+the schema and the checks can never disagree. Errors name the file, the line, the field and
+what was expected.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import (
     AfterValidator,
@@ -17,6 +22,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     ValidationError,
     WithJsonSchema,
@@ -341,6 +347,8 @@ class Site(_Strict):
     environments: dict[str, Environment] = Field(
         description="framework name (torch, tensorflow, mxnet, ...) -> how to run it"
     )
+    # the file it was loaded from (load sets it; provenance records it), not part of the config
+    _file: str | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _consistent(self) -> Site:
@@ -361,6 +369,11 @@ class Site(_Strict):
                     f"{self.scheduler} site; use one of: {', '.join(available)}"
                 )
         return self
+
+    @property
+    def source_file(self) -> str | None:
+        """The file the site was loaded from (None: built from a recorded config)."""
+        return self._file
 
     def partition(self, name: str | None) -> Partition:
         """The named partition, or the default one; a clear error lists the valid names."""
@@ -390,31 +403,121 @@ def schema() -> dict[str, Any]:
     return out
 
 
-# --- loading -------------------------------------------------------------------------------
+# --- loading: the site search path ---------------------------------------------------------
+
+SUFFIX = ".yaml"
+
+
+@dataclass(frozen=True)
+class SiteDir:
+    """One directory of the site search path."""
+
+    source: str  # what put it on the path: ORCH_SITE_PATH, user, system, shipped
+    path: Path
+
+
+# The site search path, declared once: lookup, ``orch site list``, ``orch site detect`` and the
+# docs read it from here. A name is the first ``<dir>/<name>.yaml`` in this order, so a site
+# admin's or a user's config of the same name shadows a shipped example.
+SEARCH_PATH: tuple[tuple[str, str], ...] = (
+    ("ORCH_SITE_PATH", "$ORCH_SITE_PATH: directories separated by ':', searched in order"),
+    ("user", "$XDG_CONFIG_HOME/orch/sites (default ~/.config/orch/sites): the user's sites; "
+             "orch site detect writes here"),
+    ("system", "/etc/orch/sites: the sites a site admin installs for every user"),
+    ("shipped", "site-configs/ inside orch: local, testcluster and the examples"),
+)
+SYSTEM_SITE_DIR = Path("/etc/orch/sites")
 
 
 def site_dir() -> Path:
+    """The shipped site configs (``site-configs/``)."""
     return data_dir("site-configs")
 
 
+def user_site_dir() -> Path:
+    """``$XDG_CONFIG_HOME/orch/sites``, by default ``~/.config/orch/sites``."""
+    config = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(config).expanduser() / "orch" / "sites"
+
+
+def _env_dirs() -> list[Path]:
+    """``$ORCH_SITE_PATH``'s directories (empty entries skipped, as PATH's are not: an empty
+    entry meaning "here" would make a sweep's site depend on the working directory)."""
+    out = []
+    for entry in os.environ.get("ORCH_SITE_PATH", "").split(":"):
+        if not entry:
+            continue
+        path = Path(entry).expanduser()
+        if path.is_file():
+            raise UserError(f"ORCH_SITE_PATH: {path} is a file; list the directories that "
+                            f"hold site configs, separated by ':'")
+        out.append(path)
+    return out
+
+
+def search_path() -> list[SiteDir]:
+    """The directories a site name is looked up in, first match wins (``SEARCH_PATH``)."""
+    dirs = {"user": [user_site_dir()], "system": [SYSTEM_SITE_DIR], "shipped": [site_dir()]}
+    dirs["ORCH_SITE_PATH"] = _env_dirs()
+    return [SiteDir(source, path) for source, _ in SEARCH_PATH for path in dirs[source]]
+
+
+class SiteEntry(NamedTuple):
+    """A site config file on the search path: its name, file and directory, and the file
+    that wins over it when an earlier directory has the same name (None: this one wins)."""
+
+    name: str
+    path: Path
+    source: SiteDir
+    shadowed_by: Path | None
+
+
+def entries() -> list[SiteEntry]:
+    """Every site config on the search path, in search order (shadowed ones included)."""
+    out: list[SiteEntry] = []
+    winner: dict[str, Path] = {}
+    for d in search_path():
+        files = sorted(d.path.glob(f"*{SUFFIX}")) if d.path.is_dir() else []
+        for p in (f for f in files if f.is_file()):
+            name = p.name[: -len(SUFFIX)]
+            out.append(SiteEntry(name, p, d, winner.get(name)))
+            winner.setdefault(name, p)
+    return out
+
+
 def available() -> dict[str, Path]:
-    """Shipped sites by name (file stem)."""
-    return {p.stem: p for p in sorted(site_dir().glob("*.yaml"))}
+    """The sites a name finds: name -> the winning file."""
+    return {e.name: e.path for e in entries() if e.shadowed_by is None}
+
+
+def valid_name(name: str) -> bool:
+    """Whether ``name`` can name a site (and so a file on the search path)."""
+    return re.fullmatch(_NAME, name) is not None
+
+
+def _on_path(path: Path) -> bool:
+    """Whether ``path`` lies in a directory of the search path (its name is then its file's)."""
+    parent = path.resolve().parent
+    return any(d.path.resolve() == parent for d in search_path())
 
 
 def resolve(name_or_path: str) -> Path:
-    """A site name from ``site-configs/`` or a path to a YAML file."""
+    """A site name, looked up on the search path, or a path to a YAML file."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise UserError(f"site config file {path} does not exist")
         return path
-    sites = available()
-    if name_or_path in sites:
-        return sites[name_or_path]
+    if valid_name(name_or_path):
+        for d in search_path():
+            candidate = d.path / f"{name_or_path}{SUFFIX}"
+            if candidate.is_file():
+                return candidate
+    where = ", ".join(str(d.path) for d in search_path())
     raise UserError(
-        f"unknown site '{name_or_path}'; valid: {', '.join(sites) or '(none)'} "
-        f"(or give a path to a site YAML file)"
+        f"unknown site '{name_or_path}'; valid: {', '.join(sorted(available())) or '(none)'} "
+        f"(looked for {name_or_path}{SUFFIX} in {where}: orch site list shows them; or give a "
+        f"path to a site YAML file)"
     )
 
 
@@ -429,8 +532,10 @@ def load(name_or_path: str) -> tuple[Site, Path]:
                                                 _UNION_TAGS)) from None
     except UserError as exc:  # a broken frameworks/<name>.yaml that an environment names
         raise UserError(f"{path}: {exc}") from None
-    if site.name != path.stem and path.parent.resolve() == site_dir().resolve():
-        raise UserError(f"{path}: name '{site.name}' must match the file name '{path.stem}'")
+    if site.name != path.stem and _on_path(path):
+        raise UserError(f"{path}: name '{site.name}' must match the file name '{path.stem}' "
+                        f"(a site on the search path is found by its file name)")
+    site._file = str(path.resolve())
     return site, path
 
 

@@ -6,11 +6,14 @@ knows (its network interfaces, whether it has InfiniBand) comes from a small pro
 node of each partition: ``srun -p P -N1 sh -c 'ls /sys/class/net; ls /sys/class/infiniband'``.
 Every value that is a guess (the socket interface, the interconnect, a per-job time limit,
 the Python that runs the frameworks) carries a YAML comment saying so and why. The draft is
-validated as a site config before it is written.
+validated as a site config before it is written, by default to the user's directory of the site
+search path (``~/.config/orch/sites/<name>.yaml``), where ``--site <name>`` finds it; an
+existing file is never replaced unless asked to.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -235,3 +238,33 @@ def validate(text: str) -> None:
             sitemod.load(str(path))
         except UserError as exc:
             raise UserError(f"the detected draft is not a valid site config: {exc}") from None
+
+
+def draft_path(name: str) -> Path:
+    """Where a draft named ``name`` goes by default: the user's site directory, the first
+    directory of the search path that is the user's own (``site.user_site_dir``)."""
+    from . import site as sitemod
+
+    if not sitemod.valid_name(name):
+        raise UserError(f"--name '{name}': a site name is letters, digits, '_', '.' and '-', "
+                        f"starting with a letter or digit")
+    return sitemod.user_site_dir() / f"{name}{sitemod.SUFFIX}"
+
+
+def write_draft(path: Path, text: str, force: bool = False) -> None:
+    """Write the draft to ``path``; an existing file is replaced only with ``force``. The text
+    goes to a private file first, then is linked into place: no reader sees half a draft,
+    and a file that appeared meanwhile is still not overwritten."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    try:
+        if force:
+            os.replace(tmp, path)
+            return
+        os.link(tmp, path)
+    except FileExistsError:
+        raise UserError(f"{path} exists; choose another --name or --out, or use --force to "
+                        f"overwrite it") from None
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -94,6 +94,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 LOCAL = yaml.safe_load((ROOT / "site-configs" / "local.yaml").read_text())
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _shipped_sites_only(tmp_path_factory):
+    """A test's ``local`` or ``testcluster`` is the shipped one: neither the user's own sites
+    (~/.config/orch/sites) nor $ORCH_SITE_PATH of the shell that runs the tests shadow it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("ORCH_SITE_PATH", raising=False)
+        mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+        yield
+
+
 def orch(*args: object) -> tuple[int, str, str]:
     """``orch ARGS`` in this process: (exit code, stdout, stderr). Any exception other than
     SystemExit propagates: a traceback fails the test."""

@@ -15,7 +15,7 @@ from ._common import err_console, out_console
 
 
 def netbench_cmd(
-    site: Annotated[str, typer.Option(help="Site name (site-configs/) or path to a site YAML.")],
+    site: Annotated[str, typer.Option(help="Site name (orch site list) or path to a site YAML.")],
     partition: Annotated[str | None, typer.Option(help="Partition; default: the site's.")]
     = None,
     nodes: Annotated[int, typer.Option(help="Nodes (ranks = nodes x tasks per node, >= 2).")]

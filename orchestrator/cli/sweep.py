@@ -27,7 +27,7 @@ def sweep(
     study: Annotated[str | None, typer.Option(help="Study file (studies/NAME.yaml, or a shipped "
                                               "study's name): the sweep's dimensions; flags "
                                               "given here override it.")] = None,
-    site: Annotated[str, typer.Option(help="Site name (site-configs/) or path to a site YAML.")]
+    site: Annotated[str, typer.Option(help="Site name (orch site list) or path to a site YAML.")]
     = "local",
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help=OPTIONS_HELP)]
     = None,
