@@ -33,8 +33,9 @@ cluster-down:
 
 # Charliecloud's runtime and the tools that build its images without a registry (as root).
 # charliecloud-runtime only, --no-install-recommends: the `charliecloud` package pulls docker.io.
-# shellcheck: tests/test_shellcheck.py lints every rendered script with it.
-CONTAINER_TOOLS := charliecloud-runtime debootstrap squashfs-tools shellcheck
+# shellcheck: tests/test_shellcheck.py lints every rendered script with it. siftool: SIF files
+# (Apptainer's format) assembled without Apptainer, which Debian 12 does not package.
+CONTAINER_TOOLS := charliecloud-runtime debootstrap squashfs-tools siftool shellcheck
 container-tools:
 	@if [ "$$(id -u)" != 0 ]; then \
 	  echo "not root: container tools not installed (the Charliecloud tests will skip)"; \
@@ -43,9 +44,11 @@ container-tools:
 	    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $(CONTAINER_TOOLS); fi
 
 # The torch image (debootstrap + chroot, ~/.cache/orch/images, reused while its spec is
-# unchanged). The tests build it too when it is missing.
+# unchanged), and torch.sif assembled from it with siftool (seconds, once the directory and its
+# SquashFS exist). The tests build them too when they are missing.
 images: $(STAMP) container-tools
 	$(BIN)/orch container build torch --runtime charliecloud
+	$(BIN)/orch container build torch --runtime apptainer
 
 # Every framework environment the local site describes (the test cluster shares them), built
 # once and reused while their descriptions do not change.

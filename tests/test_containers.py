@@ -103,12 +103,14 @@ def test_every_runtime_declares_what_others_ask():
                               for n in containers.runtime_names()}
 
 
-def test_apptainer_build_is_refused_clearly_without_apptainer():
-    if shutil.which("apptainer"):
-        pytest.skip("apptainer is installed here")
-    proc = run_orch("container", "build", "torch", "--runtime", "apptainer")
+def test_apptainer_build_is_refused_clearly_without_apptainer_and_siftool(tmp_path):
+    """Without apptainer orch assembles the SIF with siftool (tests/test_sif.py); without
+    either, one line says what to install."""
+    proc = run_orch("container", "build", "torch", "--runtime", "apptainer",
+                    env={"PATH": str(tmp_path)})
     assert proc.returncode == 2
-    assert "apptainer is not installed here" in proc.stderr
+    assert "siftool and mksquashfs not installed" in proc.stderr
+    assert "apt-get install -y --no-install-recommends siftool squashfs-tools" in proc.stderr
     assert "apptainer build torch.sif containers/torch.def" in proc.stderr
     assert "Traceback" not in proc.stderr
 

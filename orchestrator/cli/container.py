@@ -47,7 +47,9 @@ def build(
                                          "(IMAGE.sqfs) next to the directory.")] = False,
     force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
 ) -> None:
-    """Build an image where its runtime exists; print its path and digest."""
+    """Build an image; print its path and digest. A SIF is built with apptainer (singularity)
+    where it exists, else assembled with siftool from the Charliecloud build."""
+    from .. import provenance
     from ..containers import build as builds
     from ..containers import runtime_names
     from ..containers.digest import image_digest
@@ -55,7 +57,8 @@ def build(
 
     if runtime not in runtime_names():
         raise UserError(f"--runtime {runtime}: valid: {', '.join(runtime_names())}")
-    image = builds.build(load_spec(name), runtime, out, squash=squash, force=force, log=_log)
+    image = builds.build(load_spec(name), runtime, out, squash=squash, force=force, log=_log,
+                         commit=provenance.orch_source()["git_commit"])
     _log(f"digest {image_digest(image)}")
     sys.stdout.write(f"{image}\n")
 
@@ -65,20 +68,35 @@ def list_images(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Image directory; default "
                                              "~/.cache/orch/images.")] = None,
 ) -> None:
-    """The image specs, their hashes, and whether the current Charliecloud build exists."""
+    """The image specs, their hashes, whether the current Charliecloud build exists, and each
+    SIF file: its size, digest and how it was built (siftool, or apptainer build)."""
     from rich.table import Table
 
     from ..containers import build as builds
     from ..containers import specs
 
-    table = Table("image", "framework", "spec sha256", "charliecloud image", box=None)
+    table = Table("image", "framework", "spec sha256", "charliecloud image", "SIF", "size",
+                  "SIF sha256", "built with", box=None)
     for name in specs.spec_names():
         spec = specs.load_spec(name)
         path = builds.directory_image_path(spec, out)
         built = path.is_dir() and (path / specs.MARKER.lstrip("/")).is_file()
         table.add_row(name, spec.framework, specs.spec_hash(spec)[:16],
-                      str(path) if built else "[dim]not built[/]")
+                      str(path) if built else "[dim]not built[/]",
+                      *_sif_columns(builds.sif_path_of(spec, out)))
     out_console.print(table)
+
+
+def _sif_columns(path: Path) -> tuple[str, str, str, str]:
+    """A SIF's path, size, digest (first 16 hex digits) and how it was built."""
+    from ..containers import sif
+    from ..containers.digest import image_digest
+
+    if not sif.is_sif(path):
+        return ("[dim]not built[/]", "", "", "")
+    size = f"{path.stat().st_size / 2**20:,.0f} MiB"
+    return (str(path), size, image_digest(path).removeprefix("sha256:")[:16],
+            sif.built_with(path))
 
 
 def show(
@@ -110,8 +128,11 @@ def rerun(
     = True,
     old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
-    """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it)."""
+    """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it);
+    once it ran, say whether its result falls inside the original's spread (orch compare's
+    test)."""
     from .. import backends, execute, provenance, results
+    from . import history
 
     src = find_run("rerun", run_id, directory, old_dir)
     prepared, site = provenance.prepare_rerun(src, out)
@@ -128,6 +149,8 @@ def rerun(
         _log(f"{rec['run_id']}: {rec['state']}"
              + (f", {rate:,.0f} samples/s" if rate else "")
              + (f" ({rec['reason'].splitlines()[0]})" if rec.get("reason") else ""))
+    for line in history.gathered(sweep_dir):  # inside the original's spread, or not
+        _log(line)
     sys.stdout.write(f"{prepared.rdir}\n")
     if any(rec["state"] != "COMPLETED" for rec in recs):
         raise typer.Exit(1)

@@ -21,6 +21,8 @@ One module per job, in the order a run meets them:
     specs                           containers/specs/<name>.yaml, resolved; its hash, its marker
     recipes                         the generated build files
     build                           ``orch container build``: an image of a spec, cached
+    sifbuild                        a SIF file without Apptainer: the layout, siftool
+    sif                             reading a SIF file: descriptors, partitions, labels
     digest                          an image's sha256, cached by what changes with it
     image                           what is inside an image; the facts a run records of it
     checks                          before anything is submitted: images exist and can run here

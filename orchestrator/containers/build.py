@@ -1,6 +1,7 @@
 """``orch container build``: an image of a spec for a runtime, made in the format the runtime
-declares (``Runtime.builds``): a SIF file from the Apptainer definition, or a directory tree
-from the Charliecloud build script (optionally packed into SquashFS). Directory builds are
+declares (``Runtime.builds``): a SIF file (``apptainer build`` of the definition where Apptainer
+exists, else assembled with ``siftool`` from the directory build, :mod:`.sifbuild`), or a
+directory tree from the Charliecloud build script (optionally packed into SquashFS). Builds are
 cached by their build script, so an unchanged spec costs nothing."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import UserError
-from . import specs
+from . import sif, sifbuild, specs
 from .base import Runtime, runtime, runtime_names
 from .digest import cache_dir
 from .recipes import generate
@@ -28,12 +29,13 @@ def default_image_dir() -> Path:
 
 
 def build(spec: ImageSpec, runtime_name: str, out: Path | None = None, squash: bool = False,
-          force: bool = False, log: Log = print) -> Path:
+          force: bool = False, log: Log = print, commit: str | None = None) -> Path:
     """Build the spec's image for the runtime where the runtime (or its build tools) exists;
     ``squash``: also pack a directory image into one SquashFS file, where the runtime runs
-    those. Returns the image's path."""
+    those; ``commit``: orch's git commit, labelled into a SIF orch assembles. Returns the
+    image's path."""
     rt = runtime(runtime_name)
-    image = _BUILDERS[rt.builds](spec, rt, out, force, log)
+    image = _BUILDERS[rt.builds](spec, rt, out, force, log, commit)
     if squash and rt.squashes:
         return squash_image(spec, image, force, log)
     return image
@@ -55,8 +57,13 @@ def directory_image_path(spec: ImageSpec, out: Path | None = None) -> Path:
     return (out or default_image_dir()).expanduser().resolve() / f"{spec.name}-{build_key(spec)}"
 
 
+def sif_path_of(spec: ImageSpec, out: Path | None = None) -> Path:
+    """Where the spec's SIF file is (or would be) built: NAME.sif, whatever built it."""
+    return (out or default_image_dir()).expanduser().resolve() / f"{spec.name}.sif"
+
+
 def _build_directory(spec: ImageSpec, rt: Runtime, out: Path | None, force: bool,
-                     log: Log) -> Path:
+                     log: Log, commit: str | None = None) -> Path:
     """The spec's directory image (debootstrap + chroot, as root), reused while its name
     carries the current build key: a changed spec (or generator) builds a new one."""
     image = directory_image_path(spec, out)
@@ -121,28 +128,49 @@ def squash_image(spec: ImageSpec, image: Path, force: bool = False, log: Log = p
     return sqfs
 
 
-def _build_sif(spec: ImageSpec, rt: Runtime, out: Path | None, force: bool, log: Log) -> Path:
-    """``<command> build IMAGE.sif containers/NAME.def``, where the runtime exists (it always
-    rebuilds: the definition is not hashed into the file name)."""
+def _build_sif(spec: ImageSpec, rt: Runtime, out: Path | None, force: bool, log: Log,
+               commit: str | None) -> Path:
+    """``IMAGE.sif``: ``<command> build`` where the runtime exists, else assembled with siftool
+    from the directory build."""
     definition = specs.containers_dir() / rt.recipe(spec.name)
+    sif_path = sif_path_of(spec, out)
     if shutil.which(rt.command) is None:
-        raise UserError(f"{rt.name} is not installed here, so '{spec.name}' cannot be built "
-                        f"with it (Debian 12 has no {rt.name} package). Build on a machine "
-                        f"that has it, from the checkout's top directory: '{rt.command} build "
-                        f"{spec.name}.sif containers/{definition.name}'; or use --runtime "
-                        f"charliecloud")
-    sif = (out or default_image_dir()).expanduser().resolve() / f"{spec.name}.sif"
-    sif.parent.mkdir(parents=True, exist_ok=True)
-    log(f"{spec.name}: {rt.command} build {sif} {definition}")
-    proc = subprocess.run(rt.build_command(str(sif), str(definition), spec.pip.wheel_dir),
+        return _assemble_sif(spec, definition, sif_path, out, force, log, commit)
+    sif_path.parent.mkdir(parents=True, exist_ok=True)
+    log(f"{spec.name}: {rt.command} build {sif_path} {definition}")
+    proc = subprocess.run(rt.build_command(str(sif_path), str(definition), spec.pip.wheel_dir),
                           cwd=specs.containers_dir().parent)
     if proc.returncode != 0:
         raise UserError(f"{rt.command} build failed (exit {proc.returncode})")
-    return sif
+    return sif_path
+
+
+def _assemble_sif(spec: ImageSpec, definition: Path, sif_path: Path, out: Path | None,
+                  force: bool, log: Log, commit: str | None) -> Path:
+    """The SIF of the directory build and its SquashFS (both cached), reused while its
+    build-key label is the current one."""
+    sifbuild.check_tools(spec, definition.name)
+    if not definition.is_file() or definition.read_text() != generate(spec)[definition.name]:
+        raise UserError(f"{definition} is missing or out of date with containers/specs/"
+                        f"{spec.name}.yaml: run 'orch container generate'")
+    key = build_key(spec)
+    if not force and sif.is_sif(sif_path) and sif.labels(sif_path).get(
+            "org.orch.build-key") == key:
+        log(f"{spec.name}: up to date ({sif_path})")
+        return sif_path
+    tree = _build_directory(spec, runtime_building("directory"), out, False, log)
+    base = squash_image(spec, tree, False, log)
+    started = time.time()
+    sifbuild.build_sif(spec, tree, base, definition, sif_path,
+                       sifbuild.labels(spec, key, commit))
+    log(f"{spec.name}: SIF {sif_path} (siftool, no apptainer here) in "
+        f"{time.time() - started:.0f} s")
+    return sif_path
 
 
 # How each image format a runtime declares (Runtime.builds) is built.
-_BUILDERS: dict[str, Callable[[ImageSpec, Runtime, Path | None, bool, Log], Path]] = {
+_BUILDERS: dict[str, Callable[[ImageSpec, Runtime, Path | None, bool, Log, str | None],
+                               Path]] = {
     "directory": _build_directory,
     "sif": _build_sif,
 }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from ..site import Container
+from . import sif
 from .digest import image_digest
 from .specs import MARKER
 
@@ -89,14 +90,19 @@ class ImageFacts:
     digest: str
     kind: str  # "directory" | "file"
     spec: dict | None  # the image's /etc/orch-image.json, when orch built it
+    built_with: str | None = None  # a SIF's: "siftool" (orch assembled it) or "apptainer build"
 
     def as_dict(self) -> dict:
         return {"runtime": self.runtime, "image": self.image, "digest": self.digest,
-                "kind": self.kind, "spec": self.spec}
+                "kind": self.kind, "spec": self.spec, "built_with": self.built_with}
 
 
 def inspect(container: Container) -> ImageFacts:
+    """The image's facts; a SIF's spec and how it was built come from its labels (its root
+    filesystem is not unpacked for them)."""
     image = expand_image(container).resolve()
-    tree = ImageTree(image)
-    return ImageFacts(runtime=container.runtime, image=str(image), digest=image_digest(image),
-                      kind="directory" if image.is_dir() else "file", spec=tree.read_marker())
+    common = {"runtime": container.runtime, "image": str(image), "digest": image_digest(image),
+              "kind": "directory" if image.is_dir() else "file"}
+    if sif.is_sif(image):
+        return ImageFacts(**common, spec=sif.marker(image), built_with=sif.built_with(image))
+    return ImageFacts(**common, spec=ImageTree(image).read_marker())
