@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import record
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 0.3
 COMMANDS = (("--help",), ("--version",), ("sweep", "--help"))
@@ -131,6 +133,12 @@ def main() -> None:
               f"{'met' if m <= TARGET_S else 'NOT met'})")
     print("wall: start to exit, median; cpu: user + system, median; '- python': median wall "
           "minus python -c pass; before/now: median wall ratio")
+    now = {name: round(med[i], 3) for i, (name, label, _, _) in enumerate(variants)
+           if label == "now"}
+    record.write("cli_startup", "; ".join(f"{k} {v:.2f} s" for k, v in now.items())
+                 + f" median wall at load {load:.1f} (target ≤ {TARGET_S} s)",
+                 {"median_wall_s": now, "python_pass_s": round(base, 3), "load": round(load, 2),
+                  "runs": a.runs})
 
 
 if __name__ == "__main__":

@@ -61,6 +61,8 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from benchmarks import record
+
 ROOT = Path(__file__).resolve().parents[1]
 NATIVE_DIR = ROOT / "benchmarks" / "native"
 GOAL = 0.97  # orch/native >= this for every mode
@@ -317,6 +319,24 @@ def main() -> None:
         print(f"{m:14} no native script (benchmarks/native/{package_of(m)}.py)")
     for f in failures:
         print(f"failed: {f}")
+    write_result(summarize(rounds), a, failures)
+
+
+def write_result(rows: list[dict], a: argparse.Namespace, failures: list[str]) -> None:
+    """The summary as a result file (benchmarks/record.py): one table row per mode and model."""
+    met = sum(r["ratio"] >= GOAL for r in rows)
+    table = record.Table(
+        columns=["mode", "model", "orch/native (median)", "min–max", "median's interval",
+                 "by median step", "rounds"],
+        rows=[[r["mode"], r["model"], f"{r['ratio']:.3f}", f"{r['min']:.3f}–{r['max']:.3f}",
+               f"{r['low']:.3f}–{r['high']:.3f} ({r['coverage']:.0%})",
+               "" if r["step_ratio"] is None else f"{r['step_ratio']:.3f}", str(r["rounds"])]
+              for r in rows])
+    record.write("fidelity", f"{met} of {len(rows)} mode/model pairs at orch/native ≥ {GOAL} "
+                 f"(median of rounds), {a.nodes} ranks, batch {a.batch}, site {a.site}"
+                 + (f"; {len(failures)} failed" if failures else ""),
+                 {f"{r['mode']}/{r['model']}": round(r["ratio"], 4) for r in rows},
+                 tables=[table], notes="\n".join(f"Failed: {f}" for f in failures))
 
 
 if __name__ == "__main__":

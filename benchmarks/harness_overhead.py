@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import torch
 
+from benchmarks import record
 from orchestrator.rankside import harness
 from orchestrator.rankside.torch import models as models_torch
 
@@ -87,6 +88,10 @@ def main() -> None:
     print(f"with harness: {statistics.median(rates_h):8.0f} samples/s")
     print(f"throughput ratio harness/bare: {ratio:.3f} (median of {a.blocks} blocks; "
           f"target >= 0.98: {'met' if ratio >= 0.98 else 'NOT met'})")
+    record.write("harness_overhead", f"{ratio:.3f} (target ≥ 0.98), median of {a.blocks} blocks",
+                 {"throughput_ratio": round(ratio, 4), "blocks": a.blocks,
+                  "bare_samples_per_s": round(statistics.median(rates_bare), 1),
+                  "harness_samples_per_s": round(statistics.median(rates_h), 1)})
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
+from benchmarks import record  # noqa: E402
 from orchestrator import rundir  # noqa: E402
 from orchestrator.protocol import PHASES  # noqa: E402
 from orchestrator.rankside.harness import RankLogWriter  # noqa: E402
@@ -358,6 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"targets (from scratch < {limit_s:g} s and < 2 GiB, >= 5x naive, one changed "
               f"run reads only its logs): {'met' if ok else 'MISSED'} (load average "
               f"{load:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        record.write("merge_speed", f"{logs:,} logs, {rows:,} rows: from scratch "
+                     f"{scratch_s:.2f} s wall, {scratch_cpu:.2f} s CPU, peak RSS "
+                     f"{peak / GIB:.2f} GiB at load {load:.1f} (target < {limit_s:g} s, "
+                     f"< 2 GiB): {'met' if ok else 'missed'}",
+                     {"logs": logs, "rows": rows, "from_scratch_s": round(scratch_s, 3),
+                      "from_scratch_cpu_s": round(scratch_cpu, 3),
+                      "peak_rss_gib": round(peak / GIB, 3), "load": round(load, 2),
+                      "targets_met": ok})
         return 0 if ok else 1
     finally:
         if args.keep is None:

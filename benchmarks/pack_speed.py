@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import record
 from orchestrator import backends, execute, results
 from orchestrator import site as sitemod
 from orchestrator.sweep import SweepSpec, expand
@@ -106,6 +107,12 @@ def main() -> None:
     print(f"{kind}: {p['submissions']:.0f} queue wait(s) instead of {s['submissions']:.0f}; "
           f"wall {p['wall']:.1f} s vs {s['wall']:.1f} s ({s['wall'] / p['wall']:.2f}x); "
           f"orch's own CPU {p['cpu_per_run']:.2f} vs {s['cpu_per_run']:.2f} s per run")
+    record.write("pack_speed",
+                 f"{kind}: queue waits {p['submissions']:.0f} vs {s['submissions']:.0f}; wall "
+                 f"{p['wall']:.1f} s vs {s['wall']:.1f} s; orch's own CPU "
+                 f"{p['cpu_per_run']:.2f} vs {s['cpu_per_run']:.2f} s per run "
+                 f"({args.rounds} round(s))",
+                 {way: {k: round(v, 3) for k, v in m.items()} for way, m in mean.items()})
 
 
 if __name__ == "__main__":

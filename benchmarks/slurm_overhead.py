@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import record
 from orchestrator import execute, results
 from orchestrator import site as sitemod
 from orchestrator.sweep import SweepSpec, expand
@@ -76,6 +77,11 @@ def main() -> None:
           f"{mean['queue']:.2f} s (sched_min_interval) and orch's own {own:.2f} s "
           f"(target < 2 s: {'met' if own < 2 else 'NOT met'}); overhead / job time = "
           f"{mean['overhead'] / mean['job']:.2f}")
+    record.write("slurm_overhead",
+                 f"{mean['overhead']:.2f} s per job, of which {mean['queue']:.2f} s Slurm's queue "
+                 f"latency and {own:.2f} s orch's own (target < 2 s), {args.jobs} jobs",
+                 {**{f"{k}_s": round(v, 3) for k, v in mean.items()}, "orch_own_s": round(own, 3),
+                  "jobs": args.jobs})
 
 
 if __name__ == "__main__":
