@@ -406,6 +406,9 @@ def schema() -> dict[str, Any]:
 # --- loading: the site search path ---------------------------------------------------------
 
 SUFFIX = ".yaml"
+# Files kept beside site configs that are not site configs: a site's references
+# (NAME.references.yaml, orch check --references).
+NOT_SITES = (".references.yaml",)
 
 
 @dataclass(frozen=True)
@@ -478,7 +481,7 @@ def entries() -> list[SiteEntry]:
     winner: dict[str, Path] = {}
     for d in search_path():
         files = sorted(d.path.glob(f"*{SUFFIX}")) if d.path.is_dir() else []
-        for p in (f for f in files if f.is_file()):
+        for p in (f for f in files if f.is_file() and not f.name.endswith(NOT_SITES)):
             name = p.name[: -len(SUFFIX)]
             out.append(SiteEntry(name, p, d, winner.get(name)))
             winner.setdefault(name, p)

@@ -80,6 +80,12 @@ def test_first_match_wins_and_list_marks_the_shadowed(dirs):
     assert code == 0 and "shadowed by ORCH_SITE_PATH" in out and "shadowed by system" in out
 
 
+def test_a_references_file_beside_a_site_is_no_site(dirs):
+    local_as(dirs["user"], "mine")
+    (dirs["user"] / "mine.references.yaml").write_text("partitions: {}\n")
+    assert [e.name for e in sitemod.entries() if e.source.source == "user"] == ["mine"]
+
+
 def test_a_path_still_works_and_a_name_on_the_path_is_its_files(dirs, tmp_path):
     elsewhere = local_as(tmp_path / "elsewhere", "anything")
     renamed = elsewhere.with_name("other-name.yaml")
