@@ -121,6 +121,9 @@ def _show(forecast, format: str) -> None:
         return
     err_console.print(forecast.header, markup=False, highlight=False)
     _print_predictions(forecast.rows, forecast.with_measured)
+    flagged = sorted({f for r in forecast.rows for f in r.get("flags") or []})
+    for flag in flagged:
+        err_console.print(f"flag: {flag}", markup=False, highlight=False)
 
 
 def _forecast(ask, two, results_dir: Path | None, breakdown: Path | None, trace: Path | None):
@@ -151,6 +154,9 @@ def _print_predictions(rows: list[dict], with_measured: bool) -> None:
     table = RichTable(box=None, header_style="bold")
     cols = ["workers", "t_iter ms", "speedup", "efficiency", "comm exposed ms",
             "comm total ms"]
+    level = next((r["level"] for r in rows if r.get("level")), None)
+    if level is not None:
+        cols.insert(2, f"{level:.0%} interval ms")
     if with_measured:
         cols += ["measured speedup", "residual", "measured t_iter ms"]
     for c in cols:
@@ -159,6 +165,9 @@ def _print_predictions(rows: list[dict], with_measured: bool) -> None:
         cells = [str(r["workers"]), ms(r["t_iter"], 3), fmt_num(r["speedup"], ".2f"),
                  fmt_num(r["efficiency"], ".0%"), ms(r["t_comm_exposed"], 3),
                  ms(r["t_comm_total"], 3)]
+        if level is not None:
+            cells.insert(2, f"{ms(r.get('t_iter_low'), 3)}-{ms(r.get('t_iter_high'), 3)}"
+                         if r.get("t_iter_low") is not None else "-")
         if with_measured:
             cells += [fmt_num(r.get("measured_speedup"), ".2f"),
                       fmt_num(r.get("residual_speedup"), "+.2f"), ms(r.get("measured_t_iter"), 3)]

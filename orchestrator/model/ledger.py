@@ -29,6 +29,7 @@ import pandas as pd
 from .. import __version__, modes, protocol, rundir
 from ..errors import UserError
 from ..report.select import config_of, training_runs
+from . import interval, validity
 from .comm import PATTERN_MODELS, Network, pattern_comm_time
 from .inputs import ModelInputError, gradient_bytes, overlap_of, run_options
 from .predict import Measured, predict
@@ -61,7 +62,8 @@ COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "pa
            "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
            "overlap", "servers", "grad_bytes", "predicted_t_iter", "predicted_speedup",
            "measured_t_iter", "measured_speedup", "error_t_iter", "error_speedup",
-           "t_comm_predicted", "network"]
+           "t_comm_predicted", "network", "predicted_t_iter_low", "predicted_t_iter_high",
+           "level", "inside", "flags", "valid"]
 
 
 def _mode_of(name: str):
@@ -168,6 +170,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     scale = pf.compute_load(w) / pf.compute_load(int(b[RANKS]))
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
                    compute_scale=lambda _n: scale)[0]
+    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter)
     return {
         "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
         "site": run["site"], "partition": run["partition"], "model": run["model"],
@@ -178,6 +181,9 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "grad_bytes": grad, "inputs": {**source.phases, T_ITER: source.t_iter},
         "network": pf.as_record(),
         "t_iter": pred.t_iter, "speedup": pred.speedup,
+        "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
+        "interval_parts": {k: list(v) for k, v in band.parts.items()},
+        "flags": run_flags(pf, w, tasks, base),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
         "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
@@ -186,6 +192,65 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
                          f"{pf.shared_machine_cpus()} cores)" if scale != 1 else ""),
         "orch_version": __version__,
     }
+
+
+def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Preflight, grad: int,
+              overlap: str, scale: float, point: float) -> interval.Interval:
+    """The prediction's interval on the pre-flight's fast and slow corner networks."""
+    opts = run_options(run.get("options"))
+
+    def comm_of(net: Network) -> Callable[[int, int, int], float]:
+        return comm_function(str(run["mode"]), opts, grad, net)[1]
+
+    return measured_interval(base, source, pf.corner_networks(), comm_of,
+                             (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
+                             scale, point)
+
+
+def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Network],
+                      comm_of: Callable[[Network], Callable[[int, int, int], float]],
+                      at: tuple[int, int, int], overlap: str, scale: float, point: float,
+                      prefetch: bool = False) -> interval.Interval:
+    """The interval (model.interval) of a prediction from the measured runs ``base`` at ``at``
+    (workers, nodes, tasks per node): the same prediction on each of the ``corners``
+    networks (``comm_of(net)``: the pattern's cost there), the measured runs' per-iteration
+    spread (times ``scale``, the compute scale) and the spread of their repeats."""
+    w, nodes, tasks = at
+    b = base.iloc[0]
+    points = []
+    for net in corners:
+        comm = comm_of(net)
+        src = source.model_copy(update={
+            "comm_total": comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS]))})
+        points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,
+                              comm=lambda _n, c=comm: c(w, nodes, tasks),
+                              compute_scale=lambda _n: scale)[0].t_iter)
+    spread = (pd.to_numeric(base["t_iter_std"], errors="coerce").mean()
+              if "t_iter_std" in base.columns else None)
+    repeats = float(base[T_ITER].std(ddof=1)) if len(base) > 1 else 0.0
+    return interval.combine(point, network=points,
+                            compute_sd=float(spread) * scale if pd.notna(spread) else 0.0,
+                            repeats_sd=repeats if math.isfinite(repeats) else 0.0)
+
+
+def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list[str]:
+    """Why a prediction may not hold, known before its run (model.validity): the
+    pre-flight's fit, ranks over the cores or GPUs given, the measured run's node shared or
+    its I/O dominating."""
+    flags = list(pf.flags())
+    over = validity.oversubscribed(ranks, tasks, cpus_per_node=pf.cpus_per_node,
+                                   gpus_per_node=pf.gpus_per_node,
+                                   shared_machine_cpus=pf.shared_machine_cpus())
+    if over:
+        flags.append(over)
+    for _, b in base.iterrows():
+        t_io = pd.to_numeric(b.get("t_io"), errors="coerce")
+        for flag in validity.base_run_problems(
+                int(b[RANKS]), float(t_io) if pd.notna(t_io) else None,
+                float(b[T_ITER]), b.get("co_tenants")):
+            if flag not in flags:
+                flags.append(flag)
+    return flags
 
 
 def append(sweep_dir: Path, records: list[dict]) -> None:
@@ -279,8 +344,24 @@ def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
             "error_speedup": (pred_s - meas_s) / meas_s if meas_s and pred_s else None,
             "t_comm_predicted": rec.get("t_comm_exposed"),
             "network": json.dumps(rec.get("network"), sort_keys=True),
+            **_scored_interval(rec, meas_t, run),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _scored_interval(rec: dict, measured: float | None, run: pd.Series | None) -> dict:
+    """A scorecard row's interval, whether the measured t_iter fell in it, and its flags:
+    those stated before the run and a shared node found after it."""
+    low, high = rec.get("t_iter_low"), rec.get("t_iter_high")
+    flags = [str(f) for f in rec.get("flags") or []]
+    after = validity.shared_after(run.get("co_tenants")) if run is not None else None
+    if after:
+        flags.append(after)
+    inside = (low <= measured <= high if measured is not None and low is not None
+              and high is not None else None)
+    return {"predicted_t_iter_low": low, "predicted_t_iter_high": high,
+            "level": rec.get("level"), "inside": inside, "flags": "; ".join(flags),
+            "valid": not flags}
 
 
 def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | None:

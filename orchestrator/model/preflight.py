@@ -33,7 +33,7 @@ from .. import sweep as sweepmod
 from ..errors import FabricBelowMinimum, UserError
 from ..results import gather
 from ..site import Site
-from . import netbench
+from . import interval, netbench, validity
 from .comm import AlphaBeta, Network
 
 MODES = ("auto", "always", "never")
@@ -42,6 +42,10 @@ MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
 # 1-4 MiB pin B; the model's own gradient size is added by the benchmark).
 SIZES = "4:1024:16384:262144:1048576:4194304"
 ITERS, WARMUP, REPS = 5, 1, 3
+# A fit that fails validity's thresholds is measured once more with this many times the
+# repeats and iterations (noise averages out as 1/sqrt(samples)); if it still fails, every
+# prediction from it says so.
+RETRY_FACTOR = 3
 PREFLIGHT_DIR = "preflight"
 LEVELS = ("intra", "inter")
 
@@ -69,6 +73,7 @@ class Level(BaseModel):
     # fewer machines than nodes means the nodes share cores (the test cluster: 4 on 1).
     machines: int | None = None
     machine_cpus: int | None = None
+    reps: int = REPS  # repeats of each size per iteration it was measured with
 
     @property
     def alpha_beta(self) -> AlphaBeta:
@@ -82,6 +87,15 @@ class Level(BaseModel):
     @property
     def ranks(self) -> int:
         return self.nodes * self.tasks_per_node
+
+    def problem(self) -> str | None:
+        """The flag of a fit that fails validity's thresholds, or None."""
+        return validity.fit_problem(self.level, self.r2, self.max_rel_residual)
+
+    def bounds(self) -> tuple[AlphaBeta, AlphaBeta] | None:
+        """(fast, slow) corners of α and B at the interval's level, from the fit's residuals
+        (None where the fit has too few sizes to say)."""
+        return interval.alpha_beta_bounds(self.sizes, self.seconds, self.ranks, self.alpha_beta)
 
     def describe(self, now: float | None = None) -> str:
         age = format_age((now or time.time()) - self.measured_at)
@@ -104,11 +118,28 @@ class Preflight(BaseModel):
     partition: str
     inter: Level
     intra: Level | None = None
+    # What the partition gives each node (the site config): the validity checks' budget.
+    cpus_per_node: int | None = None
+    gpus_per_node: int = 0
 
     @property
     def network(self) -> Network:
         return Network(inter=self.inter.alpha_beta,
                        intra=self.intra.alpha_beta if self.intra else None)
+
+    def corner_networks(self) -> list[Network]:
+        """The network with both levels at their fast corners, and at their slow ones ([]
+        where a level's fit cannot say how uncertain it is)."""
+        inter = self.inter.bounds()
+        intra = self.intra.bounds() if self.intra else None
+        if inter is None or (self.intra is not None and intra is None):
+            return []
+        return [Network(inter=inter[i], intra=intra[i] if intra else None) for i in (0, 1)]
+
+    def flags(self) -> list[str]:
+        """The fit problems of its levels (validity.fit_problem): [] when both hold."""
+        levels = [self.inter, *([self.intra] if self.intra else [])]
+        return [p for p in (lv.problem() for lv in levels) if p]
 
     def shared_machine_cpus(self) -> int | None:
         """Cores of the one machine all nodes share, when the across-nodes job found its
@@ -195,12 +226,13 @@ def load_level(path: Path) -> Level:
 
 def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
                   model: str, dataset: str,
-                  on_event: Callable | None = None) -> Level:
-    """Run the micro-benchmark job of one level (a real job) and fit it."""
+                  on_event: Callable | None = None, factor: int = 1) -> Level:
+    """Run the micro-benchmark job of one level (a real job) and fit it; ``factor`` times the
+    repeats and iterations."""
     spec = sweepmod.SweepSpec(
         nodes=(nodes,), modes=(netbench.MODE,), models=(model,), dataset=dataset,
-        partitions=(partition,), tasks_per_node=(tasks,), iters=ITERS, warmup=WARMUP,
-        options={"sizes": (SIZES,), "reps": (str(REPS),)})
+        partitions=(partition,), tasks_per_node=(tasks,), iters=ITERS * factor, warmup=WARMUP,
+        options={"sizes": (SIZES,), "reps": (str(REPS * factor),)})
     runs = sweepmod.expand(spec, site)
     prepared = execute.prepare(runs, site, out, retry_failed=True)
     execute.execute(prepared, site, wait=True, on_event=on_event)
@@ -217,6 +249,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,
+                 reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir)
 
@@ -239,27 +272,49 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
         for level, (count, tasks) in layouts(site, partition, nodes).items():
             path = cache_path(site.name, partition, level, count, tasks, store)
             cached = load_level(path) if path.exists() and how == "auto" else None
+            where = (site, partition, level, count, tasks, sweep_dir / PREFLIGHT_DIR, model,
+                     dataset, on_event)
             if cached is not None and now - cached.measured_at <= max_age_s:
                 say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
                     f"{path}]")
-                levels[level] = cached
+                levels[level] = _checked(cached, where, path, say)
                 continue
             why = "stale" if cached is not None else (
                 "on request" if how == "always" else "not measured yet")
             say(f"pre-flight {site.name}/{partition} {level}: measuring ({why}): "
                 f"allreduce-bench on {count} node(s) x {tasks} task(s)")
-            fresh = measure_level(site, partition, level, count, tasks,
-                                  sweep_dir / PREFLIGHT_DIR, model, dataset, on_event)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
-            say(f"pre-flight {site.name}/{partition} {fresh.describe()}")
-            levels[level] = fresh
+            levels[level] = _checked(_measured(where, path, say), where, path, say)
+        part = site.partition(partition)
         out[partition] = Preflight(site=site.name, partition=partition, inter=levels["inter"],
-                                   intra=levels.get("intra"))
+                                   intra=levels.get("intra"), cpus_per_node=part.cpus_per_node,
+                                   gpus_per_node=part.gpus_per_node or 0)
+        for flag in out[partition].flags():
+            say(f"pre-flight {site.name}/{partition}: {flag}: every prediction from it says so")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_json_atomic(sweep_dir / "preflight.json",
                              {p: pf.model_dump(mode="json") for p, pf in out.items()})
     return out
+
+
+def _measured(where: tuple, path: Path, say: Callable[[str], None], factor: int = 1) -> Level:
+    """Measure one level (``where``: measure_level's arguments), cache it and say it."""
+    site, partition = where[0], where[1]
+    fresh = measure_level(*where, factor=factor)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
+    say(f"pre-flight {site.name}/{partition} {fresh.describe()}")
+    return fresh
+
+
+def _checked(got: Level, where: tuple, path: Path, say: Callable[[str], None]) -> Level:
+    """``got``, or, when its fit fails validity's thresholds and it was not itself such a
+    second measurement, the level measured once more with RETRY_FACTOR times the repeats."""
+    problem = got.problem()
+    if problem is None or got.reps > REPS:
+        return got
+    say(f"pre-flight {where[0].name}/{where[1]} {got.level}: {problem}: measuring again with "
+        f"{RETRY_FACTOR}x the repeats and iterations")
+    return _measured(where, path, say, factor=RETRY_FACTOR)
 
 
 def check_busbw(site: Site, networks: dict[str, Preflight]) -> list[str]:

@@ -18,10 +18,11 @@ from .. import units, zoo
 from ..errors import UserError
 from ..report import as_float, baseline, completed, config_labels, config_of, training_runs
 from ..spec.settings import parse_int_list
+from . import interval, validity
 from .comm import PATTERN_MODELS, AlphaBeta, pattern_comm_time
 from .compute import iteration_time
 from .inputs import PHASES, gradient_bytes, load_breakdown, load_trace_csv, overlap_of, run_options
-from .ledger import comm_function, measured_base
+from .ledger import comm_function, measured_base, measured_interval
 from .network import alpha_beta_for, network_for
 from .predict import Measured, predict, predict_from_baseline, predict_trace_network
 
@@ -242,6 +243,7 @@ def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Pa
                         f"{', '.join(map(str, sorted(measured)))}") from None
     _beside_measured(rows, measured)
     add_alpha_beta(rows, ab, ab_desc)
+    _spread_interval(rows, completed(sel[sel["ranks"] == base_w]))
     if ab is None:
         for row in rows:
             row["comm_source"] = "measured (no netbench result: " + ab_desc + ")"
@@ -251,6 +253,17 @@ def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Pa
               f"{', '.join(sel[sel['nodes'] == 1]['run_id'])}; overlap {ov}; communication: "
               f"{comm}")
     return Forecast(rows=rows, header=header, with_measured=bool(measured))
+
+
+def _spread_interval(rows: list[dict], base: pd.DataFrame) -> None:
+    """Each row's interval from the baseline runs' per-iteration spread and their repeats
+    (model.interval; a netbench α–β carries no fit uncertainty here)."""
+    sd = pd.to_numeric(base.get("t_iter_std"), errors="coerce").mean() if len(base) else None
+    rep = float(base["t_iter"].std(ddof=1)) if len(base) > 1 else 0.0
+    for row in rows:
+        band = interval.combine(row["t_iter"], compute_sd=float(sd) if pd.notna(sd) else 0.0,
+                                repeats_sd=rep if math.isfinite(rep) else 0.0)
+        row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level)
 
 
 def _beside_measured(rows: list[dict], measured: dict[int, dict]) -> None:
@@ -348,7 +361,33 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
              f"{', '.join(top['run_id'])} ({base.workers} rank(s))")
     rows = _extrapolate(base, comm, tasks, ask.counts(LARGE_COUNTS), ov, ask.prefetch, load,
                         measured)
+    what_if = any(v is not None for v in (ask.bandwidth, ask.latency, ask.netbench_file,
+                                          two.intra_bandwidth, two.intra_latency))
+    corners = pre.corner_networks() if pre is not None and not what_if else []
+
+    def comm_of(net):
+        return comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
+                             pattern=two.pattern, servers=two.servers)[1]
+
+    for row in rows:
+        band = measured_interval(top, base, corners, comm_of,
+                                 (row["workers"], row["nodes"], row["tasks_per_node"]), ov,
+                                 row["compute_scale"], row["t_iter"], ask.prefetch)
+        row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
+                   flags=_row_flags(pre, row))
     return _two_level_forecast(rows, label, pat, ov, tasks, grad, net_desc)
+
+
+def _row_flags(pre, row: dict) -> list[str]:
+    """Why a row's prediction may not hold (model.validity), where the sweep's pre-flight
+    says: its fit, or more ranks than the cores or GPUs given."""
+    if pre is None:
+        return []
+    over = validity.oversubscribed(row["workers"], row["tasks_per_node"],
+                                   cpus_per_node=pre.cpus_per_node,
+                                   gpus_per_node=pre.gpus_per_node,
+                                   shared_machine_cpus=pre.shared_machine_cpus())
+    return [*pre.flags(), *([over] if over else [])]
 
 
 def _extrapolate(base: Measured, comm, tasks: int, counts: list[int], overlap: str,

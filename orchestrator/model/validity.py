@@ -1,0 +1,82 @@
+"""When a prediction's assumptions do not hold: the checks, their thresholds and their words.
+
+Why: the model assumes a network that the α–β fit describes, ranks that each have a core (or
+a GPU) of their own on nodes no other job uses, and compute, not input, setting the pace. Where
+one of these is known to fail before the run, the prediction still states its number (it is
+the model's best guess) but is *flagged*, and the scorecard scores flagged predictions apart
+from valid ones: a miss where the model said it could not hold is not a miss of the model.
+
+Two kinds of flag, each a line that starts with its kind:
+
+* ``network model unreliable: …`` — the pre-flight's fit fails :data:`MIN_R2` or
+  :data:`MAX_RESIDUAL` (after the pre-flight measured once more with more repeats);
+* ``assumption broken: …`` — the run's ranks outnumber the cores (or GPUs) given to them, the
+  run it is predicted from shared its node with other runs (``co_tenants``), or its input I/O
+  took more than :data:`MAX_IO_SHARE` of its iteration.
+
+Pure functions: numbers in, lines out.
+"""
+
+from __future__ import annotations
+
+import math
+
+#: A fit below this R² (on log-seconds, preflight.fit_quality) does not describe the network.
+MIN_R2 = 0.9
+#: ... nor one whose worst relative residual is above this.
+MAX_RESIDUAL = 0.5
+#: Input I/O above this share of t_iter in the measured run: the data pipeline sets the pace.
+MAX_IO_SHARE = 0.5
+
+UNRELIABLE = "network model unreliable"
+BROKEN = "assumption broken"
+
+
+def fit_problem(level: str, r2: float, worst: float) -> str | None:
+    """The flag of one pre-flight level's fit, or None when it passes both thresholds."""
+    if (math.isfinite(r2) and r2 >= MIN_R2) and (math.isfinite(worst) and worst <= MAX_RESIDUAL):
+        return None
+    return (f"{UNRELIABLE}: R² = {r2:.3f}, worst residual {worst:.0%} ({level} fit; needs "
+            f"R² ≥ {MIN_R2} and worst residual ≤ {MAX_RESIDUAL:.0%})")
+
+
+def oversubscribed(ranks: int, tasks_per_node: int, *, cpus_per_node: int | None,
+                   gpus_per_node: int, shared_machine_cpus: int | None) -> str | None:
+    """The flag of a run whose ranks outnumber what they were given: its node's GPUs (GPU
+    partitions: one rank a GPU), its node's cores, or, where the nodes are one machine (the
+    local site, the test cluster), that machine's cores for all ranks together."""
+    if gpus_per_node > 0 and tasks_per_node > gpus_per_node:
+        return (f"{BROKEN}: {tasks_per_node} ranks a node on {gpus_per_node} GPU(s): ranks "
+                "share GPUs")
+    if shared_machine_cpus and ranks > shared_machine_cpus:
+        return (f"{BROKEN}: {ranks} ranks on {shared_machine_cpus} cores (the nodes are one "
+                f"machine): {ranks / shared_machine_cpus:.3g} ranks a core")
+    if gpus_per_node == 0 and cpus_per_node and tasks_per_node > cpus_per_node:
+        return (f"{BROKEN}: {tasks_per_node} ranks a node on {cpus_per_node} cores a node: "
+                f"{tasks_per_node / cpus_per_node:.3g} ranks a core")
+    return None
+
+
+def base_run_problems(from_ranks: int, t_io: float | None, t_iter: float | None,
+                      co_tenants: str | None) -> list[str]:
+    """Flags of the measured run a prediction starts from: it shared its node, or its input
+    I/O dominated its iteration."""
+    out = []
+    co = [c for c in str(co_tenants or "").split(",") if c and c != "nan"]
+    if co:
+        out.append(f"{BROKEN}: the {from_ranks}-rank run it is predicted from shared its "
+                   f"node(s) with {', '.join(co)} (co_tenants)")
+    if t_io is not None and t_iter and math.isfinite(t_io) and t_io / t_iter > MAX_IO_SHARE:
+        out.append(f"{BROKEN}: input I/O is {t_io / t_iter:.0%} of t_iter in the "
+                   f"{from_ranks}-rank run (above {MAX_IO_SHARE:.0%}): the data pipeline, not "
+                   "compute and communication, sets the pace")
+    return out
+
+
+def shared_after(co_tenants: str | None) -> str | None:
+    """The flag of a run found, once it ran, to have shared its node(s) (its co_tenants)."""
+    co = [c for c in str(co_tenants or "").split(",") if c and c != "nan"]
+    if not co:
+        return None
+    return (f"{BROKEN}: the run shared its node(s) with {', '.join(co)} (co_tenants, found "
+            "after it ran)")

@@ -1,0 +1,199 @@
+"""Predictions that say how sure they are and when they do not hold (orchestrator/model/
+interval.py, validity.py): every stated prediction carries an interval at a nominal level; a
+pre-flight fit that fails its thresholds, ranks over the cores given, a shared node or an
+I/O-bound run flag the prediction before its run; the scorecard scores flagged runs apart, with
+error and coverage for each group. Numbers by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from orchestrator.model import interval, ledger, preflight, validity
+from orchestrator.model.comm import AlphaBeta, allreduce_time
+from orchestrator.report.scorecard import scorecard_summary, scorecard_table
+
+SIZES = [4, 1024, 16384, 262144, 1048576, 4194304]
+
+
+def test_z_of_the_nominal_level():
+    assert interval.LEVEL == 0.8
+    assert interval.z_of() == pytest.approx(1.2816, abs=1e-4)
+    assert interval.z_of(0.9) == pytest.approx(1.6449, abs=1e-4)
+
+
+def test_combine_adds_the_sources_in_quadrature_by_hand():
+    z = interval.z_of()
+    band = interval.combine(1.0, network=[0.97, 1.04], compute_sd=0.02, repeats_sd=0.01)
+    below = math.sqrt(0.03 ** 2 + (z * 0.02) ** 2 + (z * 0.01) ** 2)
+    above = math.sqrt(0.04 ** 2 + (z * 0.02) ** 2 + (z * 0.01) ** 2)
+    assert band.low == pytest.approx(1.0 - below) and band.high == pytest.approx(1.0 + above)
+    assert band.parts["network"] == (pytest.approx(0.03), pytest.approx(0.04))
+    assert band.contains(1.0) and not band.contains(1.0 + above + 1e-9)
+    # nothing uncertain: the interval is the point; never below 0 s
+    assert interval.combine(0.5).low == interval.combine(0.5).high == 0.5
+    assert interval.combine(0.01, compute_sd=1.0).low == 0.0
+
+
+def test_alpha_beta_bounds_from_the_fit_residuals():
+    centre = AlphaBeta(alpha=1e-4, bandwidth=1e9)
+    exact = [allreduce_time(m, 2, centre.alpha, centre.bandwidth) for m in SIZES]
+    fast, slow = interval.alpha_beta_bounds(SIZES, exact, 2, centre)
+    # a fit with no residual is certain: both corners are the centre
+    assert fast.alpha == pytest.approx(centre.alpha) and slow.bandwidth == pytest.approx(1e9)
+    noisy = [t * (1.2 if i % 2 else 0.8) for i, t in enumerate(exact)]
+    fast, slow = interval.alpha_beta_bounds(SIZES, noisy, 2, centre)
+    assert fast.alpha < centre.alpha < slow.alpha
+    assert fast.bandwidth > centre.bandwidth > slow.bandwidth
+    # two sizes leave no degree of freedom; one rank sends nothing: no bounds
+    assert interval.alpha_beta_bounds([4, 8], [1e-3, 2e-3], 2, centre) is None
+    assert interval.alpha_beta_bounds(SIZES, noisy, 1, centre) is None
+
+
+def test_fit_problem_thresholds():
+    assert validity.fit_problem("inter", 0.95, 0.2) is None
+    bad = validity.fit_problem("inter", -0.499, 0.63)
+    assert bad.startswith("network model unreliable: R² = -0.499, worst residual 63%")
+    assert validity.fit_problem("intra", 0.99, 0.51) is not None
+    assert validity.fit_problem("intra", float("nan"), 0.1) is not None
+
+
+@pytest.mark.parametrize(("ranks", "tasks", "cpus", "gpus", "shared", "expect"), [
+    (2, 1, 2, 0, 2, None),                     # 2 ranks on the 2-core machine: 1 a core
+    (4, 1, 2, 0, 2, "4 ranks on 2 cores"),     # make sweep's 4 nodes on a 2-core machine
+    (8, 4, 2, 0, None, "4 ranks a node on 2 cores a node"),
+    (8, 2, 64, 1, None, "2 ranks a node on 1 GPU(s)"),
+    (64, 4, 64, 4, None, None),
+])
+def test_oversubscribed(ranks, tasks, cpus, gpus, shared, expect):
+    got = validity.oversubscribed(ranks, tasks, cpus_per_node=cpus, gpus_per_node=gpus,
+                                  shared_machine_cpus=shared)
+    assert (got is None) if expect is None else (expect in got and got.startswith(
+        "assumption broken: "))
+
+
+def _level(name: str, nodes: int, machines: int | None, r2: float = 0.99,
+           seconds: list[float] | None = None) -> preflight.Level:
+    exact = [allreduce_time(m, nodes, 1e-3, 1e6) for m in SIZES]
+    return preflight.Level(level=name, site="s", partition="p", nodes=nodes, tasks_per_node=1,
+                           alpha=1e-3, bandwidth=1e6, r2=r2, max_rel_residual=0.05,
+                           sizes=SIZES, seconds=seconds or exact, measured_at=0.0, run_id=name,
+                           run_dir="/x", machines=machines, machine_cpus=2)
+
+
+def _runs(top_ranks: int, **base_extra) -> pd.DataFrame:
+    phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.01, "t_b": 0.02, "t_u": 0.0}
+    common = {"site": "s", "partition": "p", "mode": "mpi-ssgd", "model": "lenet5",
+              "dataset": "cifar", "batch_size": 32, "launcher": "srun",
+              "options": '{"overlap": "none"}', "data": None, "prefetch": True,
+              "tasks_per_node": 1, **phases, **{f"{p}_std": 0.0 for p in phases}}
+    return pd.DataFrame([
+        {**common, "run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED",
+         "t_iter": 0.031, "t_iter_std": 0.002, "t_comm": 0.0, **base_extra},
+        {**common, "run_id": "big", "nodes": top_ranks, "ranks": top_ranks, "state": "NEW",
+         "t_iter": None, "t_iter_std": None, "t_comm": None},
+    ])
+
+
+def test_every_stated_prediction_has_an_interval_by_hand():
+    noisy = [t * (1.1 if i % 2 else 0.9) for i, t in
+             enumerate(allreduce_time(m, 2, 1e-3, 1e6) for m in SIZES)]
+    pf = preflight.Preflight(site="s", partition="p",
+                             inter=_level("inter", 2, None, seconds=noisy))
+    (rec,), notes = ledger.predict_runs(_runs(2), {"big"}, {"p": pf}, now=5.0)
+    assert notes == [] and rec["flags"] == [] and rec["level"] == 0.8
+    assert rec["t_iter_low"] < rec["t_iter"] < rec["t_iter_high"]
+    # the compute part: z times the measured run's per-iteration spread (scale 1)
+    assert rec["interval_parts"]["compute"][0] == pytest.approx(interval.z_of() * 0.002)
+    # the network part: the prediction again on the fit's slow corner, minus the point
+    slow = pf.corner_networks()[1].inter
+    grad = rec["grad_bytes"]
+    slow_t = 0.031 + allreduce_time(grad, 2, slow.alpha, slow.bandwidth)
+    assert rec["interval_parts"]["network"][1] == pytest.approx(slow_t - rec["t_iter"])
+
+
+def test_predictions_are_flagged_before_their_runs():
+    shared = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1))
+    (rec,), _ = ledger.predict_runs(_runs(4), {"big"}, {"p": shared}, now=5.0)
+    assert rec["flags"] == ["assumption broken: 4 ranks on 2 cores (the nodes are one machine):"
+                            " 2 ranks a core"]
+    (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": shared}, now=5.0)
+    assert rec["flags"] == []  # 2 ranks on 2 cores hold
+    unreliable = preflight.Preflight(site="s", partition="p",
+                                     inter=_level("inter", 2, None, r2=-0.499))
+    (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": unreliable}, now=5.0)
+    assert rec["flags"][0].startswith("network model unreliable: R² = -0.499")
+    own = preflight.Preflight(site="s", partition="p", inter=_level("inter", 2, None))
+    (rec,), _ = ledger.predict_runs(_runs(2, t_io=0.02, co_tenants="other"), {"big"},
+                                    {"p": own}, now=5.0)
+    assert len(rec["flags"]) == 2
+    assert rec["flags"][0].startswith("assumption broken: the 1-rank run it is predicted from "
+                                      "shared its node(s) with other (co_tenants)")
+    assert rec["flags"][1].startswith("assumption broken: input I/O is 65% of t_iter in the "
+                                      "1-rank run (above 50%)")
+
+
+def test_scorecard_keeps_flagged_runs_apart_with_coverage():
+    runs = pd.DataFrame([
+        {"run_id": r, "state": "COMPLETED", "t_iter": t, "speedup": 1.0, "co_tenants": co}
+        for r, t, co in (("a", 0.10, None), ("b", 0.12, None), ("c", 0.20, None),
+                         ("d", 0.10, "x"))])
+
+    def rec(rid, t, low, high, flags=(), nodes=2):
+        return {"run_id": rid, "predicted_at": 1.0, "t_iter": t, "t_iter_low": low,
+                "t_iter_high": high, "level": 0.8, "flags": list(flags), "mode": "m",
+                "nodes": nodes, "workers": nodes, "partition": "p", "tasks_per_node": 1,
+                "from_workers": 1, "pattern": "allreduce", "overlap": "none"}
+
+    preds = [rec("a", 0.11, 0.09, 0.13), rec("b", 0.10, 0.09, 0.11),
+             rec("c", 0.12, 0.10, 0.14, ["assumption broken: 4 ranks on 2 cores"], nodes=4),
+             rec("d", 0.10, 0.09, 0.11)]
+    frame = ledger.scorecard_frame(runs, preds, {})
+    by = frame.set_index("run_id")
+    assert list(by["inside"]) == [True, False, False, True]
+    assert list(by["valid"]) == [True, True, False, False]  # d: its node was shared
+    assert "co_tenants, found after it ran" in by.loc["d", "flags"]
+    lines = scorecard_summary(frame)
+    # valid: |+10 %|, |-16.7 %| -> median 13.3 %; 1 of 2 inside
+    assert lines[0].startswith("Scorecard: median absolute error of predicted t_iter 13.3% "
+                               "over 2 valid run(s)")
+    assert "Interval coverage 1/2 = 50% (nominal 80%)" in lines[0]
+    assert lines[1].startswith("Flagged before their runs, scored apart: 2 run(s)")
+    assert any("m at 4 node(s) (4 ranks): -40.0%, assumption broken: 4 ranks on 2 cores"
+               in line for line in lines[2:])
+    table = scorecard_table(frame)
+    assert table.columns[-2:] == ["interval ms", "check"]
+
+
+def test_orch_predict_prints_the_interval_and_the_flags(tmp_path):
+    from .conftest import run_orch
+    from .test_predict import write_result_set
+
+    d = write_result_set(tmp_path / "sweep")
+    runs = pd.read_parquet(d / "results" / "runs.parquet")
+    runs["t_iter_std"] = 0.001
+    runs.to_parquet(d / "results" / "runs.parquet", index=False)
+    noisy = [t * (1.1 if i % 2 else 0.9) for i, t in
+             enumerate(allreduce_time(m, 2, 1e-3, 1e6) for m in SIZES)]
+    part = str(runs["partition"].iloc[0])
+    level = _level("inter", 2, 1, seconds=noisy).model_copy(update={"partition": part})
+    pf = preflight.Preflight(site=str(runs["site"].iloc[0]), partition=part, inter=level)
+    (d / "preflight.json").write_text(json.dumps({part: pf.model_dump(mode="json")}))
+    # the sweep's pre-flight (nodes on one machine of 2 cores): fit intervals and flags
+    from orchestrator.model import whatif
+
+    ask = whatif.Ask(workers="2,4")
+    two = whatif.TwoLevel(1, None, None, None, None, None)
+    rows = {r["workers"]: r for r in whatif.two_level_results(two, ask, runs, d, d).rows}
+    for row in rows.values():
+        assert row["t_iter_low"] < row["t_iter"] < row["t_iter_high"] and row["level"] == 0.8
+    assert rows[2]["flags"] == []
+    assert rows[4]["flags"][0].startswith("assumption broken: 4 ranks on 2 cores")
+    # the command prints the interval column (here with a what-if link: no pre-flight)
+    env = {"ORCH_NETBENCH_DIR": str(tmp_path / "empty")}
+    proc = run_orch("predict", "--results", d, "--workers", "2,4", "--tasks-per-node", 1,
+                    "--bandwidth", "1GB/s", "--latency", "10us", env=env, check=True)
+    assert "80% interval ms" in proc.stdout
