@@ -169,6 +169,7 @@ def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,
         "args": workload_args(resolved, run_dir),
         "container": None,
         "packed": packed,
+        "srun_options": slurm_options.srun_options(slurm_job(run, run_dir), partition, packed),
     }
     if env.container is not None:
         data = [run.data] if getattr(run, "data", None) else []

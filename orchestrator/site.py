@@ -25,6 +25,7 @@ from pydantic import (
     PrivateAttr,
     Tag,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -112,6 +113,24 @@ def _check_time(v: str | None) -> str | None:
 
 # Linux interface names: 1-15 bytes, no '/', ':' or whitespace (dev_valid_name).
 _IFNAME = r"^[^/:\s]{1,15}$"
+# srun's binding values as Slurm spells them (srun(1), --cpu-bind, --gpu-bind, --gpus-per-task):
+# a keyword, or a map/mask keyword with its list (numbers, 0x masks, N*count); nothing else
+# reaches the srun line, so no value can be shell.
+_BIND_LIST = r"[0-9A-Fa-fx*,]{1,512}"
+CPU_BIND = (rf"^((quiet|verbose),)?(none|rank|rank_ldom|ldoms|sockets|cores|threads|boards|"
+            rf"(map_cpu|mask_cpu|map_ldom|mask_ldom):{_BIND_LIST})$")
+GPU_BIND = (rf"^(verbose,)?(closest|none|(map_gpu|mask_gpu):{_BIND_LIST}|"
+            rf"(per_task|single):[1-9][0-9]{{0,3}})$")
+GPUS_PER_TASK = r"^([A-Za-z0-9_.-]{1,64}:)?[1-9][0-9]{0,2}$"
+_BIND_HELP = {
+    "cpu_bind": "a Slurm --cpu-bind value: none, rank, cores, sockets, threads, ldoms, boards, "
+                "rank_ldom, or map_cpu:/mask_cpu:/map_ldom:/mask_ldom: with its list "
+                "(e.g. 'cores', 'map_cpu:0,16'), optionally after 'verbose,'",
+    "gpu_bind": "a Slurm --gpu-bind value: closest, none, map_gpu:LIST, mask_gpu:LIST, "
+                "per_task:N or single:N (e.g. 'closest', 'map_gpu:0,1,2,3'), optionally after "
+                "'verbose,'",
+    "gpus_per_task": "a Slurm --gpus-per-task value: a count, or TYPE:COUNT (e.g. 1, 'a100:1')",
+}
 
 
 class SbatchOptions(_Strict):
@@ -175,6 +194,21 @@ class Partition(_Strict):
         None, description="the lowest all-reduce bus bandwidth across nodes (nccl-tests' busbw, "
         "e.g. 20GB/s or 100Gb/s) a sweep's pre-flight must measure; below it the sweep stops "
         "before its runs (a degraded link found in a minute, not after a night)")
+    gpu_request: Literal["gpus-per-node", "gres"] = Field(
+        "gpus-per-node", description="the sbatch option that asks for the node's GPUs: "
+        "'gpus-per-node' (--gpus-per-node=N) or 'gres' (--gres=gpu:N, for sites that reject "
+        "--gpus-per-node)")
+    gpus_per_task: str | None = Field(
+        None, json_schema_extra={"pattern": GPUS_PER_TASK},
+        description="srun --gpus-per-task: GPUs bound to each rank (a count or TYPE:COUNT); "
+        "unset: srun's default")
+    gpu_bind: str | None = Field(
+        None, json_schema_extra={"pattern": GPU_BIND},
+        description="srun --gpu-bind, e.g. closest or map_gpu:0,1,2,3; unset: srun's default "
+        "(which changed between Slurm 21.08, 22.05 and 23.11)")
+    cpu_bind: str | None = Field(
+        None, json_schema_extra={"pattern": CPU_BIND},
+        description="srun --cpu-bind, e.g. cores, sockets or map_cpu:0,16; unset: srun's default")
 
     @field_validator("env")
     @classmethod
@@ -191,6 +225,16 @@ class Partition(_Strict):
                 raise ValueError(str(exc)) from None
         return v
 
+    @field_validator("gpus_per_task", "gpu_bind", "cpu_bind")
+    @classmethod
+    def _binding(cls, v: str | None, info: ValidationInfo) -> str | None:
+        """Slurm's own spelling only (an allowlist): the value goes onto the srun line."""
+        pattern = {"cpu_bind": CPU_BIND, "gpu_bind": GPU_BIND,
+                   "gpus_per_task": GPUS_PER_TASK}[str(info.field_name)]
+        if v is not None and not re.fullmatch(pattern, v):
+            raise ValueError(f"expected {_BIND_HELP[str(info.field_name)]}")
+        return v
+
     @property
     def min_busbw_bytes(self) -> float | None:
         """``min_busbw`` in bytes/s (None: not declared)."""
@@ -200,6 +244,13 @@ class Partition(_Strict):
     def _fabric(self) -> Partition:
         if self.ib_hca and self.interconnect != "infiniband":
             raise ValueError("ib_hca is only meaningful when interconnect is 'infiniband'")
+        gpu_fields = [k for k in ("gpus_per_task", "gpu_bind") if getattr(self, k)]
+        if gpu_fields and not self.gpus_per_node:
+            raise ValueError(f"{gpu_fields[0]} needs GPUs: set gpus_per_node, or drop "
+                             f"{gpu_fields[0]} on this CPU partition")
+        if self.gpus_per_task and int(self.gpus_per_task.rpartition(":")[2]) > self.gpus_per_node:
+            raise ValueError(f"gpus_per_task {self.gpus_per_task} is more than the node's "
+                             f"{self.gpus_per_node} GPU(s) (gpus_per_node)")
         return self
 
 

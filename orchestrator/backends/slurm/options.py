@@ -11,6 +11,7 @@ A run's job script is the same on every site: the local site runs it with bash, 
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -66,14 +67,49 @@ def _tasks(job: SlurmJob, cpus_per_node: int) -> dict[str, str | bool]:
     if job.tasks_per_node > cpus_per_node:
         return {"ntasks": str(job.tasks), "overcommit": True}
     return {"ntasks-per-node": str(job.tasks_per_node),
-            "cpus-per-task": str(max(1, cpus_per_node // job.tasks_per_node))}
+            "cpus-per-task": str(cpus_per_task(job, cpus_per_node))}
+
+
+def cpus_per_task(job: SlurmJob, cpus_per_node: int) -> int:
+    """The CPUs of each task: the node's shared by its busiest node's tasks (1 where they
+    outnumber its cores, the ``--overcommit`` case)."""
+    return max(1, cpus_per_node // job.tasks_per_node)
+
+
+# srun options taken from the partition's binding fields, in the order the srun line shows them.
+_BINDING = (("gpus-per-task", "gpus_per_task"), ("gpu-bind", "gpu_bind"),
+            ("cpu-bind", "cpu_bind"))
+
+
+def srun_options(job: SlurmJob, partition: Any, packed: bool = False) -> str:
+    """What every srun line of the job says beside its task counts, as shell words.
+
+    ``--cpus-per-task`` always: srun of Slurm 22.05 to 23.10 does not take it from the
+    allocation (SLURM_CPUS_PER_TASK is ignored; 23.11 reads it again), so a rank would get
+    one CPU where sbatch asked for more. A packed run's step takes srun's own input
+    (SRUN_CPUS_PER_TASK) first: a --pack-shared pack gives each rank one CPU that way. Then
+    the partition's binding (``gpus_per_task``, ``gpu_bind``, ``cpu_bind``), explicitly,
+    because srun's defaults changed between 21.08, 22.05 and 23.11. The site config allows
+    only Slurm's own spellings of these (site.py); each word is quoted anyway.
+    """
+    cpt = str(cpus_per_task(job, partition.cpus_per_node))
+    words = ['--cpus-per-task="${SRUN_CPUS_PER_TASK:-' + cpt + '}"' if packed
+             else f"--cpus-per-task={cpt}"]
+    for option, field in _BINDING:
+        value = getattr(partition, field, None)
+        if value:
+            words.append(shlex.quote(f"--{option}={value}"))
+    return " ".join(words)
 
 
 def _site_options(partition: Any) -> dict[str, str | bool]:
     """What the site declares for every job of the partition (its ``sbatch:`` block)."""
     opts: dict[str, str | bool] = {}
-    if partition.gpus_per_node:
-        opts["gpus-per-node"] = str(partition.gpus_per_node)
+    if partition.gpus_per_node:  # the option the site accepts (gpu_request)
+        if partition.gpu_request == "gres":
+            opts["gres"] = f"gpu:{partition.gpus_per_node}"
+        else:
+            opts["gpus-per-node"] = str(partition.gpus_per_node)
     sb = partition.sbatch
     for key in ("account", "qos", "constraint", "reservation"):
         value = getattr(sb, key)
