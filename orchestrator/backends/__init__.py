@@ -1,7 +1,7 @@
 """Schedulers and launchers, each one registered implementation (see :mod:`.base`).
 
 Importing this package registers the shipped ones: the ``slurm`` and ``local`` schedulers and
-the ``srun``, ``mpirun`` and ``local`` launchers.
+the ``srun``, ``mpirun``, ``local`` and ``torchrun`` launchers.
 """
 
 from . import launchers as _launchers  # noqa: F401 - registers srun, mpirun, local

@@ -1,10 +1,10 @@
 """The scheduler and launcher interfaces, and their registries.
 
 A scheduler (slurm, local) submits a run's job and follows it; a launcher (srun, mpirun,
-local) starts a job's tasks. Each is one registered implementation: code elsewhere asks the
-registry for it by name and uses its methods and declared capabilities, and never compares a
-scheduler or launcher name itself (ReFrame registers its schedulers and launchers the same way;
-orch adds mpirun under Slurm and the local site's srun stand-in).
+local, torchrun) starts a job's tasks. Each is one registered implementation: code elsewhere
+asks the registry for it by name and uses its methods and declared capabilities, and never
+compares a scheduler or launcher name itself (ReFrame registers its schedulers and launchers
+the same way; orch adds mpirun under Slurm, the local site's srun stand-in, and torchrun).
 
 Site configs are validated against the registered names, so this package sits just above the
 ground floor: it imports no orch module above ``errors`` and ``jobscript``.
@@ -103,15 +103,19 @@ class Launcher:
       variables (mpirun), not from ``SLURM_*`` task variables (srun and the local launcher);
     * ``command``: the program the job script starts the tasks with (None: the job script's
       own code), looked for before submitting where the scheduler runs here.
+    * ``per_node``: one task per node starts that node's ranks itself (torchrun): the ranks
+      learn their place from its ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` and ``GROUP_RANK``.
     """
 
     def __init__(self, name: str, description: str, schedulers: tuple[str, ...],
-                 mpi_world: bool = False, command: str | None = None) -> None:
+                 mpi_world: bool = False, command: str | None = None,
+                 per_node: bool = False) -> None:
         self.name = name
         self.description = description
         self.schedulers = schedulers
         self.mpi_world = mpi_world
         self.command = command
+        self.per_node = per_node
 
     @property
     def template(self) -> str:

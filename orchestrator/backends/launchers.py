@@ -1,4 +1,5 @@
-"""The launchers: srun, mpirun, and the local site's srun stand-in (templates/launchers/)."""
+"""The launchers: srun, mpirun, the local site's srun stand-in, and torchrun
+(templates/launchers/)."""
 
 from __future__ import annotations
 
@@ -13,3 +14,11 @@ MPIRUN = register_launcher(Launcher(
 LOCAL = register_launcher(Launcher(
     "local", "the local site's srun stand-in: one local process per task, SLURM_* variables set",
     schedulers=("local",)))
+# PyTorch's own multi-node launch (its docs, "torchrun (Elastic Launch)"): one torchrun agent
+# per node (a task of srun, a process per virtual node on the local site) starts the node's
+# ranks and wires them through its c10d rendezvous. Run as "$ORCH_PYTHON -m
+# torch.distributed.run" (what the torchrun script runs), so it is the environment's own torch.
+TORCHRUN = register_launcher(Launcher(
+    "torchrun", "PyTorch's torchrun: one agent per node starts the node's ranks (c10d "
+    "rendezvous); torch modes only",
+    schedulers=("slurm", "local"), per_node=True))

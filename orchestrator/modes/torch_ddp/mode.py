@@ -9,7 +9,7 @@ MODE = Mode(
     description="PyTorch DDP, bucketed all-reduce overlapped with backward (NCCL or Gloo)",
     library="torch",
     # mpirun too (Open MPI only starts the processes; DDP still rendezvous over env://).
-    launchers=("srun", "local", "mpirun"),
+    launchers=("srun", "local", "mpirun", "torchrun"),
     data_format="raw",
     epochs=True,
     # Buckets are all-reduced while backward goes on; the first bucket holds up to 1 MiB of

@@ -18,7 +18,7 @@ MODE = Mode(
     description="PyTorch FSDP2 fully_shard: parameters all-gathered per unit in forward and "
     "backward, gradients reduce-scattered (NCCL or Gloo)",
     # Like torch-ddp: env:// rendezvous from the task variables, whatever started the ranks.
-    launchers=("srun", "local", "mpirun"),
+    launchers=("srun", "local", "mpirun", "torchrun"),
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
     epochs=True,  # torch-ddp's epoch loop (rankside/torch/epochs.py) over the sharded model
     pattern="allgather-reducescatter",

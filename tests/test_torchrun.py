@@ -1,0 +1,166 @@
+"""torchrun as a launcher (backends/launchers.py, templates/launchers/torchrun.j2) of the torch
+modes: one agent per node starts the node's ranks through its c10d rendezvous.
+
+The GPU partitions cannot run here: their job scripts are golden files. Real CPU/Gloo runs on
+the local site and the test cluster show that a torchrun-started run gives the result set of
+an srun-started one (the same columns, ranks and iterations), its ranks placed by torchrun's
+own variables.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from orchestrator import backends, modes
+from orchestrator.errors import UserError
+from orchestrator.protocol import rank_logs, read_rank_log
+from orchestrator.site import load
+from orchestrator.sweep import SweepSpec, expand
+
+from .conftest import check_golden, orch, rendered, run_orch
+
+TORCH_MODES = ("torch-ddp", "torch-fsdp")
+ITERS, WARMUP = 4, 1
+
+
+# --- rendered (fast) -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", TORCH_MODES)
+def test_golden_gpu_partition(mode):
+    run, r = rendered("example-gpu-cluster", "gpu-ib", mode, launcher="torchrun")
+    assert run.launcher == "torchrun"
+    check_golden(f"{mode}.example-gpu-cluster.gpu-ib.torchrun.job.sbatch", r.job_script)
+    check_golden(f"{mode}.example-gpu-cluster.gpu-ib.torchrun.launch.sh", r.launch_script)
+
+
+def test_one_agent_per_node_starts_the_nodes_ranks():
+    """On a GPU partition torchrun starts one rank per GPU (the run's tasks per node, which
+    the partition's GPUs make), from one srun task per node, rendezvous named by the job."""
+    run, r = rendered("example-gpu-cluster", "gpu-ib", "torch-ddp", launcher="torchrun")
+    gpus = load("example-gpu-cluster")[0].partition("gpu-ib").gpus_per_node
+    assert run.tasks_per_node == gpus
+    job = r.job_script
+    assert f"--nnodes=2 --nproc-per-node={gpus}" in job
+    assert '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" ' \
+           '--rdzv-id="$rdzv_id"' in job
+    assert 'rdzv_id="$SLURM_JOB_ID"' in job
+    assert "srun --nodes=2 --ntasks-per-node=1 " in job
+    # The ranks take their place from torchrun's variables, not from srun's task ones.
+    assert 'ORCH_TASK_ID="${RANK:?' in r.launch_script
+    assert 'NODE_RANK="$GROUP_RANK"' in r.launch_script
+    assert "${SLURM_PROCID" not in r.launch_script and "SLURM_LOCALID" not in r.launch_script
+
+
+def test_local_site_starts_one_agent_per_virtual_node(local):
+    run = expand(SweepSpec(nodes=(2,), tasks_per_node=(2,), modes=("torch-ddp",),
+                           launcher="torchrun"), local)[0]
+    assert run.launcher == "torchrun" and run.ranks == 4
+    _, r = rendered("local", "local", "torch-ddp", tasks_per_node=(2,), launcher="torchrun")
+    assert "for ((node = 0; node < 2; node++))" in r.job_script
+    assert "--nnodes=2 --nproc-per-node=2" in r.job_script
+    assert "srun --" not in r.job_script
+
+
+def test_registered_like_the_other_launchers():
+    assert backends.launcher("torchrun").per_node
+    assert "torchrun" in backends.scheduler("slurm").launchers
+    assert "torchrun" in backends.scheduler("local").launchers
+    users = sorted(m.name for m in modes.registry().values() if "torchrun" in m.launchers)
+    assert users == sorted(TORCH_MODES)
+
+
+@pytest.mark.parametrize("mode", ["tf-allreduce", "mxnet-kvstore", "mpi-ssgd", "horovod",
+                                  "cntk"])
+def test_refused_for_modes_that_are_not_torchs_own(tmp_path, mode):
+    """One line, exit 2, nothing written: the modes that are not torch (and the MPI modes,
+    whose ranks are an MPI world that torchrun does not make)."""
+    code, _, err = orch("sweep", "--mode", mode, "--launcher", "torchrun", "--dry-run",
+                        "--out", tmp_path / "x")
+    assert code == 2
+    assert f"--launcher torchrun: mode '{mode}' runs with" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_partitions_torchrun_default_leaves_other_modes_their_own(local):
+    """A partition whose default launcher is torchrun: torch modes take it, the others their
+    own first launcher, the way every launcher is chosen (sweep._launcher)."""
+    part = local.partitions[0].model_copy(update={"launcher": "torchrun"})
+    site = local.model_copy(update={"partitions": [part]})
+    runs = {r.mode: r.launcher for r in expand(
+        SweepSpec(nodes=(1,), modes=("torch-ddp", "torch-fsdp", "tf-allreduce")), site)}
+    assert runs == {"torch-ddp": "torchrun", "torch-fsdp": "torchrun", "tf-allreduce": "local"}
+
+
+def test_unknown_launcher_lists_torchrun(local):
+    with pytest.raises(UserError, match="valid: srun, mpirun, local, torchrun"):
+        expand(SweepSpec(nodes=(1,), modes=("torch-ddp",), launcher="nope"), local)
+
+
+# --- real runs (CPU, Gloo) -------------------------------------------------------------------
+
+
+def _sweep(out, *extra):
+    return run_orch("sweep", "--mode", "torch-ddp", "--model", "lenet5", "--iters", ITERS,
+                    "--warmup", WARMUP, "--out", out, *extra, check=True, timeout=600)
+
+
+def _tables(out):
+    return (pd.read_parquet(out / "results" / "runs.parquet"),
+            pd.read_parquet(out / "results" / "iterations.parquet"))
+
+
+def _assert_same_shape(torchrun_out, srun_out, ranks):
+    (runs_t, iters_t), (runs_s, iters_s) = _tables(torchrun_out), _tables(srun_out)
+    assert list(runs_t.columns) == list(runs_s.columns)
+    assert list(iters_t.columns) == list(iters_s.columns)
+    assert runs_t["launcher"].tolist() == ["torchrun"]
+    assert runs_t["state"].tolist() == runs_s["state"].tolist() == ["COMPLETED"]
+    assert sorted(iters_t["rank"].unique()) == sorted(iters_s["rank"].unique()) == \
+        list(range(ranks))
+    # The same iterations of every rank (in each of the run's windows).
+    shape = ["rank", "node_rank", "window", "iter", "warmup_iter"]
+    assert iters_t[shape].sort_values(shape).values.tolist() == \
+        iters_s[shape].sort_values(shape).values.tolist()
+    # What a run's result set says is missing is missing from both alike.
+    nulls = [c for c in runs_t.columns if runs_t[c].isna().iloc[0] != runs_s[c].isna().iloc[0]]
+    assert nulls == []
+
+
+def _assert_ranks_placed_by_torchrun(out, nodes, per_node):
+    rdir = next(p for p in out.iterdir() if (p / "ranks").is_dir())
+    logs = [read_rank_log(path) for _, path in rank_logs(rdir / "ranks")]
+    places = sorted((log.header["rank"], log.header["local_rank"], log.header["node_rank"],
+                     log.header["world_size"]) for log in logs)
+    assert places == [(k, k % per_node, k // per_node, nodes * per_node)
+                      for k in range(nodes * per_node)]
+    for node in range(nodes):  # each agent's own output, beside its ranks' outputs
+        assert (rdir / "ranks" / f"torchrun-{node}.out").is_file()
+    for k in range(nodes * per_node):
+        assert (rdir / "ranks" / f"rank-{k}.out").is_file()
+
+
+@pytest.mark.ranks
+def test_local_torchrun_run_is_shaped_like_a_local_launcher_one(tmp_path):
+    size = ("--nodes", "2", "--tasks-per-node", "2")
+    _sweep(tmp_path / "torchrun", *size, "--launcher", "torchrun")
+    _sweep(tmp_path / "local", *size, "--launcher", "local")
+    _assert_same_shape(tmp_path / "torchrun", tmp_path / "local", ranks=4)
+    _assert_ranks_placed_by_torchrun(tmp_path / "torchrun", nodes=2, per_node=2)
+
+
+@pytest.mark.slurm
+@pytest.mark.ranks
+def test_cluster_torchrun_run_is_shaped_like_an_srun_one(slurm_cluster, tmp_path):
+    size = ("--site", slurm_cluster, "--partition", "eth", "--nodes", "2")
+    _sweep(tmp_path / "torchrun", *size, "--launcher", "torchrun")
+    _sweep(tmp_path / "srun", *size, "--launcher", "srun")
+    _assert_same_shape(tmp_path / "torchrun", tmp_path / "srun", ranks=2)
+    _assert_ranks_placed_by_torchrun(tmp_path / "torchrun", nodes=2, per_node=1)
+    recs = json.loads(run_orch("results", tmp_path / "torchrun", "--format", "json",
+                               check=True).stdout)
+    assert recs[0]["distinct_hosts"] == 2  # one agent on each of two nodes
