@@ -197,3 +197,46 @@ def test_orch_predict_prints_the_interval_and_the_flags(tmp_path):
     proc = run_orch("predict", "--results", d, "--workers", "2,4", "--tasks-per-node", 1,
                     "--bandwidth", "1GB/s", "--latency", "10us", env=env, check=True)
     assert "80% interval ms" in proc.stdout
+
+
+def test_preflight_ring_keeps_one_rank_a_core_on_the_local_site():
+    import os
+
+    from orchestrator import site as sitemod
+
+    local, _ = sitemod.load("local")
+    cores = len(os.sched_getaffinity(0))
+    assert preflight.local_cores(local) == cores
+    assert preflight.layouts(local, local.partitions[0].name, 64)["inter"] == (
+        max(2, min(64, cores)), 1)
+    cluster, _ = sitemod.load("testcluster")  # Slurm: its nodes are not this machine
+    assert preflight.local_cores(cluster) is None
+    assert preflight.layouts(cluster, "eth", 64)["inter"] == (64, 1)
+
+
+def test_contention_measured_from_1_and_2_ranks_scales_compute_by_hand():
+    runs = _runs(4)
+    two = runs.iloc[0].copy()
+    # the 2-rank run (its own core each on the 2-core machine): compute 0.036 s, not 0.030
+    two.update({"run_id": "n2", "nodes": 2, "ranks": 2, "t_f": 0.012, "t_b": 0.024,
+                "t_iter": 0.040})
+    runs = pd.concat([runs, two.to_frame().T], ignore_index=True)
+    for col in ("nodes", "ranks", "tasks_per_node"):
+        runs[col] = runs[col].astype(int)
+    factor = ledger.contention_factor(runs[runs["ranks"] <= 2])
+    assert factor == pytest.approx(0.036 / 0.030)
+    # nodes on one machine of 2 cores: 2 -> 4 ranks takes turns (x2), the ranks running at
+    # once stay 2 (no more contention); 1 -> 2 adds it once; 2 -> 8 on 16 cores twice
+    shared = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1))
+    assert ledger.compute_scale(shared, 2, 4, factor) == pytest.approx(2.0)
+    assert ledger.compute_scale(shared, 1, 2, factor) == pytest.approx(1.2)
+    big = shared.model_copy(update={"inter": _level("inter", 8, 1).model_copy(
+        update={"machine_cpus": 16})})
+    assert ledger.compute_scale(big, 2, 8, factor) == pytest.approx(1.2 ** 2)
+    own = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, None))
+    assert ledger.compute_scale(own, 2, 8, factor) == 1.0  # machines of their own
+    # bounded: noise below 1 is no speed-up, above 2 no model
+    assert ledger.contention_factor(runs[runs["ranks"] == 1]) is None
+    (rec,), _ = ledger.predict_runs(runs, {"big"}, {"p": shared}, now=5.0)
+    assert rec["from_workers"] == 2 and rec["compute_scale"] == pytest.approx(2.0)
+    assert rec["contention_factor"] == pytest.approx(1.2)

@@ -134,9 +134,11 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
             base = done[done[RANKS] < int(run[RANKS])]
             if base.empty:
                 continue
+            smaller = base
             base = base[base[RANKS] == base[RANKS].max()]
             try:
-                records.append(_predict_run(run, base, first_done, networks, now))
+                records.append(_predict_run(run, base, first_done, networks, now,
+                                            contention_factor(smaller)))
             except _NotPredicted as why:
                 notes.append(f"{run['run_id']}: {why}")
     return records, notes
@@ -146,8 +148,37 @@ class _NotPredicted(Exception):
     """Why one run has no prediction (a note, never an error of the sweep)."""
 
 
+def contention_factor(smaller: pd.DataFrame) -> float | None:
+    """How much a rank's compute slows when a second rank shares its machine, as measured:
+    the mean compute (t_h2d + t_f + t_b + t_u) of the configuration's completed 2-rank runs
+    over its 1-rank runs (None without both). Bounded to [1, 2]: between no contention and
+    two ranks taking turns on one core; noise outside it is not a model."""
+    compute = [p for p in ("t_h2d", "t_f", "t_b", "t_u") if p in smaller.columns]
+    if not compute:
+        return None
+    per_run = smaller[compute].apply(pd.to_numeric, errors="coerce").sum(axis=1)
+    one, two = per_run[smaller[RANKS] == 1].mean(), per_run[smaller[RANKS] == 2].mean()
+    if not (pd.notna(one) and pd.notna(two) and one > 0):
+        return None
+    return min(2.0, max(1.0, float(two / one)))
+
+
+def compute_scale(pf: Preflight, base_ranks: int, ranks: int,
+                  factor: float | None = None) -> float:
+    """The compute phases' factor from ``base_ranks`` to ``ranks``, where the nodes share one
+    machine of C cores (preflight.compute_load; 1 on machines of their own): ranks per core
+    (taking turns: time slices) times ``factor`` (contention_factor) for each doubling of the
+    ranks running at once, ``min(ranks, C)`` (memory bandwidth and caches they share)."""
+    scale = pf.compute_load(ranks) / pf.compute_load(base_ranks)
+    cpus = pf.shared_machine_cpus()
+    if cpus and factor:
+        scale *= factor ** math.log2(min(ranks, cpus) / min(base_ranks, cpus))
+    return scale
+
+
 def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
-                 networks: dict[str, Preflight], now: float) -> dict:
+                 networks: dict[str, Preflight], now: float,
+                 factor: float | None = None) -> dict:
     """The ledger record of one run predicted from ``base`` (the runs of the largest smaller
     size), or :class:`_NotPredicted`."""
     pf = networks.get(str(run["partition"]))
@@ -167,7 +198,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     b = base.iloc[0]
     overlap = overlap_of(str(run["mode"]), opts, grad)
     source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
-    scale = pf.compute_load(w) / pf.compute_load(int(b[RANKS]))
+    scale = compute_scale(pf, int(b[RANKS]), w, factor)
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
                    compute_scale=lambda _n: scale)[0]
     band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter)
@@ -186,10 +217,13 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "flags": run_flags(pf, w, tasks, base),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
+        "contention_factor": factor,
         "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
                       "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
                       + (f", compute x{scale:.2f} (nodes share "
-                         f"{pf.shared_machine_cpus()} cores)" if scale != 1 else ""),
+                         f"{pf.shared_machine_cpus()} cores"
+                         + (f", x{factor:.2f} measured from 1 to 2 ranks" if factor else "")
+                         + ")" if scale != 1 else ""),
         "orch_version": __version__,
     }
 

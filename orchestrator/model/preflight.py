@@ -190,16 +190,35 @@ def fit_quality(sizes: list[int], seconds: list[float], fitted: list[float]) -> 
 
 def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, int]]:
     """Level -> (nodes, tasks per node) of its micro-benchmark job on this partition: the
-    across-nodes job spans ``nodes`` (the sweep's largest node count, at least 2), so the fit
-    sees what a ring of that many nodes meets (switch hops, and on the test cluster the
-    machine its nodes share)."""
+    across-nodes job spans ``nodes`` (the sweep's largest node count, at least 2; on a site
+    whose nodes are this machine, at most its cores: :func:`local_cores`), so the fit sees
+    what a ring of that many nodes meets (switch hops, and on the test cluster the machine its
+    nodes share)."""
     part = site.partition(partition)
     gpus = part.gpus_per_node or 0
     out: dict[str, tuple[int, int]] = {}
     if gpus != 1:
         out["intra"] = (1, gpus if gpus >= 2 else 2)
-    out["inter"] = (max(2, nodes), 1)
+    out["inter"] = (max(2, min(nodes, local_cores(site) or nodes)), 1)
     return out
+
+
+def local_cores(site: Site) -> int | None:
+    """The cores this process may run on, where the site's ranks run on this machine (the
+    local site: its nodes share them), else None. The pre-flight's ring across nodes is kept
+    to one rank a core: on more ranks than cores the fit measures the scheduler's time slices,
+    not the links (an R² below 0 on 4 nodes of a 2-core machine), and predictions of runs that
+    oversubscribe are flagged anyway."""
+    import os
+
+    from .. import backends
+
+    if not backends.scheduler(site.scheduler).runs_here:
+        return None
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count()
 
 
 def cache_path(site: str, partition: str, level: str, nodes: int, tasks: int,

@@ -22,7 +22,13 @@ from . import interval, validity
 from .comm import PATTERN_MODELS, AlphaBeta, pattern_comm_time
 from .compute import iteration_time
 from .inputs import PHASES, gradient_bytes, load_breakdown, load_trace_csv, overlap_of, run_options
-from .ledger import comm_function, measured_base, measured_interval
+from .ledger import (
+    comm_function,
+    compute_scale,
+    contention_factor,
+    measured_base,
+    measured_interval,
+)
 from .network import alpha_beta_for, network_for
 from .predict import Measured, predict, predict_from_baseline, predict_trace_network
 
@@ -341,7 +347,10 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
     net, net_desc, pre = network_for(sweep, str(first["partition"]), str(first["site"]),
                                      ask.netbench_file, ask.bandwidth, ask.latency,
                                      two.intra_bandwidth, two.intra_latency)
-    load = pre.compute_load if pre is not None and pre.shared_machine_cpus() else None
+    shared = pre is not None and pre.shared_machine_cpus()
+    factor = contention_factor(done[done["ranks"] <= 2]) if shared else None
+    load = ((lambda n: compute_scale(pre, int(top["ranks"].iloc[0]), n, factor))
+            if shared else None)
     if load is not None:
         net_desc += (f"; the pre-flight found the nodes on one machine of "
                      f"{pre.shared_machine_cpus()} cores: compute scales with ranks per "
@@ -393,15 +402,15 @@ def _row_flags(pre, row: dict) -> list[str]:
 def _extrapolate(base: Measured, comm, tasks: int, counts: list[int], overlap: str,
                  prefetch: bool, load, measured: dict[int, float]) -> list[dict]:
     """One row per worker count: ``tasks`` ranks a node (fewer when there are fewer ranks),
-    the model's communication at that layout, compute scaled by ``load`` (ranks per core)."""
+    the model's communication at that layout, compute scaled by ``load(N)`` (from the
+    measured size to N: ranks per core and contention, ledger.compute_scale)."""
     rows = []
     for w in counts:
         t = min(tasks, w)
         nodes = math.ceil(w / t)
         pred = predict(base, [w], overlap=overlap, prefetch=prefetch,
                        comm=lambda n, nodes=nodes, t=t: comm(n, nodes, t),
-                       compute_scale=(lambda n: load(n) / load(base.workers)) if load
-                       else None)[0]
+                       compute_scale=load)[0]
         rows.append({"workers": w, "nodes": nodes, "tasks_per_node": t,
                      **{f: getattr(pred, f) for f in _MEASURED_FIELDS},
                      "speedup": pred.speedup, "efficiency": pred.efficiency,
