@@ -186,7 +186,8 @@ def format_show(info: dict) -> str:
     c = p.get("container")
     if c:
         lines += [f"container    {c['runtime']}  {c['image']}",
-                  f"image digest {c['digest']}"]
+                  f"image digest {c['digest']}"
+                  + (f"  built with {c['built_with']}" if c.get("built_with") else "")]
         if c.get("spec"):
             s = c["spec"]
             lines.append(f"image spec   {s.get('name')}  sha256 {s.get('spec_sha256')}")

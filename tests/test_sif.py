@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import execute
+from orchestrator import execute, provenance
 from orchestrator.containers import build, sif, sifbuild, specs
 from orchestrator.containers.image import inspect
 from orchestrator.errors import UserError
@@ -136,6 +136,21 @@ def test_layout_is_what_apptainer_reads(tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
+def test_the_layout_scripts_pass_shellcheck(tmp_path):
+    """They run under the image's /bin/sh (dash): checked as POSIX sh."""
+    tool = shutil.which("shellcheck")
+    _need(tool is not None, "shellcheck is not installed (make container-tools)")
+    spec = specs.load_spec("torch")
+    files = sifbuild.layout(spec, tmp_path, "", {})
+    paths = []
+    for rel in (".singularity.d/env/90-environment.sh", ".singularity.d/runscript"):
+        paths.append(tmp_path / rel.replace("/", "_"))
+        paths[-1].write_text(files[rel][0])
+    proc = subprocess.run([tool, "--severity=style", "--shell=sh", *map(str, paths)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_a_spec_variable_that_is_no_name_is_refused():
     spec = specs.load_spec("torch")
     bad = spec.model_copy(update={"env": {"A-B": "1"}})
@@ -241,6 +256,8 @@ def test_a_run_of_the_sif_records_its_digest_and_renders_apptainer_exec(torch_si
         "runtime": "apptainer", "image": str(torch_sif), "digest": digest, "kind": "file",
         "spec": json.loads(specs.marker(specs.load_spec("torch"))), "built_with": "siftool"}
     assert prov["container"] == inspect(site.environment("torch").container).as_dict()
+    shown = provenance.format_show(provenance.show(prepared.rdir))
+    assert f"image digest {digest}  built with siftool\n" in shown
     wrapper = (prepared.rdir / "container-python").read_text()
     lines = _run_wrapper(tmp_path, "apptainer", wrapper, {"RANK": "1"})
     args = [ln[4:] for ln in lines if ln.startswith("ARG ")]
