@@ -96,6 +96,10 @@ def test_reader_agrees_with_siftool(tmp_path):
     assert sifbuild.verify(path, rootfs).partition == "PrimSys"
     with pytest.raises(UserError, match="not a SIF file"):
         sif.descriptors(rootfs)
+    cut = tmp_path / "cut.sif"
+    cut.write_bytes(path.read_bytes()[:8192])  # the header, half the descriptor table
+    with pytest.raises(UserError, match="a truncated SIF file"):
+        sif.descriptors(cut)
 
 
 @pytest.mark.parametrize("tool", sorted(sifbuild.TOOLS))

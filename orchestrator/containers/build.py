@@ -154,8 +154,7 @@ def _assemble_sif(spec: ImageSpec, definition: Path, sif_path: Path, out: Path |
         raise UserError(f"{definition} is missing or out of date with containers/specs/"
                         f"{spec.name}.yaml: run 'orch container generate'")
     key = build_key(spec)
-    if not force and sif.is_sif(sif_path) and sif.labels(sif_path).get(
-            "org.orch.build-key") == key:
+    if not force and _sif_key(sif_path) == key:
         log(f"{spec.name}: up to date ({sif_path})")
         return sif_path
     tree = _build_directory(spec, runtime_building("directory"), out, False, log)
@@ -166,6 +165,14 @@ def _assemble_sif(spec: ImageSpec, definition: Path, sif_path: Path, out: Path |
     log(f"{spec.name}: SIF {sif_path} (siftool, no apptainer here) in "
         f"{time.time() - started:.0f} s")
     return sif_path
+
+
+def _sif_key(sif_path: Path) -> str | None:
+    """The build key an existing SIF was assembled for (None: none, or not readable)."""
+    try:
+        return sif.labels(sif_path).get("org.orch.build-key") if sif.is_sif(sif_path) else None
+    except UserError:
+        return None  # a damaged file: built again
 
 
 # How each image format a runtime declares (Runtime.builds) is built.

@@ -26,6 +26,7 @@ _HEADER = struct.Struct("<32s10s3s3s16s8q")
 # Descriptor: data type int32, used bool, id/group/link uint32, offset, size, size with
 # padding, created, modified, uid, gid (int64), name[128], extra[384]: 585 bytes.
 _DESCRIPTOR = struct.Struct("<i?III7q128s384s")
+MAX_LABELS_BYTES = 1 << 20  # labels are a few KB; a bigger object is not read whole
 _GROUP_MASK = 0xF0000000  # a group id is stored with this bit set; 0: no group
 
 DATA_TYPES = {0x4001: "Def.FILE", 0x4002: "Env.Vars", 0x4003: "JSON.Labels", 0x4004: "FS",
@@ -86,6 +87,9 @@ def descriptors(path: Path) -> list[Descriptor]:
     with open(path, "rb") as fh:
         fh.seek(h["descriptors_offset"])
         table = fh.read(h["descriptors_total"] * _DESCRIPTOR.size)
+    if len(table) < h["descriptors_total"] * _DESCRIPTOR.size:
+        raise UserError(f"{path}: a truncated SIF file (its descriptor table ends early); "
+                        f"build or copy it again")
     out = []
     for i in range(len(table) // _DESCRIPTOR.size):
         d = _DESCRIPTOR.unpack_from(table, i * _DESCRIPTOR.size)
@@ -117,7 +121,7 @@ def read_object(path: Path, desc: Descriptor) -> bytes:
 def labels(path: Path) -> dict[str, str]:
     """The first JSON.Labels object's labels ({} where there is none or it is not JSON)."""
     for d in descriptors(path):
-        if d.type == "JSON.Labels":
+        if d.type == "JSON.Labels" and d.size <= MAX_LABELS_BYTES:
             try:
                 data = json.loads(read_object(path, d))
             except ValueError:
