@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: sweep test docs lint envs cluster-up cluster-down container-tools images clean
+.PHONY: sweep test docs lint envs cluster-up cluster-down container-tools browser images clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ container-tools:
 	  apt-get -o DPkg::Lock::Timeout=600 update -q && DEBIAN_FRONTEND=noninteractive \
 	    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $(CONTAINER_TOOLS); fi
 
+# Headless Chromium (Debian's package, no browser download at test time): tests/test_docs_site.py
+# opens every page of the built documentation site in it (as root; without it that test skips,
+# except under CI=true where it fails).
+BROWSER_TOOLS := chromium-headless-shell
+browser:
+	@if [ "$$(id -u)" != 0 ]; then \
+	  echo "not root: headless Chromium not installed (the browser check of the docs will skip)"; \
+	elif ! dpkg -s $(BROWSER_TOOLS) >/dev/null 2>&1; then \
+	  apt-get -o DPkg::Lock::Timeout=600 update -q && DEBIAN_FRONTEND=noninteractive \
+	    apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends $(BROWSER_TOOLS); fi
+
 # The torch image (debootstrap + chroot, ~/.cache/orch/images, reused while its spec is
 # unchanged), and torch.sif assembled from it with siftool (seconds, once the directory and its
 # SquashFS exist). The tests build them too when they are missing.
@@ -63,7 +74,7 @@ docs: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks
 
-test: $(STAMP) cluster-up container-tools lint envs
+test: $(STAMP) cluster-up container-tools browser lint envs
 	$(BIN)/python -m pytest -ra --durations=25
 
 clean:
