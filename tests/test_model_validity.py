@@ -240,3 +240,39 @@ def test_contention_measured_from_1_and_2_ranks_scales_compute_by_hand():
     (rec,), _ = ledger.predict_runs(runs, {"big"}, {"p": shared}, now=5.0)
     assert rec["from_workers"] == 2 and rec["compute_scale"] == pytest.approx(2.0)
     assert rec["contention_factor"] == pytest.approx(1.2)
+
+
+@pytest.mark.ranks
+def test_a_failing_preflight_fit_is_measured_once_more_with_more_repeats(tmp_path):
+    import time
+
+    from orchestrator import site as sitemod
+
+    local, _ = sitemod.load("local")
+    part = local.partitions[0].name
+    store = tmp_path / "store"
+    for level, (nodes, tasks) in preflight.layouts(local, part, 2).items():
+        path = preflight.cache_path(local.name, part, level, nodes, tasks, store)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        bad = level == "inter"  # the fit a loaded 2-core machine gave: used as it was before
+        path.write_text(json.dumps({
+            "level": level, "site": local.name, "partition": part, "nodes": nodes,
+            "tasks_per_node": tasks, "alpha": 1e-4, "bandwidth": 1e9,
+            "r2": -0.499 if bad else 0.99, "max_rel_residual": 0.63 if bad else 0.05,
+            "sizes": [4, 1024], "seconds": [1e-4, 2e-4], "measured_at": time.time(),
+            "run_id": f"x-{level}", "run_dir": "/nowhere"}))
+    said: list[str] = []
+    got = preflight.preflight(local, [part], tmp_path / "sweep", store=store, say=said.append)
+    pf = got[part]
+    assert any("inter: network model unreliable: R² = -0.499" in line
+               and "measuring again with 3x the repeats" in line for line in said)
+    assert pf.intra.run_id == "x-intra"  # the good level is kept
+    assert pf.inter.run_id != "x-inter" and pf.inter.reps == 3 * preflight.REPS
+    # whatever the new fit is, the predictions say so when it fails, and it is not measured
+    # a third time: the cache now holds the second measurement
+    assert bool(pf.flags()) == (pf.inter.problem() is not None)
+    said.clear()
+    again = preflight.preflight(local, [part], tmp_path / "sweep2", store=store,
+                                say=said.append)[part]
+    assert again.inter.run_id == pf.inter.run_id
+    assert not any("measuring" in line for line in said)
