@@ -285,13 +285,13 @@ def test_container_list_shows_the_sif(torch_sif):
 
 
 @pytest.fixture(scope="session")
-def sif_rootfs(torch_sif, tmp_path_factory) -> Path:
+def sif_partition(torch_sif, tmp_path_factory) -> Path:
     """The primary partition, dumped from torch.sif with siftool: a SquashFS file that ch-run
     mounts with squashfuse, as unprivileged Apptainer mounts the partition inside the SIF.
     (Unpacking it with unsquashfs would add a minute of writing 1.2 GB, and as much again
     removing it, for the same files.)"""
     _need(shutil.which("ch-run") is not None, "ch-run missing (make container-tools)")
-    path = tmp_path_factory.mktemp("sif-rootfs") / "rootfs.sqfs"
+    path = tmp_path_factory.mktemp("sif-partition") / "rootfs.sqfs"
     part = sif.primary_partition(torch_sif)
     with open(path, "wb") as fh:
         subprocess.run(["siftool", "dump", str(part.id), str(torch_sif)], stdout=fh, check=True)
@@ -300,30 +300,30 @@ def sif_rootfs(torch_sif, tmp_path_factory) -> Path:
 
 
 @pytest.mark.ranks
-def test_sif_contents_run_a_local_sweep(sif_rootfs, tmp_path):
+def test_sif_contents_run_a_local_sweep(sif_partition, tmp_path):
     """As `apptainer run` would: the environment script sourced, the runscript; then every
     rank of a local torch-ddp sweep inside the SIF's root filesystem."""
     proc = subprocess.run(
-        ["ch-run", "--unset-env=*", str(sif_rootfs), "--", "/bin/sh", "-c",
+        ["ch-run", "--unset-env=*", str(sif_partition), "--", "/bin/sh", "-c",
          ". /.singularity.d/env/90-environment.sh && exec /.singularity.d/runscript -c "
          "'import os, torch; print(torch.__version__, os.environ[\"OMP_NUM_THREADS\"])'"],
         capture_output=True, text=True, timeout=300, env={**os.environ, "USER": "root"})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["2.13.0+cpu", "1"]
-    site = _site_file(tmp_path, "local", {"image": str(sif_rootfs), "runtime": "charliecloud"},
-                      name="local-sif-rootfs")
+    site = _site_file(tmp_path, "local", {"image": str(sif_partition), "runtime": "charliecloud"},
+                      name="local-sif-partition")
     out = tmp_path / "sweep"
     run_orch("sweep", "--site", site, "--nodes", "2", "--iters", 2, "--warmup", 1,
              "--no-preflight", "--out", out, check=True)
     [rec] = results(out)
     assert rec["state"] == "COMPLETED" and rec["ranks"] == 2 and rec["checksums_agree"]
-    assert_ranks_in_image(out, sif_rootfs)
+    assert_ranks_in_image(out, sif_partition)
 
 
 @pytest.mark.slurm
 @pytest.mark.ranks
-def test_sif_contents_run_a_slurm_sweep(slurm_cluster, sif_rootfs, tmp_path):
-    site = _site_file(tmp_path, slurm_cluster, {"image": str(sif_rootfs),
+def test_sif_contents_run_a_slurm_sweep(slurm_cluster, sif_partition, tmp_path):
+    site = _site_file(tmp_path, slurm_cluster, {"image": str(sif_partition),
                                                 "runtime": "charliecloud"}, name="tc-sif")
     out = tmp_path / "sweep"
     run_orch("sweep", "--site", site, "--nodes", "2", "--iters", 2, "--warmup", 1,
@@ -331,4 +331,4 @@ def test_sif_contents_run_a_slurm_sweep(slurm_cluster, sif_rootfs, tmp_path):
     [rec] = results(out)
     assert rec["state"] == "COMPLETED", rec["reason"]
     assert rec["distinct_hosts"] == 2 and rec["checksums_agree"] is True
-    assert_ranks_in_image(out, sif_rootfs)
+    assert_ranks_in_image(out, sif_partition)
