@@ -398,8 +398,21 @@ class Site(_Strict):
     environments: dict[str, Environment] = Field(
         description="framework name (torch, tensorflow, mxnet, ...) -> how to run it"
     )
+    history: str | None = Field(
+        None, description="the results history that orch gather records each finished sweep "
+        "of this site in, and orch report draws trends from: an absolute path, ~/... or "
+        "$VAR/... (expanded when gathering)")
     # the file it was loaded from (load sets it; provenance records it), not part of the config
     _file: str | None = PrivateAttr(None)
+
+    @field_validator("history")
+    @classmethod
+    def _history_path(cls, v: str | None) -> str | None:
+        # relative to what? The directory orch gather runs in changes; the site file's moves
+        if v is not None and not v.startswith(("/", "~", "$")):
+            raise ValueError(f"'{v}': give an absolute path, ~/... or $VAR/... (a relative "
+                             "path would depend on the directory orch gather runs in)")
+        return v
 
     @model_validator(mode="after")
     def _consistent(self) -> Site:

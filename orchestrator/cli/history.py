@@ -26,12 +26,14 @@ def _root(history: Path | None) -> Path:
     return history.expanduser() if history is not None else store.default_root()
 
 
-def _sweep_samples(directory: Path, with_provenance: bool = False):
-    """A sweep directory's sample table (merged first, like orch results)."""
+def _sweep_samples(directory: Path, with_provenance: bool = False, merged: bool = False):
+    """A sweep directory's sample table (merged first, like orch results, unless ``merged``:
+    its results/ were merged just now)."""
     from ..history import samples, store
     from .resultset import load_result_set
 
-    runs, iters, sweep = load_result_set(directory)
+    runs, iters, sweep = load_result_set(directory / "results" if merged else directory)
+    sweep = directory.resolve() if merged else sweep
     table = samples.samples(runs, iters)
     if with_provenance and sweep is not None:
         table = store.with_provenance(table, sweep, runs)
@@ -55,6 +57,41 @@ def add(sweep: Annotated[Path, typer.Argument(metavar="SWEEP", help="A gathered 
     entry = store.add(root, _sweep_samples(sweep, with_provenance=True), sweep.resolve())
     typer.echo(f"recorded {entry.id}: {entry.runs} run(s), {entry.configurations} "
                f"configuration(s) of {', '.join(entry.site)} in {root}")
+
+
+def gathered(directory: Path) -> list[str]:
+    """What ``orch gather`` and ``orch rerun`` say of a sweep just merged: recorded in the
+    history its site config names, and each rerun inside or outside its original's spread."""
+    from ..history import gathered as gathered_module
+    from .resultset import load_result_set
+
+    lines = []
+    root = gathered_module.site_history(directory)
+    if root is not None:
+        runs = load_result_set(directory / "results")[0]
+        table = _sweep_samples(directory, with_provenance=True, merged=True)
+        lines.append(gathered_module.record(root, table, directory, runs))
+    originals = gathered_module.rerun_of(directory)
+    if originals:
+        table = _sweep_samples(directory, merged=True)
+        for run_id, src in sorted(originals.items()):
+            lines.append(_rerun_line(run_id, src, table[table["run_id"] == run_id]))
+    return lines
+
+
+def _rerun_line(run_id: str, src: Path, rerun) -> str:
+    from ..history import gathered as gathered_module
+
+    merged = src.parent / "results" / "runs.parquet"
+    try:  # the original sweep as merged, when that holds the run; else merged now
+        import pandas as pd
+
+        ready = merged.is_file() and src.name in set(pd.read_parquet(merged, columns=[
+            "run_id"])["run_id"])
+        original = _sweep_samples(src.parent, merged=ready)
+    except UserError as exc:
+        return f"rerun of {run_id}: its original's results cannot be read ({exc})"
+    return gathered_module.rerun_line(run_id, original[original["run_id"] == src.name], rerun)
 
 
 def _date(seconds: float) -> str:

@@ -60,8 +60,11 @@ def results_cmd(
 
 
 def gather(directory: Annotated[Path, SWEEP]) -> None:
-    """Update states from the scheduler, then merge every run into results/*.parquet."""
+    """Update states from the scheduler, then merge every run into results/*.parquet; record
+    a finished sweep in the history its site config names; say whether each rerun falls
+    inside its original's spread."""
     from .. import execute, results
+    from . import history
 
     d = sweep_dir(directory)
     for scheduler in schedulers(d):
@@ -70,6 +73,8 @@ def gather(directory: Annotated[Path, SWEEP]) -> None:
     runs_df = results.merge(d)
     err_console.print(f"merged {len(runs_df)} run(s) into {d / 'results'}")
     print_runs(results.records(runs_df))
+    for line in history.gathered(d):  # the site's history, each rerun against its original
+        err_console.print(line, highlight=False, markup=False)
 
 
 def status(

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .samples import BY_NAME, METRICS, Metric, key_columns, without_options
-from .stats import Trimmed, yuen_welch
+from .stats import TRIM, Difference, Trimmed, against_spread, inflation, yuen_welch
 
 ALPHA = 0.05
 MIN_CHANGE = 0.05
@@ -34,6 +34,13 @@ HINTS = {"t_comm": "look at the fabric", "t_comm_total": "look at the fabric",
 NO_PHASE = "no phase moved with it: measure again before looking further"
 MIN_SHARE = 0.02  # a phase under 2 % of the iteration time explains nothing
 PRIMARY = ("samples_per_s", "t_iter")  # what a configuration's verdict is read from
+# One run is tested against the other side's spread where that side holds this many runs:
+# fewer cannot estimate a spread (2 give a variance of 1 degree of freedom).
+SPREAD_RUNS = 3
+# Said of a verdict from one run a side: runs of one configuration differ more than one run's
+# iterations tell (docs/howto/compare.md measures how much).
+ONE_RUN = ("one run a side: the run-to-run spread is not measured (compare with a history "
+           "of 3 runs or more, or --repeats, to tell)")
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,15 @@ class Comparison:
 
 
 def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
-           min_change: float = MIN_CHANGE) -> Change | None:
-    """The metric's change from A's samples to B's (None: fewer than 2 values on a side)."""
-    (va, vb), unit = _units(a, b)
-    if len(va) < 2 or len(vb) < 2:
+           min_change: float = MIN_CHANGE,
+           means: tuple[np.ndarray, np.ndarray] | None = None) -> Change | None:
+    """The metric's change from A's samples to B's (None: too few values on a side).
+    ``means``: each side's run means (:func:`run_means`), where the caller has them."""
+    a, b = a[a["value"] > 0], b[b["value"] > 0]
+    tested = _test(a, b, means or (_run_means(a), _run_means(b)))
+    if tested is None:
         return None
-    d = yuen_welch(va, vb)
+    d, (va, vb), unit = tested
     ratio, low, high = math.exp(d.diff), math.exp(d.low), math.exp(d.high)
     worse, better = (d.p_less, d.p_greater) if metric.higher_is_better else (d.p_greater,
                                                                             d.p_less)
@@ -88,14 +98,55 @@ def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPH
                   math.exp(Trimmed.of(vb).mean), len(va), len(vb), unit, moved)
 
 
-def _units(a: pd.DataFrame, b: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], str]:
-    """The log values compared: per run where both sides have 2 runs or more, else per iteration."""
-    a, b = a[a["value"] > 0], b[b["value"] > 0]
-    if a["run_id"].nunique() >= 2 and b["run_id"].nunique() >= 2:
-        per_run = [np.array([Trimmed.of(np.log(g["value"].to_numpy())).mean
-                             for _, g in side.groupby("run_id")]) for side in (a, b)]
-        return (per_run[0], per_run[1]), "repeat"
-    return (np.log(a["value"].to_numpy(float)), np.log(b["value"].to_numpy(float))), "iteration"
+def _run_means(side: pd.DataFrame) -> np.ndarray:
+    """Each run's trimmed mean of its log values (of one configuration and metric)."""
+    return run_means(side, [])["mean"].to_numpy()
+
+
+def run_means(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Each run's 10 % trimmed mean of its positive values' logs, per ``by`` and run: the
+    columns ``by``, ``run_id`` and ``mean``. Computed for every group at once (sorted by group
+    and value, each group's ends cut by rank): a history holds thousands of runs."""
+    f = frame[frame["value"] > 0]
+    codes = group_codes(f, [*by, "run_id"])
+    values = np.log(f["value"].to_numpy(float))
+    order = np.lexsort((values, codes))
+    codes, values = codes[order], values[order]
+    n = np.bincount(codes)
+    start = np.concatenate(([0], np.cumsum(n)[:-1]))
+    rank = np.arange(len(codes)) - start[codes]
+    cut = np.floor(TRIM * n).astype(int)  # as Trimmed.of cuts
+    keep = (rank >= cut[codes]) & (rank < (n - cut)[codes])
+    sums = np.bincount(codes[keep], weights=values[keep], minlength=len(n))
+    first = np.unique(codes, return_index=True)[1]
+    labels = f.iloc[order[first]][[*by, "run_id"]].reset_index(drop=True)
+    return labels.assign(mean=sums / (n - 2 * cut))
+
+
+def _test(a: pd.DataFrame, b: pd.DataFrame, means: tuple[np.ndarray, np.ndarray]
+          ) -> tuple[Difference, tuple[np.ndarray, np.ndarray], str] | None:
+    """The test of B against A on log values, the values it read, and what one value is:
+
+    * both sides 2 runs or more: each run's trimmed mean is a value (repeats: the run-to-run
+      spread is in the interval);
+    * one run against SPREAD_RUNS or more (tonight's run against a history): whether the one
+      run falls inside the others' spread (:func:`.stats.against_spread`);
+    * else each iteration is a value, each side's variance inflated for the autocorrelation
+      of its runs' iterations. The run-to-run spread is not measured then: the docs say what
+      such a verdict is worth."""
+    va, vb = means
+    if len(va) >= 2 and len(vb) >= 2:
+        return yuen_welch(va, vb), (va, vb), "repeat"
+    if len(vb) == 1 and len(va) >= SPREAD_RUNS:
+        return against_spread(va, float(vb[0])), (va, vb), "repeat"
+    if len(va) == 1 and len(vb) >= SPREAD_RUNS:
+        return against_spread(vb, float(va[0]), one_is_b=False), (va, vb), "repeat"
+    va, vb = np.log(a["value"].to_numpy(float)), np.log(b["value"].to_numpy(float))
+    if len(va) < 2 or len(vb) < 2:
+        return None
+    inflate = [inflation([np.log(g.sort_values("iter")["value"].to_numpy(float))
+                          for _, g in side.groupby("run_id")]) for side in (a, b)]
+    return yuen_welch(va, vb, inflate=(inflate[0], inflate[1])), (va, vb), "iteration"
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
@@ -106,20 +157,59 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
     keys = [k for k in key_columns(a) if k in b.columns]
     if a.empty or b.empty:
         return []
-    groups_b = dict(iter(b.groupby(keys, dropna=False)))
+    both = pd.concat([a[keys], b[keys]], ignore_index=True)
+    config = group_codes(both, keys)  # in the keys' order
+    labels = both.iloc[np.unique(config, return_index=True)[1]]
+    sides = [_by_config_metric(side, codes)
+             for side, codes in ((a, config[:len(a)]), (b, config[len(a):]))]
     out = []
-    for values, ga in a.groupby(keys, dropna=False):
-        gb = groups_b.get(values)
-        if gb is None:
-            continue
+    for code in sorted(set(config[:len(a)]) & set(config[len(a):])):
         changes = {}
-        for metric in METRICS:
-            c = change(metric, ga[ga["metric"] == metric.name], gb[gb["metric"] == metric.name],
-                       alpha, min_change)
+        for m, metric in enumerate(METRICS):
+            found = [side.get((code, m)) for side in sides]
+            if found[0] is None or found[1] is None:
+                continue
+            c = change(metric, found[0][0], found[1][0], alpha, min_change,
+                       (found[0][1], found[1][1]))
             if c is not None:
                 changes[metric.name] = c
-        out.append(judge(dict(zip(keys, values, strict=True)), changes))
+        key = {k: _plain(v) for k, v in labels.iloc[code].items()}
+        out.append(judge(key, changes))
     return out
+
+
+def group_codes(frame: pd.DataFrame, columns: list[str]) -> np.ndarray:
+    """Each row's group of ``columns``, numbered 0, 1, … in the columns' sorted order (a
+    missing value is a value of its own): what ``groupby(columns).ngroup()`` gives, from each
+    column's codes combined into one integer, several times faster on string columns."""
+    combined = np.zeros(len(frame), dtype=np.int64)
+    for column in columns:
+        codes, uniques = pd.factorize(frame[column], sort=True, use_na_sentinel=False)
+        combined = combined * len(uniques) + codes
+    return np.unique(combined, return_inverse=True)[1].reshape(-1)
+
+
+def _plain(value):
+    """A numpy scalar as Python's (a configuration's key is printed and compared)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _by_config_metric(frame: pd.DataFrame, config: np.ndarray
+                      ) -> dict[tuple[int, int], tuple[pd.DataFrame, np.ndarray]]:
+    """Per (configuration code, metric's index in METRICS): its samples (run, iteration,
+    value) and its runs' trimmed means. Strings become integer codes first: grouping a
+    history of thousands of runs by its string columns is what took the time."""
+    index = {m.name: i for i, m in enumerate(METRICS)}
+    codes, names = pd.factorize(frame["metric"])
+    metric = np.array([index.get(n, np.nan) for n in names], dtype=float)[codes]
+    compact = pd.DataFrame({
+        "config": config, "metric": metric,
+        "run_id": pd.factorize(frame["run_id"])[0], "iter": frame["iter"].to_numpy(),
+        "value": frame["value"].to_numpy(float)}).dropna(subset=["metric"])
+    compact = compact[compact["value"] > 0].astype({"metric": int})
+    means = {k: g["mean"].to_numpy() for k, g in
+             run_means(compact, ["config", "metric"]).groupby(["config", "metric"])}
+    return {k: (g, means[k]) for k, g in compact.groupby(["config", "metric"])}
 
 
 def _keyed(frame: pd.DataFrame, ignore: tuple[str, ...]) -> pd.DataFrame:
@@ -212,6 +302,8 @@ def line(c: Comparison) -> str:
         text += f" → {c.hint}"
     if c.note:
         text += f"; {c.note}"
+    if primary and primary.unit == "iteration" and c.verdict in ("slower", "faster"):
+        text += f"; {ONE_RUN}"
     return text
 
 

@@ -8,6 +8,15 @@ comparison have different variances (another machine, another day), so the t-tes
 not Student's (no pooled variance). Values are compared on a log scale, so the difference of
 the trimmed means is a ratio B/A and its confidence interval a ratio interval.
 
+Successive iterations of one run are not independent: a co-tenant, a clock or a cache state
+lasts several steps, so the iteration times of one run are positively autocorrelated, and n of
+them carry the information of fewer independent values. A test that counts them as n
+understates the standard error and calls noise a change. Where the compared values are one
+run's iterations, each side's variance is inflated by ``(1 + r) / (1 - r)`` (``r``, the lag-1
+autocorrelation of the series, clipped to ``[0, RHO_MAX]``) and its degrees of freedom shrunk by
+the same factor: the effective sample size of an AR(1) series, ``n (1 - r) / (1 + r)``. A
+negative estimate is taken as 0 (independent), never as more information than n values.
+
 scipy is not a dependency of orch: the t distribution's CDF is the regularized incomplete beta
 function, computed by its continued fraction (Lentz's method), a few lines tested against
 known values (tests/test_history.py).
@@ -21,6 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 TRIM = 0.10  # the fraction cut at each end before the mean
+# Beyond this, 10-30 iterations cannot tell a slow drift from a level: the inflation stops at
+# (1 + 0.9) / (1 - 0.9) = 19, i.e. the run counts as about n / 19 independent values.
+RHO_MAX = 0.9
 _EPS = 1e-15
 
 
@@ -64,8 +76,16 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t > 0 else tail
 
 
+def t_pdf(t: float, df: float) -> float:
+    """The density of Student's t distribution."""
+    return math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)
+                    - 0.5 * math.log(df * math.pi) - (df + 1) / 2 * math.log1p(t * t / df))
+
+
 def t_ppf(p: float, df: float) -> float:
-    """The t value with P(T <= t) = p (0 < p < 1): bisection on :func:`t_cdf`."""
+    """The t value with P(T <= t) = p (0 < p < 1): Newton's method on :func:`t_cdf`, kept
+    inside a bracket that it halves where a Newton step would leave it (a few steps, where
+    bisection alone took 45: comparing 100 configurations calls it 100 times)."""
     if p == 0.5:
         return 0.0
     lo, hi = -1.0, 1.0
@@ -73,15 +93,47 @@ def t_ppf(p: float, df: float) -> float:
         lo *= 2.0
     while t_cdf(hi, df) < p:
         hi *= 2.0
+    x = (lo + hi) / 2.0
     for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if t_cdf(mid, df) < p:
-            lo = mid
+        f = t_cdf(x, df) - p
+        if f < 0:
+            lo = x
         else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, abs(mid)):
-            break
-    return (lo + hi) / 2.0
+            hi = x
+        step = f / max(t_pdf(x, df), 1e-300)
+        nxt = x - step
+        if not lo < nxt < hi:
+            nxt = (lo + hi) / 2.0
+        if abs(nxt - x) < 1e-12 * max(1.0, abs(x)) or hi - lo < 1e-12 * max(1.0, abs(x)):
+            return nxt
+        x = nxt
+    return x
+
+
+def lag1_autocorrelation(series: np.ndarray) -> float:
+    """The lag-1 autocorrelation of a series in its order (0 for fewer than 3 values or none
+    of spread). Winsorized at the trimmed ends first, so that one outlier does not decide it."""
+    x = np.asarray(series, dtype=float)
+    n = len(x)
+    if n < 3:
+        return 0.0
+    g = math.floor(TRIM * n)
+    ordered = np.sort(x)
+    x = np.clip(x, ordered[g], ordered[n - 1 - g])
+    x = x - x.mean()
+    denom = float(np.dot(x, x))
+    return float(np.dot(x[:-1], x[1:]) / denom) if denom > 0 else 0.0
+
+
+def inflation(series: list[np.ndarray]) -> float:
+    """The variance inflation ``(1 + r) / (1 - r)`` of runs' iteration series, ``r`` their
+    lag-1 autocorrelation (each run's, weighted by its length), clipped to ``[0, RHO_MAX]``."""
+    weights = [len(s) for s in series if len(s) >= 3]
+    if not weights:
+        return 1.0
+    r = sum(len(s) * lag1_autocorrelation(s) for s in series if len(s) >= 3) / sum(weights)
+    r = min(max(r, 0.0), RHO_MAX)
+    return (1.0 + r) / (1.0 - r)
 
 
 @dataclass(frozen=True)
@@ -90,10 +142,11 @@ class Trimmed:
 
     mean: float
     d: float
-    h: int  # the values left after trimming: the degrees of freedom come from it
+    h: float  # the values left after trimming, over the inflation: the degrees of freedom
 
     @classmethod
-    def of(cls, values: np.ndarray, trim: float = TRIM) -> Trimmed:
+    def of(cls, values: np.ndarray, trim: float = TRIM, inflate: float = 1.0) -> Trimmed:
+        """``inflate``: the variance inflation of autocorrelated values (:func:`inflation`)."""
         x = np.sort(np.asarray(values, dtype=float))
         n = len(x)
         g = math.floor(trim * n)
@@ -102,7 +155,7 @@ class Trimmed:
         winsorized = np.clip(x, kept[0], kept[-1])
         var_w = float(np.var(winsorized, ddof=1)) if n > 1 else 0.0
         d = (n - 1) * var_w / (h * (h - 1)) if h > 1 else math.inf
-        return cls(float(kept.mean()), d, h)
+        return cls(float(kept.mean()), d * inflate, max(h / inflate, 2.0) if h > 1 else h)
 
 
 @dataclass(frozen=True)
@@ -118,9 +171,10 @@ class Difference:
 
 
 def yuen_welch(a: np.ndarray, b: np.ndarray, confidence: float = 0.95,
-               trim: float = TRIM) -> Difference:
-    """Welch's t-test on trimmed means (Yuen): each side needs 2 values or more."""
-    ta, tb = Trimmed.of(a, trim), Trimmed.of(b, trim)
+               trim: float = TRIM, inflate: tuple[float, float] = (1.0, 1.0)) -> Difference:
+    """Welch's t-test on trimmed means (Yuen): each side needs 2 values or more; ``inflate``,
+    each side's variance inflation (autocorrelated iterations)."""
+    ta, tb = Trimmed.of(a, trim, inflate[0]), Trimmed.of(b, trim, inflate[1])
     diff = tb.mean - ta.mean
     se2 = ta.d + tb.d
     if not math.isfinite(se2):
@@ -130,6 +184,30 @@ def yuen_welch(a: np.ndarray, b: np.ndarray, confidence: float = 0.95,
         return Difference(diff, diff, diff, less, greater, math.inf)
     df = se2 ** 2 / (ta.d ** 2 / (ta.h - 1) + tb.d ** 2 / (tb.h - 1))
     se = math.sqrt(se2)
+    half = t_ppf(0.5 + confidence / 2.0, df) * se
+    below = t_cdf(diff / se, df)
+    return Difference(diff, diff - half, diff + half, below, 1.0 - below, df)
+
+
+def against_spread(runs: np.ndarray, one: float, confidence: float = 0.95,
+                   one_is_b: bool = True) -> Difference:
+    """One run's value against other runs' values (3 or more): is it inside their spread?
+
+    A prediction interval, Welch's test with one side a single new run: the new run differs
+    from the runs' trimmed mean by its own run-to-run deviation (the runs' winsorized
+    variance, which holds each run's iteration noise too) plus the error of that mean, on the
+    runs' degrees of freedom. ``one_is_b``: the difference is one minus the runs (else the
+    runs minus one)."""
+    t = Trimmed.of(runs)
+    n = len(runs)
+    var_run = t.d * t.h * (t.h - 1) / (n - 1)  # the winsorized variance of one run
+    sign = 1.0 if one_is_b else -1.0
+    diff = sign * (one - t.mean)
+    se2 = t.d + var_run
+    if se2 <= 0.0:
+        less, greater = (0.0, 1.0) if diff < 0 else (1.0, 0.0) if diff > 0 else (0.5, 0.5)
+        return Difference(diff, diff, diff, less, greater, math.inf)
+    df, se = t.h - 1.0, math.sqrt(se2)
     half = t_ppf(0.5 + confidence / 2.0, df) * se
     below = t_cdf(diff / se, df)
     return Difference(diff, diff - half, diff + half, below, 1.0 - below, df)

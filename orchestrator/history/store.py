@@ -105,8 +105,20 @@ def with_provenance(table: pd.DataFrame, sweep: Path, runs: pd.DataFrame) -> pd.
 
 def add(root: Path, table: pd.DataFrame, sweep: Path) -> Entry:
     """Record a sweep's sample table as a new entry; an identical table already recorded is
-    refused (adding the same sweep twice would count its runs twice in a selection). The check
-    and the append hold the index's lock, so two concurrent adds of one sweep record it once."""
+    refused (adding the same sweep twice would count its runs twice in a selection)."""
+    entry, added = record(root, table, sweep, by_sweep=False)
+    if not added:
+        raise UserError(f"{sweep}: already recorded as entry {entry.id} ("
+                        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(entry.added_at))})")
+    return entry
+
+
+def record(root: Path, table: pd.DataFrame, sweep: Path, by_sweep: bool = True
+           ) -> tuple[Entry, bool]:
+    """A new entry of the sweep's sample table, and True; or the entry already holding the
+    same table (``by_sweep``: any entry of the same sweep directory, as ``orch gather`` asks:
+    a gather repeated after a retry would count the runs both hold twice), and False. The
+    check and the append hold the index's lock, so two concurrent adds record a sweep once."""
     if table.empty:
         raise UserError(f"{sweep}: no completed run with measured iterations to record")
     (root / ENTRIES).mkdir(parents=True, exist_ok=True)
@@ -115,13 +127,12 @@ def add(root: Path, table: pd.DataFrame, sweep: Path) -> Entry:
                             ).hexdigest()
     with _locked(root / INDEX) as fd:
         for old in entries(root)[0]:
-            if old.sha256 == digest:
-                raise UserError(f"{sweep}: already recorded as entry {old.id} ("
-                                f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(old.added_at))})")
+            if old.sha256 == digest or (by_sweep and old.sweep == str(sweep)):
+                return old, False
         entry = _entry(body, digest, sweep)
         files.replace_with(root / entry.file, lambda tmp: body.to_parquet(tmp, index=False))
         append_line(fd, root / INDEX, entry.model_dump_json())
-    return entry
+    return entry, True
 
 
 def _entry(body: pd.DataFrame, digest: str, sweep: Path) -> Entry:
