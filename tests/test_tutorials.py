@@ -129,7 +129,9 @@ def _need(condition: bool, why: str) -> None:
 
 
 def _marks(page: str) -> list:
-    return [getattr(pytest.mark, n) for n in NEEDS[page] if n in ("ranks", "slurm")]
+    """The page's markers; orch_process by hand, since orch starts from bash, not run_orch."""
+    return [pytest.mark.orch_process,
+            *(getattr(pytest.mark, n) for n in NEEDS[page] if n in ("ranks", "slurm"))]
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=_marks(p)) for p in sorted(NEEDS)])
