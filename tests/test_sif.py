@@ -6,13 +6,13 @@ Charliecloud build (its tree and SquashFS, tests/test_containers.py), so the SIF
 once that exists. Checked here: orch's SIF reader against ``siftool list``/``info``, the
 descriptor table against a golden record (tests/golden/sif-descriptors.json), the partition
 ``siftool dump`` gives back against the SquashFS built, the SIF's digest and labels in a run's
-provenance, the rendered ``apptainer exec`` line against the SIF (a stand-in ``apptainer``
-records what it is given), and the root filesystem dumped from the SIF running torch-ddp ranks
-under Charliecloud on the local site and on the test Slurm cluster. What only an Apptainer
-installation can show (its own mount of the partition, ``--nv``) is docs/howto/apptainer.md's
-list. Building needs root (debootstrap, chroot): elsewhere those
-tests skip, under CI=true they fail. Regenerate the golden record after an intended change:
-ORCH_UPDATE_GOLDEN=1 pytest tests/test_sif.py.
+provenance, the rendered ``apptainer exec`` line against the SIF and ``apptainer build`` where
+Apptainer exists (a stand-in ``apptainer`` records what it is given), and the root filesystem
+dumped from the SIF running torch-ddp ranks under Charliecloud on the local site and on the
+test Slurm cluster. What only an Apptainer installation can show (its own mount of the
+partition, ``--nv``) is docs/howto/apptainer.md's list. Building needs root (debootstrap,
+chroot): elsewhere those tests skip, under CI=true they fail. Regenerate the golden record
+after an intended change: ORCH_UPDATE_GOLDEN=1 pytest tests/test_sif.py.
 """
 
 from __future__ import annotations
@@ -118,6 +118,30 @@ def test_a_missing_tool_names_its_debian_package(tmp_path, tool):
     assert f"apt-get install -y --no-install-recommends {sifbuild.TOOLS[tool]} " in line
     assert "'apptainer build torch.sif containers/torch.def'" in line
     assert not (tmp_path / "images").exists()
+
+
+def test_where_apptainer_exists_it_builds_the_sif(tmp_path):
+    """apptainer on PATH: `apptainer build` runs (here a stand-in that records its arguments
+    and writes an empty SIF with siftool), and the image says it was built so."""
+    _need_tools()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "apptainer.log"
+    (bindir / "apptainer").write_text(f'#!/bin/sh\necho "$PWD $*" >{log}\n'
+                                      f'exec siftool new "$3"\n')
+    (bindir / "apptainer").chmod(0o755)
+    out = tmp_path / "images"
+    proc = run_orch("container", "build", "torch", "--runtime", "apptainer", "--out", out,
+                    env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    assert proc.returncode == 0, proc.stderr
+    sif_path = out / "torch.sif"
+    assert proc.stdout.strip() == str(sif_path)
+    assert log.read_text().split() == [str(ROOT), "build", "--force", str(sif_path),
+                                       str(ROOT / "containers" / "torch.def")]
+    facts = inspect(container_site("local", "apptainer", str(sif_path))
+                    .environment("torch").container)
+    assert (facts.built_with, facts.spec, facts.kind) == ("apptainer build", None, "file")
+    assert facts.digest == "sha256:" + _sha256(sif_path)
 
 
 def test_layout_is_what_apptainer_reads(tmp_path):
