@@ -174,12 +174,16 @@ def test_poll_uses_squeue_then_sacct(monkeypatch):
     """poll() on recordings: squeue knows 74, sacct knows 9 and 51; 60 is new."""
     calls = []
 
-    def fake_query(cmd):
-        calls.append(cmd[0])
-        return parse_listing(SQUEUE_22_05_TESTCLUSTER if cmd[0] == "squeue"
-                             else SACCT_22_05_TESTCLUSTER)
+    def fake_squeue(ids):
+        calls.append("squeue")
+        return slurm.parse_jobs(SQUEUE_22_05_TESTCLUSTER)
 
-    monkeypatch.setattr(slurm, "_query", fake_query)
+    def fake_sacct(args):
+        calls.append("sacct")
+        return SACCT_22_05_TESTCLUSTER
+
+    monkeypatch.setattr(slurm, "_squeue", fake_squeue)
+    monkeypatch.setattr(slurm, "sacct", fake_sacct)
     recs = [JobRecord(run_id=name, scheduler="slurm", job_id=jid, state="PENDING")
             for name, jid in [("torch-ddp-lenet5-ib-n1-r0-0563a272", "74"),
                               ("torch-ddp-lenet5-ib-n2-r0-0cd171fb", "9"),

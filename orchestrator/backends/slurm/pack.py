@@ -46,6 +46,7 @@ from ...render import max_tasks_per_node, sbatch_lines, slurm_job
 from ...rundir import JobRecord, Prepared
 from ...site import Site
 from .options import SlurmJob, sbatch_options
+from .scheduler import max_array_size
 
 # A pack whose runs may share nodes, as orch sweep spells it (the strategies, each kind's name:
 # orchestrator/execute/strategies.py).
@@ -80,7 +81,7 @@ def check(runs: list, site: Site, kind: str, out: Path) -> None:
     runs need more time one after another than the partition allows one job (its MaxTime, as
     the scheduler reports it): those runs cannot share one allocation."""
     sched = backends.scheduler(site.scheduler)
-    for group in groups(_as_prepared(runs, site, out), site, kind):
+    for group in groups(_as_prepared(runs, site, out), site, kind, max_array(kind)):
         opts = pack_options(group, site, out, "check")
         hours, minutes, _ = str(opts["time"]).split(":")
         need = int(hours) * 60 + int(minutes)
@@ -98,9 +99,11 @@ def _as_prepared(runs: list, site: Site, out: Path) -> list[Prepared]:
                      "submit") for r in runs]
 
 
-def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
+def groups(prepared: list[Prepared], site: Site, kind: str,
+           max_array: int | None = None) -> list[Group]:
     """The submissions of the runs to submit: one pack per partition, or one array per
-    shape (partition and sbatch options). Pure: nothing is written."""
+    shape (partition and sbatch options), split into arrays of at most ``max_array`` tasks
+    (Slurm's MaxArraySize: task ids 0 to MaxArraySize-1). Pure: nothing is written."""
     todo = [p for p in prepared if p.action == "submit"]
     keyed: dict[tuple, list[Prepared]] = {}
     for p in todo:
@@ -117,11 +120,26 @@ def groups(prepared: list[Prepared], site: Site, kind: str) -> list[Group]:
     out = []
     for key, members in keyed.items():
         if kind == "array":
-            out.append(Group(kind, key[0], tuple(members)))
+            out += [Group(kind, key[0], chunk) for chunk in split(members, max_array)]
         else:  # largest first: the big runs do not wait behind small ones
             members = sorted(members, key=lambda p: -p.run.nodes)
             out.append(Group("pack", key[0], tuple(members), share=kind == SHARED))
     return out
+
+
+def split(members: list[Prepared], max_array: int | None) -> list[tuple[Prepared, ...]]:
+    """Runs of one shape as arrays Slurm accepts: at most ``max_array`` tasks each (None: no
+    limit known); 0 means the site disabled job arrays."""
+    if max_array == 0:
+        raise UserError("--array: this Slurm's MaxArraySize is 0 (job arrays are disabled "
+                        "here); use --pack, or neither")
+    size = max_array or len(members) or 1
+    return [tuple(members[i:i + size]) for i in range(0, len(members), size)]
+
+
+def max_array(kind: str) -> int | None:
+    """MaxArraySize where the runs go out as arrays (scontrol show config, read once)."""
+    return max_array_size() if kind == "array" else None
 
 
 def makespan_min(sizes: list[tuple[int, int]], nodes: int) -> int:
@@ -239,7 +257,8 @@ def _script_name(kind: str) -> str:
 def dry_run(runs: list, site: Site, out: Path, kind: str) -> list[tuple[Path, str]]:
     """The pack (or array) scripts a sweep would submit, as (path, text); nothing written."""
     shown = []
-    for i, group in enumerate(groups(_as_prepared(runs, site, out), site, kind)):
+    for i, group in enumerate(groups(_as_prepared(runs, site, out), site, kind,
+                                     max_array(kind))):
         name = _pack_name(out, group.kind, group.partition, offset=i)
         pack_dir = out / protocol.PACKS_DIR / name
         shown.append((pack_dir / _script_name(group.kind),
@@ -254,7 +273,7 @@ def submit(prepared: list[Prepared], site: Site, kind: str,
     sched = backends.scheduler(site.scheduler)
     out = prepared[0].rdir.parent if prepared else Path(".")
     live = []
-    for group in groups(prepared, site, kind):
+    for group in groups(prepared, site, kind, max_array(kind)):
         name = _pack_name(out, group.kind, group.partition)
         pack_dir = out / protocol.PACKS_DIR / name
         text = render(group, site, out, pack_dir, name)

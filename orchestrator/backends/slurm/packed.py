@@ -5,7 +5,7 @@ A packed run's state comes from three places: the allocation's state (squeue, th
 the files the pack script writes in the run directory (started, step, ended with its exit
 status, cut off by the allocation's end), and, for a run that ended badly, its step's state in
 sacct (CANCELLED by someone's scancel JOBID.STEP). An array run is a job of its own to Slurm
-(JOBID_k): its state is Slurm's.
+(JOBID_k): its state is Slurm's, from the scheduler's one query (scheduler.py).
 """
 
 from __future__ import annotations
@@ -114,11 +114,12 @@ def _cut_off(job_id: str, alloc_state: str, word: str, when: str) -> tuple[str, 
     return state, f"{protocol.CUT_OFF}: allocation {job_id} ended ({how}) {when}"
 
 
-def poll_packs(records: list, rdirs: list[Path], jobs: Jobs,
-               slurm_state: StateOf) -> dict[str, tuple[str, str]]:
+def poll_packs(records: list, rdirs: list[Path], jobs: Jobs, slurm_state: StateOf,
+               sacct: Callable[[list[str]], str | None]) -> dict[str, tuple[str, str]]:
     """State of each packed run. ``jobs(ids)``: job id -> (job name, state field) of the
     allocations (the scheduler's own squeue-then-sacct query); ``slurm_state``: Slurm's
-    state field -> orch's (state, reason), the one table in scheduler.py."""
+    state field -> orch's (state, reason), the one table in scheduler.py; ``sacct(args)``:
+    sacct's output, None where accounting cannot answer."""
     ids = sorted({r.job_id for r in records if r.job_id})
     allocs = jobs(ids) if ids else {}
     out = {}
@@ -136,7 +137,7 @@ def poll_packs(records: list, rdirs: list[Path], jobs: Jobs,
         step_state = None
         if times is not None and int(times.get("exit_status", 0)) not in (0, TIMEOUT_STATUS):
             step = _step(rdir)
-            step_state = _step_state(step, slurm_state) if step else None
+            step_state = _step_state(step, slurm_state, sacct) if step else None
         out[record.run_id] = packed_state(
             record.job_id or "?", alloc, times, (rdir / protocol.STEP_STARTED_FILE).exists(),
             (rdir / protocol.CANCEL_FILE).exists(), step_state)
@@ -150,43 +151,14 @@ def _step(rdir: Path) -> str | None:
         return None
 
 
-def _step_state(step: str, slurm_state: StateOf) -> str | None:
-    res = subprocess.run(["sacct", "-n", "-P", "-j", step, "-o", "JobID,State"],
-                         capture_output=True, text=True, timeout=60)
-    for line in res.stdout.splitlines():
+def _step_state(step: str, slurm_state: StateOf,
+                sacct: Callable[[list[str]], str | None]) -> str | None:
+    """The step's orch state in accounting; None where accounting cannot say."""
+    for line in (sacct(["-n", "-P", "-j", step, "-o", "JobID,State"]) or "").splitlines():
         parts = line.split("|")
         if len(parts) == 2 and parts[0] == step:
             return slurm_state(parts[1])[0]
     return None
-
-
-def parse_array_listing(text: str) -> dict[str, tuple[str, str]]:
-    """``JOBID_k`` -> (job name, state field) from ``squeue -r -o %i|%j|%T`` or ``sacct -X -P
-    -o JobID,JobName,State``; ranges of tasks not started (``123_[2-5]``) and steps skipped."""
-    seen = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 3 or "_" not in parts[0] or "[" in parts[0] or "." in parts[0]:
-            continue
-        seen[parts[0].strip()] = (parts[1], parts[2].strip())
-    return seen
-
-
-def poll_arrays(records: list, slurm_state: StateOf) -> dict[str, tuple[str, str]]:
-    """State of each array run (JOBID_k): squeue first, sacct for what it forgot."""
-    bases = sorted({(r.job_id or "").split("_")[0] for r in records if r.job_id})
-    if not bases:
-        return {}
-    res = subprocess.run(["squeue", "-h", "-r", "--states=all", "-j", ",".join(bases), "-o",
-                          "%i|%j|%T"], capture_output=True, text=True, timeout=60)
-    seen = parse_array_listing(res.stdout)
-    if any(r.job_id not in seen for r in records):
-        res = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(bases), "-o",
-                              "JobID,JobName,State"], capture_output=True, text=True,
-                             timeout=60)
-        for key, value in parse_array_listing(res.stdout).items():
-            seen.setdefault(key, value)
-    return named_states(records, seen, lambda r: r.pack, slurm_state)
 
 
 def named_states(records: list, seen: dict[str, tuple[str, str]], name_of: Callable,

@@ -10,14 +10,24 @@ States: one map from Slurm's job states to orch's (rundir.STATES: PENDING, RUNNI
 COMPLETED, FAILED, CANCELLED, TIMEOUT, and NODE_FAIL, BOOT_FAIL, PREEMPTED, OUT_OF_MEMORY kept
 as Slurm names them: the first three are retried, excluding the failed nodes). A scheduler's
 COMPLETED is then checked against the rank logs.
+
+Queries that do not grow with the sweep: one ``squeue`` per poll for every job of the sweep
+(plain runs, packs' allocations, array tasks; the job's nodes come with it), one ``sacct`` for
+what slurmctld forgot. Where accounting is off, failing or too slow (``sacct`` exits non-zero or
+times out), states come from squeue alone, said once on stderr; a job squeue no longer lists is
+then judged by its run directory (job-times.json). submitit's own SlurmInfoWatcher, which calls
+sacct, is never asked: orch reads a submitted job's id and nothing else from submitit.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from ... import protocol
 from ...errors import SubmitError
@@ -67,20 +77,54 @@ def slurm_state(raw: str) -> tuple[str, str]:
     return state, f"Slurm state {word if text.split()[0] != word else text}"
 
 
-def parse_listing(text: str) -> dict[str, tuple[str, str]]:
-    """job id -> (job name, state field) from ``squeue -o %i|%j|%T`` or ``sacct -P -o
-    JobIDRaw,JobName,State`` output; job steps (``123.batch``, ``123.0``), blank and error
-    lines are skipped; a later line for the same id (a requeued job's newer record) wins."""
-    seen: dict[str, tuple[str, str]] = {}
+class Job(NamedTuple):
+    """One job as squeue or sacct lists it."""
+
+    name: str
+    state: str  # Slurm's state field, as written (slurm_state reads it)
+    nodes: str = ""  # its NodeList (a host list expression), "" while it has none
+
+
+def parse_jobs(text: str) -> dict[str, Job]:
+    """job id -> Job from ``squeue -o %i|%j|%T|%N`` or ``sacct -P -o
+    JobID,JobName,State,NodeList`` (the node field optional). Job steps (``123.batch``,
+    ``123.0``), blank and error lines are skipped; an array's tasks not started yet, which sacct
+    lists as one range (``123_[0-2,5%2]``), become one entry per task; a later line for the same
+    id (a requeued job's newer record) wins."""
+    seen: dict[str, Job] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
-        if len(parts) != 3 or not parts[2].strip() or not parts[0]:
+        if len(parts) not in (3, 4) or not parts[2].strip() or not parts[0].strip():
             continue
         job_id = parts[0].strip()
         if "." in job_id:  # a step of a job, not the job
             continue
-        seen[job_id] = (parts[1], parts[2].strip())
+        nodes = parts[3].strip() if len(parts) == 4 else ""
+        job = Job(parts[1], parts[2].strip(),
+                  "" if nodes in ("None assigned", "(null)") else nodes)
+        for one in _array_tasks(job_id):
+            seen[one] = job
     return seen
+
+
+def _array_tasks(job_id: str) -> list[str]:
+    """``123_[0-2,5%2]`` -> 123_0, 123_1, 123_2, 123_5; any other id as it is (unreadable
+    ranges: none)."""
+    m = re.fullmatch(r"(\d+)_\[([0-9,-]+)(%\d+)?\]", job_id)
+    if not m:
+        return [] if "[" in job_id else [job_id]
+    out = []
+    for part in m.group(2).split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return []
+        out += [f"{m.group(1)}_{k}" for k in range(int(lo), int(hi or lo) + 1)]
+    return out
+
+
+def parse_listing(text: str) -> dict[str, tuple[str, str]]:
+    """job id -> (job name, state field): :func:`parse_jobs` without the nodes."""
+    return {k: (v.name, v.state) for k, v in parse_jobs(text).items()}
 
 
 @register_scheduler
@@ -91,6 +135,9 @@ class SlurmScheduler(Scheduler):
     hand_note = "(paths are absolute; rank logs go to ranks/)"
     excludes_nodes = True
     packs = True
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, str] = {}  # job id -> NodeList, as the last poll listed it
 
     def check(self, partition) -> None:
         """Fail before anything is submitted if Slurm or the partition cannot be reached."""
@@ -103,6 +150,7 @@ class SlurmScheduler(Scheduler):
             raise SubmitError(f"Slurm is not reachable: {res.stderr.strip() or res.stdout}")
         if not res.stdout.strip():
             raise SubmitError(f"Slurm has no partition '{partition.name}' (sinfo -p shows none)")
+        check_accounting()
 
     def nodes_are_this_machine(self, partition: str) -> bool:
         """All of the partition's nodes have a loopback NodeAddr (the test cluster): their
@@ -163,13 +211,18 @@ class SlurmScheduler(Scheduler):
         return packed.submit_script(script, name)
 
     def poll(self, records, rdirs) -> dict[str, tuple[str, str]]:
-        """State of each run's job: slurmctld (squeue) first, accounting (sacct) after.
+        """State of each run's job: one squeue for all of them, sacct for what it forgot.
 
         slurmctld is authoritative for live jobs and for finished ones it still remembers
         (MinJobAge); slurmdbd lags, and shows a running job as a placeholder named
-        'allocation' in state PENDING. Only jobs slurmctld has forgotten come from sacct.
-        Runs of a pack or an array (``record.pack``) are told apart in packed.
+        'allocation' in state PENDING. Only jobs slurmctld has forgotten come from sacct. Runs
+        of a pack or an array (``record.pack``) are told apart in packed. Where squeue cannot
+        answer, no run's state is given (each keeps its last).
         """
+        seen = _listing(sorted({_base(r.job_id) for r in records if r.job_id}))
+        if seen is None:
+            return {}
+        self._nodes.update({k: j.nodes for k, j in seen.items() if j.nodes})
         kinds: dict[str, tuple[list, list]] = {"": ([], []), protocol.PACK_PREFIX: ([], []),
                                                 protocol.ARRAY_PREFIX: ([], [])}
         for record, rdir in zip(records, rdirs, strict=True):
@@ -177,18 +230,21 @@ class SlurmScheduler(Scheduler):
             kind = next((k for k in kinds if k and pack.startswith(k)), "")
             kinds[kind][0].append(record)
             kinds[kind][1].append(rdir)
+        listed = {k: (j.name, j.state) for k, j in seen.items()}
         out: dict[str, tuple[str, str]] = {}
         if kinds[protocol.PACK_PREFIX][0]:
-            out.update(packed.poll_packs(*kinds[protocol.PACK_PREFIX], jobs=_jobs,
-                                             slurm_state=slurm_state))
-        if kinds[protocol.ARRAY_PREFIX][0]:
-            out.update(packed.poll_arrays(kinds[protocol.ARRAY_PREFIX][0], slurm_state))
-        records = kinds[""][0]
-        ids = [r.job_id for r in records if r.job_id]
-        if not ids:
-            return out
-        out.update(packed.named_states(records, _jobs(ids), lambda r: r.run_id,
-                                           slurm_state))
+            out.update(packed.poll_packs(*kinds[protocol.PACK_PREFIX],
+                                         jobs=lambda ids: {i: listed[i] for i in ids
+                                                           if i in listed},
+                                         slurm_state=slurm_state, sacct=sacct))
+        for kind, name_of in ((protocol.ARRAY_PREFIX, lambda r: r.pack),
+                              ("", lambda r: r.run_id)):
+            recs, dirs = kinds[kind]
+            out.update(packed.named_states(recs, listed, name_of, slurm_state))
+            if not accounting_usable():  # what squeue forgot, sacct cannot tell
+                out.update({r.run_id: from_run_dir(r.job_id, d)
+                            for r, d in zip(recs, dirs, strict=True)
+                            if r.job_id and r.job_id not in listed and d is not None})
         return out
 
     def cancel(self, record, rdir: Path) -> None:
@@ -199,16 +255,15 @@ class SlurmScheduler(Scheduler):
             subprocess.run(["scancel", record.job_id], capture_output=True, timeout=30)
 
     def nodes(self, records) -> dict[str, list[str]]:
-        """run_id -> the job's nodes (squeue's NodeList, else sacct's), expanded."""
+        """run_id -> the job's nodes (squeue's NodeList, else sacct's), expanded: as the last
+        poll saw them, else from one query."""
         ids = {r.job_id: r.run_id for r in records if r.job_id}
         if not ids:
             return {}
-        found = _node_lists(["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o",
-                             "%i|%N"])
-        missing = [i for i in ids if not found.get(i)]
+        found = {i: self._nodes[i] for i in ids if self._nodes.get(i)}  # from the last poll
+        missing = [i for i in ids if i not in found]
         if missing:
-            found.update(_node_lists(["sacct", "-X", "-n", "-P", "-j", ",".join(missing),
-                                      "-o", "JobIDRaw,NodeList"]))
+            found.update({k: j.nodes for k, j in (_listing(missing) or {}).items()})
         return {ids[i]: expand_hostlist(v) for i, v in found.items()
                 if i in ids and expand_hostlist(v)}
 
@@ -219,8 +274,8 @@ class SlurmScheduler(Scheduler):
         failure on X' line in the job output."""
         if not record.job_id:
             return [], ""
-        info = _run(["sacct", "-X", "-n", "-P", "-j", record.job_id, "-o",
-                     "JobIDRaw,Start,End,NodeList"])
+        info = sacct(["-X", "-n", "-P", "-j", record.job_id, "-o",
+                      "JobIDRaw,Start,End,NodeList"]) or ""
         start = end = ""
         nodes = list(record.nodes or [])
         for line in info.splitlines():
@@ -229,7 +284,7 @@ class SlurmScheduler(Scheduler):
                 start, end = parts[1], parts[2]
                 nodes = nodes or expand_hostlist(parts[3])
         evidence: dict[str, str] = {}
-        if nodes and start and start != "Unknown":
+        if nodes and start and start != "Unknown" and accounting_usable():
             events = _run(["sacctmgr", "-n", "-P", "show", "event", f"nodes={','.join(nodes)}",
                            f"start={start}", "format=NodeName,TimeStart,State,Reason"])
             for node, when, state, reason in _events(events):
@@ -276,16 +331,6 @@ def _events(text: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _node_lists(cmd: list[str]) -> dict[str, str]:
-    """job id -> NodeList from an 'id|nodelist' listing (steps and unassigned ones left out)."""
-    found = {}
-    for line in _run(cmd).splitlines():
-        job_id, _, nodes = line.strip().partition("|")
-        if job_id and "." not in job_id and nodes and nodes not in ("None assigned", "(null)"):
-            found[job_id] = nodes
-    return found
-
-
 def expand_hostlist(text: str) -> list[str]:
     """Slurm's host list expression -> host names: ``node[1-3,5],gpu[01-02]`` -> node1, node2,
     node3, node5, gpu01, gpu02 (zero padding kept). Unexpandable text yields nothing."""
@@ -306,25 +351,126 @@ def expand_hostlist(text: str) -> list[str]:
     return hosts
 
 
-def _jobs(ids: list[str]) -> dict[str, tuple[str, str]]:
-    """job id -> (job name, state field): slurmctld first, accounting for what it forgot."""
+# sacct's own words where AccountingStorageType=accounting_storage/none, on stderr, exit status
+# 1: SchedMD/slurm src/sacct/options.c (tag slurm-22-05-8-1, line 1046; the same in 24.11).
+ACCOUNTING_DISABLED = "Slurm accounting storage is disabled"
+# A state query slower than this counts as failed (a slurmdbd that answers in minutes).
+QUERY_TIMEOUT_S = 30
+
+
+class _Accounting:
+    """Whether sacct answers, learnt once per process (one sweep, one orch status)."""
+
+    usable = True
+    probed = False
+    why = ""
+
+
+def accounting_usable() -> bool:
+    return _Accounting.usable
+
+
+def check_accounting() -> None:
+    """Ask sacct once before a sweep submits (an empty query), so that a site without
+    accounting is said at the start, not when a job has been forgotten."""
+    if not _Accounting.probed:
+        _Accounting.probed = True
+        sacct(["-X", "-n", "-P", "-o", "JobIDRaw", "-S", "now", "-E", "now"])
+
+
+def sacct(args: list[str]) -> str | None:
+    """sacct's output, or None where accounting cannot answer (disabled, failing, too slow,
+    not installed): from then on this process asks squeue alone, and says so once."""
+    if not _Accounting.usable:
+        return None
+    try:
+        res = subprocess.run(["sacct", *args], capture_output=True, text=True,
+                             timeout=QUERY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return _no_accounting(f"sacct took more than {QUERY_TIMEOUT_S} s")
+    except OSError as exc:
+        return _no_accounting(f"sacct cannot run ({exc.strerror or exc})")
+    if res.returncode != 0:
+        said = (res.stderr.strip() or res.stdout.strip()).splitlines()
+        return _no_accounting(f"sacct says '{said[0] if said else ''}' "
+                              f"(exit status {res.returncode})")
+    return res.stdout
+
+
+def _no_accounting(why: str) -> None:
+    if _Accounting.usable:
+        _Accounting.usable, _Accounting.why = False, why
+        print(f"orch: {why}: job states come from squeue alone; a job squeue no longer lists "
+              f"is judged by its run directory", file=sys.stderr, flush=True)
+
+
+def _base(job_id: str) -> str:
+    """The job id squeue and sacct are asked for: an array task's array (``123_4`` -> 123)."""
+    return job_id.split("_")[0]
+
+
+def _listing(ids: list[str]) -> dict[str, Job] | None:
+    """job id -> Job of the given jobs (and every task of the given arrays): one squeue,
+    then one sacct for what slurmctld forgot. None where squeue cannot answer."""
+    if not ids:
+        return {}
     seen = _squeue(ids)
-    missing = [i for i in ids if i not in seen]
+    if seen is None:
+        return None
+    known = {_base(k) for k in seen}  # a job, or an array with a task listed
+    missing = [i for i in ids if i not in known]
     if missing:
-        seen.update(_sacct(missing))
+        for key, job in parse_jobs(sacct(["-X", "-n", "-P", "-j", ",".join(missing), "-o",
+                                          "JobID,JobName,State,NodeList"]) or "").items():
+            seen.setdefault(key, job)
     return seen
 
 
-def _query(cmd: list[str]) -> dict[str, tuple[str, str]]:
-    """job id -> (job name, state word) from a '|'-separated squeue/sacct listing."""
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    return parse_listing(res.stdout)
+def _squeue(ids: list[str]) -> dict[str, Job] | None:
+    """slurmctld's jobs among ``ids`` (array tasks one per line: -r); None where squeue fails
+    (slurmctld down, a timeout), {} where it knows none of them."""
+    try:
+        res = subprocess.run(["squeue", "-h", "-r", "--states=all", "-j", ",".join(ids), "-o",
+                              "%i|%j|%T|%N"], capture_output=True, text=True,
+                             timeout=QUERY_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if res.returncode != 0:  # one id it does not know is an error; several are not
+        return {} if "Invalid job id" in res.stderr else None
+    return parse_jobs(res.stdout)
 
 
-def _squeue(ids: list[str]) -> dict[str, tuple[str, str]]:
-    return _query(["squeue", "-h", "--states=all", "-j", ",".join(ids), "-o", "%i|%j|%T"])
+def from_run_dir(job_id: str, rdir: Path) -> tuple[str, str]:
+    """A job Slurm no longer lists and accounting cannot tell, judged by its run directory:
+    job-times.json is written when job.sbatch ends (with its exit status where a script of
+    orch's wrote it); COMPLETED leaves the verdict to the rank logs."""
+    try:
+        times = json.loads((rdir / protocol.JOB_TIMES_FILE).read_text())
+    except (OSError, ValueError):
+        return "FAILED", (f"Slurm no longer lists job {job_id} and has no accounting to say "
+                          f"how it ended; it left no {protocol.JOB_TIMES_FILE}")
+    status = times.get("exit_status", 0) if isinstance(times, dict) else 0
+    if status == 0:
+        return "COMPLETED", ""
+    if status == packed.TIMEOUT_STATUS:
+        return "TIMEOUT", ""
+    return "FAILED", f"job.sbatch exited with status {status}"
 
 
-def _sacct(ids: list[str]) -> dict[str, tuple[str, str]]:
-    return _query(["sacct", "-X", "-n", "-P", "-j", ",".join(ids), "-o",
-                   "JobIDRaw,JobName,State"])
+@functools.cache
+def slurm_config() -> dict[str, str]:
+    """``scontrol show config`` as key -> value, read once per process (a sweep); empty where
+    scontrol cannot answer."""
+    text = _run(["scontrol", "show", "config"])
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            out[key.strip()] = value.strip()
+    return out
+
+
+def max_array_size() -> int | None:
+    """Slurm's MaxArraySize (an array's task ids go up to one less), None where unknown."""
+    value = slurm_config().get("MaxArraySize", "")
+    return int(value) if value.isdigit() else None
