@@ -127,8 +127,9 @@ def test_where_apptainer_exists_it_builds_the_sif(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     log = tmp_path / "apptainer.log"
+    # build --force IMAGE DEFINITION: writes IMAGE only, and only a new file
     (bindir / "apptainer").write_text(f'#!/bin/sh\necho "$PWD $*" >{log}\n'
-                                      f'exec siftool new "$3"\n')
+                                      f'test ! -e "$3" && exec siftool new "$3"\n')
     (bindir / "apptainer").chmod(0o755)
     out = tmp_path / "images"
     proc = run_orch("container", "build", "torch", "--runtime", "apptainer", "--out", out,
