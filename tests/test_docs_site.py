@@ -95,6 +95,7 @@ class _Refs(HTMLParser):
                 self.ids.add(value)
 
 
+@functools.cache  # a page is read once however many links lead to it
 def _parse(page: Path) -> _Refs:
     refs = _Refs()
     refs.feed(page.read_text(encoding="utf-8"))
