@@ -429,6 +429,34 @@ def test_a_slowdown_no_phase_explains_says_so():
     assert c.verdict == "slower" and c.hint == compare.NO_PHASE
 
 
+# --- recorded real sweeps ----------------------------------------------------------------
+
+RECORDED = ROOT / "tests" / "fixtures" / "history-identical" / "samples.parquet"
+
+
+def test_recorded_identical_runs_each_against_the_others_show_no_measured_change():
+    # 21 real identical one-run sweeps (machine.txt beside them): each against the 20 others
+    # together, as a nightly run against its history. All but one say no measured change;
+    # sweep 11 ran while the shared machine's load took it to 686 samples/s (the others
+    # 955 to 6,685): slower than the others' spread, for real.
+    s = pd.read_parquet(RECORDED)
+    found = {i: compare.compare(s[s["sweep"] != i], s[s["sweep"] == i])[0]
+             for i in range(21)}
+    assert [i for i, c in found.items() if c.verdict != "no measured change"] == [11]
+    assert {c.changes["samples_per_s"].unit for c in found.values()} == {"repeat"}
+
+
+def test_recorded_single_runs_against_each_other_say_the_spread_is_not_measured():
+    # Runs of one configuration differ 13 to 24 times more than one run's iterations tell
+    # (docs/howto/compare.md): a verdict from one run a side says so.
+    s = pd.read_parquet(RECORDED)
+    lines = [compare.line(c) for i in range(6) for j in range(i + 1, 6)
+             for c in compare.compare(s[s["sweep"] == i], s[s["sweep"] == j])]
+    changed = [line for line in lines if "no measured change" not in line]
+    assert len(lines) == 15 and changed
+    assert all(line.endswith(compare.ONE_RUN) for line in changed), changed
+
+
 # --- real sweeps ------------------------------------------------------------------------
 
 def _orch_sweep(out: Path, *extra: str, env: dict | None = None) -> None:
@@ -477,6 +505,16 @@ def test_gather_records_the_site_history_once_and_rerun_tests_the_spread(site_sw
                      r"\(10 vs 10 iterations\)", verdict), verdict
     rerun_dir = Path(rerun.stdout.strip()).parent  # a gather of the rerun says it again
     assert verdict in run_orch("gather", rerun_dir, check=True, env=env).stderr
+    # The report reads the history the site names: the rerun, recorded, is a point after it.
+    refs = sweep.parent / "refs.yaml"
+    refs.write_text("site: local\npartitions:\n  local:\n    - match: {nodes: 2}\n"
+                    "      metrics:\n        samples_per_s: {value: 1000, lower: 0.5, "
+                    "upper: 9, unit: samples/s}\n")
+    report = run_orch("report", sweep, "--references", refs, "--out", sweep.parent / "r",
+                      check=True, env=env)
+    assert "Against the previous recorded sweep" in report.stdout, report.stdout
+    assert "no recorded sweep measured before it" in report.stdout
+    assert "trend.png" in (sweep.parent / "r" / "report.md").read_text()
 
 
 @pytest.mark.ranks

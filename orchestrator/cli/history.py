@@ -79,6 +79,38 @@ def gathered(directory: Path) -> list[str]:
     return lines
 
 
+def report_history(history: Path | None, references: Path | None, sweep: Path | None):
+    """What ``orch report`` draws its history part from: ``--history``, else the history the
+    site config names (a sweep directory's runs' provenance); None where neither names one
+    (``--references`` alone: no trend to draw its band on)."""
+    import time as time_module
+
+    from .. import provenance, rundir
+    from ..history import gathered as gathered_module
+    from ..history import references as refs_module
+    from ..history import store
+    from ..report.trend import History
+
+    root = history.expanduser() if history is not None else (
+        gathered_module.site_history(sweep) if sweep is not None else None)
+    if root is None:
+        if references is not None:
+            warn(f"--references {references}: no history named (--history, or history: in "
+                 "the site config), so no trend to draw its band on")
+        return None
+    table, used, problems = store.select(root)
+    for problem in problems:
+        warn(problem)
+    if table.empty:
+        warn(f"history {root}: no recorded sweep yet, so no trend and no comparison")
+        return None
+    started = [float((provenance.read(r) or {}).get("prepared_at") or 0.0)
+               for r in (rundir.run_dirs(sweep) if sweep is not None else [])]
+    return History(table, used, min((t for t in started if t), default=time_module.time()),
+                   str(sweep) if sweep is not None else None,
+                   refs_module.load(references) if references is not None else None)
+
+
 def _rerun_line(run_id: str, src: Path, rerun) -> str:
     from ..history import gathered as gathered_module
 

@@ -11,6 +11,7 @@ import typer
 
 from ..errors import UserError
 from ._common import err_console, out_console
+from .history import report_history
 from .resultset import load_epochs, load_result_set, load_scorecard
 
 
@@ -26,6 +27,13 @@ def report_cmd(
         "orch netbench's store.")] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG figures.")]
     = True,
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="A results history (orch history): each configuration's throughput "
+        "over its recorded sweeps, and this sweep against the previous one; default: the "
+        "history the site config names, if any.")] = None,
+    references: Annotated[Path | None, typer.Option(
+        "--references", help="A site's references.yaml: the band it allows, on the trend "
+        "plot.")] = None,
 ) -> None:
     """Tables on the terminal, PNG plots, and a Markdown + self-contained HTML report.
 
@@ -42,7 +50,8 @@ def report_cmd(
     title = f"orch report: {sweep or directory.resolve()}"
     report = rep.build(runs, iters, comm_lookup(sweep, netbench_file), title=title,
                        figures=plots, scorecard=load_scorecard(directory, sweep, runs),
-                       epochs=load_epochs(directory))
+                       epochs=load_epochs(directory),
+                       history=report_history(history, references, sweep))
     for line in report.summary:
         out_console.print(line, markup=False, highlight=False)
     if report.summary:

@@ -157,3 +157,15 @@ def _measured(run: pd.Series, name: str) -> float | None:
     except (KeyError, TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def band(refs: References, key: dict, metric: str) -> tuple[float, float] | None:
+    """The ``[low, high]`` a references file allows a configuration's metric (its key: site,
+    partition, mode, …, options as JSON), from the first case that applies; None if none."""
+    row = pd.DataFrame([key])
+    for partition, cases in refs.partitions.items():
+        for case in cases:
+            ref = getattr(case.metrics, metric)
+            if ref is not None and bool(_applies(row, refs.site, partition, case).iloc[0]):
+                return ref.value * (1 - ref.lower), ref.value * (1 + ref.upper)
+    return None

@@ -24,6 +24,8 @@ One module per step, data flowing one way:
 * ``plots``: PNG figures (matplotlib's Agg backend, imported only when figures are drawn):
   throughput vs nodes with the ideal line, measured vs predicted speedup, stacked phase bars,
   per-rank t_iter boxes;
+* ``trend``: with a results history, each configuration's throughput over its recorded
+  sweeps (and the band its references allow) and the comparison with the previous one;
 * ``render``: ``to_markdown`` links the figures; ``to_html`` embeds them (base64): one
   self-contained file.
 """

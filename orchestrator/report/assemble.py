@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from ..history import samples
 from ..results import analyze
-from . import convergence, devices, plots
+from . import convergence, devices, plots, trend
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
@@ -40,12 +41,14 @@ class Report:
 def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
           *, title: str = "orch report", figures: bool = True,
           scorecard: pd.DataFrame | None = None,
-          epochs: pd.DataFrame | None = None) -> Report:
+          epochs: pd.DataFrame | None = None, history: trend.History | None = None) -> Report:
     """Every table (and, with ``figures``, every PNG) of a report on one result set.
 
     ``scorecard``: the predictions stated before the runs, scored (predictions.scorecard_frame);
     its table comes first after throughput and speedup, and its median error in the summary.
-    ``epochs`` (results/epochs.parquet) adds the convergence part."""
+    ``epochs`` (results/epochs.parquet) adds the convergence part; ``history``, the trend
+    over the recorded sweeps and the comparison with the previous one (report.trend)."""
+    measured = samples.samples(runs, iters) if history is not None else None  # both windows
     # Per-rank phases and the phase plots read the breakdown window (the native window's rows
     # carry no phases: protocol.WINDOWS); throughput comes from the runs table.
     iters = analyze.split_windows(iters)[1]
@@ -107,6 +110,11 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
         if png is not None:
             report.figures["energy.png"] = png
             report.figure_titles["energy.png"] = "Energy per training sample by run"
+    if history is not None and measured is not None:
+        extra, pngs, titles = trend.section(history, measured, figures)
+        report.tables += extra
+        report.figures.update(pngs)
+        report.figure_titles.update(titles)
     return report
 
 
