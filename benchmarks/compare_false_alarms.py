@@ -1,18 +1,30 @@
-"""How often does ``orch compare`` call a change between identical sweeps? (Its false alarms.)
+"""How often does ``orch compare`` call a change between identical sweeps (its false alarms),
+and how small a real slowdown does it find?
 
     .venv/bin/python -m benchmarks.compare_false_alarms [--sweeps 6] [--iters 10]
                                                         [--repeats 1] [--keep DIR]
                                                         [--synthetic 2000]
+                                                        [--delays 5,20,50] [--rounds 6]
 
 Runs ``--sweeps`` identical real local sweeps one after the other (torch-ddp, lenet5, 2 ranks,
 ``--iters`` measured iterations after 2 warm-up; ``--repeats`` runs of it per sweep, which makes
 each run's trimmed mean the compared value), then compares every pair of them as
 ``orch compare`` does and counts the pairs whose verdict is not "no measured change": each is
-a false alarm, since nothing differs but the moment they ran. Reported beside it:
+a false alarm, since nothing differs but the moment they ran; and compares each sweep with the
+others together (one run against a history of the rest, as a nightly job compares tonight's
+sweep with the last ones). Reported beside it:
 
 * the verdict of the throughput alone (without the instrumented window's confirmation), to
   show what that rule buys;
 * the share of single metrics (throughput, iteration time, each phase) called worse or better;
+* why single runs differ more than their iterations say: the lag-1 autocorrelation of each
+  run's iterations, and the variance of the runs' means over the variance of a mean that one
+  run's iterations predict (1 where the iterations tell the whole spread);
+* ``--delays``: ``--rounds`` rounds of a clean sweep then one sweep per delay, each with every
+  all-reduce ``comm_delay_ms`` late (a slow fabric, for real), interleaved so that clean and
+  delayed runs see the same load; each delayed sweep compared with the rounds' clean sweeps
+  together and with its round's clean sweep: the share found slower with the communication
+  named, per delay;
 * ``--synthetic N``: N comparisons of samples drawn from one lognormal distribution (20
   iterations a side), where the test's own rate must stay near ``alpha`` (0.05) or below:
   it checks the statistics, where the real sweeps check the machine.
@@ -41,30 +53,70 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.history import compare, samples  # noqa: E402
 
+IGNORE = ("comm_delay_ms",)  # delayed and clean runs are one configuration
 
-def run_sweeps(out: Path, count: int, iters: int, repeats: int = 1) -> list[pd.DataFrame]:
-    """``count`` identical sweeps, one after the other: their sample tables."""
+
+def run_sweeps(out: Path, count: int, iters: int, repeats: int = 1, name: str = "sweep",
+               options: tuple[str, ...] = ()) -> list[pd.DataFrame]:
+    """``count`` identical sweeps, one after the other: their sample tables (each run's id
+    made unique to its sweep, as a history does)."""
     from orchestrator.cli.resultset import load_result_set
 
     tables = []
     for i in range(count):
-        target = out / f"sweep-{i}"
-        subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--model", "lenet5",
-                        "--nodes", "2", "--iters", str(iters), "--warmup", "2", "--repeats",
-                        str(repeats), "--out", str(target)], cwd=ROOT, check=True,
-                       capture_output=True)
+        target = out / f"{name}-{i}"
+        if not (target / "results").is_dir():  # kept from an earlier call (--keep)
+            subprocess.run([sys.executable, "-m", "orchestrator", "sweep", "--model", "lenet5",
+                            "--nodes", "2", "--iters", str(iters), "--warmup", "2",
+                            "--repeats", str(repeats), "--out", str(target),
+                            *[f"--option={o}" for o in options]], cwd=ROOT, check=True,
+                           capture_output=True)
         runs, its, _ = load_result_set(target)
-        tables.append(samples.samples(runs, its))
+        table = samples.samples(runs, its)
+        tables.append(table.assign(run_id=f"{name}-{i}/" + table["run_id"]))
         rates = ", ".join(f"{v:,.0f}" for v in runs["samples_per_s"])
-        print(f"sweep {i + 1}/{count}: {rates} samples/s", flush=True)
+        print(f"{name} {i + 1}/{count}: {rates} samples/s", flush=True)
     return tables
+
+
+def diagnose(tables: list[pd.DataFrame]) -> None:
+    """Per metric: the median lag-1 autocorrelation of the runs' iterations, and the variance
+    of the runs' trimmed means over the squared standard error one run's iterations give it."""
+    from orchestrator.history.stats import Trimmed, lag1_autocorrelation
+
+    every = pd.concat(tables, ignore_index=True)
+    for metric in ("samples_per_s", "t_iter", "compute", "t_comm"):
+        runs = [np.log(g.sort_values("iter")["value"].to_numpy(float))
+                for _, g in every[every["metric"] == metric].groupby("run_id")]
+        if len(runs) < 3:
+            continue
+        means = [Trimmed.of(x).mean for x in runs]
+        within = float(np.mean([Trimmed.of(x).d for x in runs]))
+        r1 = float(np.median([lag1_autocorrelation(x) for x in runs]))
+        print(f"  {metric}: lag-1 autocorrelation {r1:.2f} (median of {len(runs)} runs); "
+              f"run means' variance / one run's predicted {np.var(means, ddof=1) / within:.1f}")
+
+
+def against_history(tables: list[pd.DataFrame]) -> dict:
+    """Each sweep against all the others together (tonight's against the history)."""
+    return tally([(pd.concat(tables[:i] + tables[i + 1:], ignore_index=True), t)
+                  for i, t in enumerate(tables)])
+
+
+def found(pairs: list[tuple[pd.DataFrame, pd.DataFrame]]) -> dict:
+    verdicts = [c for a, b in pairs for c in compare.compare(a, b, ignore_options=IGNORE)]
+    slow = [c for c in verdicts if c.verdict == "slower"]
+    fabric = [c for c in slow if "fabric" in c.hint]
+    ratios = [c.changes["samples_per_s"].ratio for c in verdicts if "samples_per_s" in c.changes]
+    return {"comparisons": len(verdicts), "slower": len(slow), "fabric": len(fabric),
+            "throughput": float(np.median(ratios)) if ratios else float("nan")}
 
 
 def tally(pairs: list[tuple[pd.DataFrame, pd.DataFrame]]) -> dict:
     """Verdicts over the pairs: with both windows, throughput alone, and per metric."""
     verdicts, alone, moved, metrics = [], [], 0, 0
     for a, b in pairs:
-        for c in compare.compare(a, b):
+        for c in compare.compare(a, b, ignore_options=IGNORE):
             verdicts.append(c.verdict)
             alone.append(c.changes["samples_per_s"].moved if "samples_per_s" in c.changes
                          else "")
@@ -115,22 +167,64 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--synthetic", type=int, default=2000)
-    p.add_argument("--keep", type=Path, help="keep the sweeps in this directory")
+    p.add_argument("--keep", type=Path, help="keep the sweeps in this directory (and reuse "
+                   "those it holds)")
+    p.add_argument("--delays", default="", help="comm_delay_ms values to detect, e.g. 1,2,5")
+    p.add_argument("--rounds", type=int, default=6, help="rounds of a clean sweep and one "
+                   "per delay")
     args = p.parse_args(argv)
     if args.synthetic:
         report(f"synthetic ({args.synthetic} pairs)", synthetic(args.synthetic))
-    if args.sweeps >= 2:
-        out = args.keep or Path(tempfile.mkdtemp(prefix="orch-false-alarms-"))
-        started = time.time()
-        try:
-            tables = run_sweeps(out, args.sweeps, args.iters, args.repeats)
-        finally:
-            if args.keep is None:
-                shutil.rmtree(out, ignore_errors=True)
-        pairs = list(itertools.combinations(tables, 2))
-        report(f"real ({args.sweeps} sweeps of {args.repeats} run(s), {len(pairs)} pairs, "
-               f"{time.time() - started:.0f} s)", tally(pairs))
+    if args.sweeps < 2 and not args.delays:
+        return 0
+    out = args.keep or Path(tempfile.mkdtemp(prefix="orch-false-alarms-"))
+    try:
+        real(out, args)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(out, ignore_errors=True)
     return 0
+
+
+def real(out: Path, args: argparse.Namespace) -> None:
+    if args.sweeps >= 2:
+        identical(out, args)
+    delays = [d for d in args.delays.split(",") if d]
+    if delays:
+        detect(out, args, delays)
+
+
+def identical(out: Path, args: argparse.Namespace) -> None:
+    started = time.time()
+    tables = run_sweeps(out, args.sweeps, args.iters, args.repeats)
+    pairs = list(itertools.combinations(tables, 2))
+    report(f"real, sweep against sweep ({args.sweeps} sweeps of {args.repeats} run(s), "
+           f"{len(pairs)} pairs, {time.time() - started:.0f} s)", tally(pairs))
+    report(f"real, each sweep against the {args.sweeps - 1} others together",
+           against_history(tables))
+    diagnose(tables)
+
+
+def detect(out: Path, args: argparse.Namespace, delays: list[str]) -> None:
+    """``--rounds`` rounds of a clean sweep then one sweep per delay, so that clean and
+    delayed runs see the same load over time; each delayed sweep compared with the rounds'
+    clean sweeps together, and with its round's clean sweep alone."""
+    clean, delayed = [], {d: [] for d in delays}
+    for r in range(args.rounds):
+        clean += run_sweeps(out, 1, args.iters, args.repeats, f"round{r}-clean")
+        for d in delays:
+            delayed[d] += run_sweeps(out, 1, args.iters, args.repeats, f"round{r}-delay{d}",
+                                     (f"comm_delay_ms={d}",))
+    report(f"real, each of {args.rounds} interleaved clean sweeps against the others",
+           against_history(clean))
+    history = pd.concat(clean, ignore_index=True)
+    for d in delays:
+        together = found([(history, b) for b in delayed[d]])
+        alone = found(list(zip(clean, delayed[d], strict=True)))
+        print(f"comm_delay_ms={d} (throughput B/A {together['throughput']:.2f}): against the "
+              f"clean sweeps together {together['slower']}/{together['comparisons']} slower "
+              f"({together['fabric']} naming the fabric); against its round's clean sweep "
+              f"{alone['slower']}/{alone['comparisons']} ({alone['fabric']})", flush=True)
 
 
 if __name__ == "__main__":
