@@ -18,8 +18,9 @@ A rank log, ``<run dir>/ranks/rank-<task>.jsonl``, is one JSON object per line:
   ``device_metrics``: what its device did in the measured native window, see below).
 
 The header's ``binding``: ``cuda_visible_devices``, ``gpu_index``, ``gpu_pci_bus_id``,
-``gpu_uuid``, ``gpu_name`` (NVML, where the rank sees a GPU), ``cpu_affinity`` (a cpulist such
-as ``0-3,8``) and ``numa_nodes`` (those CPUs' NUMA nodes). The footer's ``device_metrics``
+``gpu_uuid``, ``gpu_name`` (NVML, where the rank sees a GPU; else null and ``gpu_reason`` says
+why), ``cpu_affinity`` (a cpulist such as ``0-3,8``) and ``numa_nodes`` (those CPUs' NUMA
+nodes). The footer's ``device_metrics``
 (rankside.devmetrics.aggregate): ``source`` (``nvml``, ``rapl`` or null), ``device_id`` (ranks
 with the same one on a host share the device), ``samples``, ``seconds``, ``window_samples``
 (training samples of the window), ``gpu_util_mean``, ``mem_util_mean``, ``cpu_util_mean``,

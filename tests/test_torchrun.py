@@ -14,9 +14,10 @@ import json
 import pandas as pd
 import pytest
 
-from orchestrator import backends, modes
+from orchestrator import backends, modes, protocol
 from orchestrator.errors import UserError
 from orchestrator.protocol import rank_logs, read_rank_log
+from orchestrator.rankside import devmetrics as dm
 from orchestrator.site import load
 from orchestrator.sweep import SweepSpec, expand
 
@@ -138,6 +139,10 @@ def _assert_ranks_placed_by_torchrun(out, nodes, per_node):
                      log.header["world_size"]) for log in logs)
     assert places == [(k, k % per_node, k // per_node, nodes * per_node)
                       for k in range(nodes * per_node)]
+    for log in logs:  # where each rank started by torchrun was bound (test_binding.py)
+        binding = log.header[protocol.BINDING]
+        assert dm.parse_cpulist(binding["cpu_affinity"]) and "numa_nodes" in binding
+        assert (binding["gpu_index"] is None) == bool(binding["gpu_reason"])  # a GPU or why
     for node in range(nodes):  # each agent's own output, beside its ranks' outputs
         assert (rdir / "ranks" / f"torchrun-{node}.out").is_file()
     for k in range(nodes * per_node):

@@ -440,7 +440,7 @@ def probe(local_rank: int, env: "dict | None" = None, nvml=None,
           powercap: str = POWERCAP, node_root: str = NODE_SYSFS) -> Probe:
     """The rank's device source (NVML where it sees a GPU, else RAPL) and its binding: the
     header's ``binding`` (CUDA_VISIBLE_DEVICES, GPU index, PCI bus id, CPU affinity as a
-    cpulist, the NUMA nodes of those CPUs)."""
+    cpulist, the NUMA nodes of those CPUs; without a GPU, ``gpu_reason`` says why)."""
     env = dict(os.environ if env is None else env)
     source, why_gpu = open_nvml(local_rank, env, nvml)
     reason = None
@@ -450,6 +450,7 @@ def probe(local_rank: int, env: "dict | None" = None, nvml=None,
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     bound = {"cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES"), "gpu_index": None,
              "gpu_pci_bus_id": None, "gpu_uuid": None, "gpu_name": None,
+             "gpu_reason": why_gpu,  # why the GPU fields are null (None: NVML named one)
              "cpu_affinity": compact_cpus(cpus) if cpus else None,
              "numa_nodes": numa_nodes(cpus, node_root) if cpus else None}
     if source is not None:

@@ -54,6 +54,10 @@ COLUMNS = (
            "each rank's CUDA_VISIBLE_DEVICES: task:value, space-separated"),
     Column("gpu_pci_bus_ids", "binding_union", "gpu_pci_bus_id",
            "PCI bus ids of the GPUs the ranks used"),
+    Column("gpu_indices", "per_rank", "gpu_index",
+           "each rank's GPU (NVML's index): task:index, space-separated; null without GPUs"),
+    Column("gpu_reason", "binding_union", "gpu_reason",
+           "why ranks had no GPU (no NVML, none visible), per distinct reason"),
 )
 # Derived from the columns above and the ranks' window samples.
 ENERGY_PER_SAMPLE = Column(
@@ -95,7 +99,8 @@ COMBINE = {
     "distinct": lambda devices, ranks, key: _join(m.get(key) for _, m, _ in ranks),
     "union": lambda devices, ranks, key: _union([m.get(key) for _, m, _ in ranks]),
     "per_rank": lambda devices, ranks, key: " ".join(
-        f"{task}:{b[key] or chr(34) * 2}" for task, _, b in ranks if b.get(key) is not None)
+        f"{task}:{chr(34) * 2 if b[key] == '' else b[key]}" for task, _, b in ranks
+        if b.get(key) is not None)
     or None,  # an empty value ("": CUDA_VISIBLE_DEVICES hiding every GPU) shown as ""
     "binding_union": lambda devices, ranks, key: _union(
         [b.get(key) if isinstance(b.get(key), list) else [b.get(key)] for _, _, b in ranks]),
