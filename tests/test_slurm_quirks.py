@@ -211,6 +211,26 @@ def test_sacct_disabled_falls_back_to_squeue_and_says_so_once(fake_slurm, tmp_pa
                    "by its run directory"]
 
 
+def test_a_forgotten_pack_without_accounting_is_cut_off(fake_slurm, tmp_path):
+    """A pack's allocation squeue no longer lists, accounting off: its run that ended keeps
+    its end, its run that never started is cut off (and so submitted again)."""
+    bindir, _ = fake_slurm
+    _tool(bindir, "squeue", _printing("squeue", ""))
+    _tool(bindir, "sacct", SACCT_DISABLED)
+    name = f"{protocol.PACK_PREFIX}1-ib-x"
+    recs = [JobRecord(run_id=rid, scheduler="slurm", job_id="700", state="RUNNING", pack=name)
+            for rid in ("ended", "never")]
+    dirs = [tmp_path / r.run_id for r in recs]
+    for d in dirs:
+        d.mkdir()
+    (dirs[0] / protocol.STEP_STARTED_FILE).write_text("{}")
+    (dirs[0] / protocol.JOB_TIMES_FILE).write_text(json.dumps({"exit_status": 0}))
+    out = slurm.SlurmScheduler().poll(recs, dirs)
+    assert out["ended"] == ("COMPLETED", "")
+    state, reason = out["never"]
+    assert state == "FAILED" and reason.startswith(protocol.CUT_OFF) and "700" in reason
+
+
 @pytest.mark.parametrize(("times", "want"), [
     ({"exit_status": 0}, "COMPLETED"), ({"exit_status": 124}, "TIMEOUT"),
     ({"exit_status": 3}, "FAILED"), ({"script_ended_at": 2.0}, "COMPLETED"), (None, "FAILED")])

@@ -233,9 +233,14 @@ class SlurmScheduler(Scheduler):
         listed = {k: (j.name, j.state) for k, j in seen.items()}
         out: dict[str, tuple[str, str]] = {}
         if kinds[protocol.PACK_PREFIX][0]:
+            allocs = dict(listed)
+            if not accounting_usable():  # an allocation squeue forgot has ended
+                allocs.update({r.job_id: (r.pack, FORGOTTEN)
+                               for r in kinds[protocol.PACK_PREFIX][0]
+                               if r.job_id and r.job_id not in listed})
             out.update(packed.poll_packs(*kinds[protocol.PACK_PREFIX],
-                                         jobs=lambda ids: {i: listed[i] for i in ids
-                                                           if i in listed},
+                                         jobs=lambda ids: {i: allocs[i] for i in ids
+                                                           if i in allocs},
                                          slurm_state=slurm_state, sacct=sacct))
         for kind, name_of in ((protocol.ARRAY_PREFIX, lambda r: r.pack),
                               ("", lambda r: r.run_id)):
@@ -354,6 +359,9 @@ def expand_hostlist(text: str) -> list[str]:
 # sacct's own words where AccountingStorageType=accounting_storage/none, on stderr, exit status
 # 1: SchedMD/slurm src/sacct/options.c (tag slurm-22-05-8-1, line 1046; the same in 24.11).
 ACCOUNTING_DISABLED = "Slurm accounting storage is disabled"
+# The state word of an allocation slurmctld no longer lists where accounting cannot say how it
+# ended (no Slurm word: slurm_state reads it as FAILED; its runs are cut off, submitted again).
+FORGOTTEN = "FORGOTTEN"
 # A state query slower than this counts as failed (a slurmdbd that answers in minutes).
 QUERY_TIMEOUT_S = 30
 
