@@ -5,6 +5,7 @@ implementation is NCCL on GPU partitions and TensorFlow's gRPC ring collectives 
 """
 
 from ..base import Mode, Option
+from ..tf_options import RUN_DIMENSIONS
 
 MODE = Mode(
     name="tf-allreduce",
@@ -24,5 +25,6 @@ MODE = Mode(
             choices=("nccl", "ring"),
             help="collective implementation; default nccl on GPU partitions, ring on CPU ones",
         ),
+        *RUN_DIMENSIONS,
     ),
 )

@@ -120,6 +120,7 @@ def main(argv=None) -> None:
         import tensorflow as tf
 
         from orchestrator.rankside.tf import models as models_tf
+        from orchestrator.rankside.tf import precision as mixed
 
         info = s.info
         s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
@@ -135,15 +136,19 @@ def main(argv=None) -> None:
             raise RuntimeError(f"{strategy.num_replicas_in_sync} replicas in sync, expected one "
                                f"per worker ({workers})")
         s.footer["replicas"] = strategy.num_replicas_in_sync
+        s.footer.update(mixed.setup(tf, args.precision))
 
         with strategy.scope():
-            model = models_tf.build(args.model, args.dataset, args.classes)
+            model = mixed.autocast(tf, models_tf.build(args.model, args.dataset, args.classes),
+                                   args.precision)
             params = list(model.trainable_variables)
             slots = [tf.Variable(tf.zeros(v.shape), trainable=False, name="momentum")
                      for v in params]
 
-        native_step = tf_common.native_step(tf, strategy, model,
-                                            args.batch_size * strategy.num_replicas_in_sync)
+        native_step, optimizer = tf_common.native_step(
+            tf, strategy, model, args.batch_size * strategy.num_replicas_in_sync, args.precision)
+        # fp16: the breakdown step scales its loss by the scale the native window left.
+        scale = mixed.loss_scale(optimizer)
 
         @tf.function
         def compute(x, y):
@@ -154,7 +159,10 @@ def main(argv=None) -> None:
                     t_loss = tf.timestamp()
                 with tf.control_dependencies([t_loss]):
                     seed = tf.ones_like(loss)  # backward starts after the stamp
-                grads = tape.gradient(loss, params, output_gradients=seed)
+                    if scale is not None:
+                        seed = seed * scale
+                grads = mixed.unscaled(tf, scale, tape.gradient(loss, params,
+                                                                output_gradients=seed))
                 with tf.control_dependencies(grads):
                     t_grads = tf.timestamp()
                 return loss, grads, t_loss, t_grads
@@ -171,13 +179,15 @@ def main(argv=None) -> None:
 
             return strategy.run(replica, args=(grads,))
 
-        update = tf_common.momentum_update(tf, params, slots)
+        update = tf_common.momentum_update(tf, params, slots,
+                                           skip_not_finite=scale is not None)
         total = tf_common.summed(tf, strategy, comm)
 
         if args.epochs:  # time to accuracy: tf.data shard + per-epoch reshuffle
             from orchestrator.rankside.tf import epochs as epochs_tf
 
             epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params, slots)
+            s.footer.update(mixed.footer_facts(model, optimizer))
             finish(s, tf, strategy, params, total)
             return
         shape = models_tf.input_shape(args.dataset)
@@ -191,6 +201,7 @@ def main(argv=None) -> None:
 
         loss = breakdown(s, tf, source, on_gpu, compute, (strategy, workers, all_reduce), update)
         s.footer["loss"] = float(loss)
+        s.footer.update(mixed.footer_facts(model, optimizer))
         finish(s, tf, strategy, params, total)
 
 

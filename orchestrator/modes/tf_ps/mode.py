@@ -9,6 +9,7 @@ asynchronously: their parameters are not expected to agree (not ``synchronous``)
 """
 
 from ..base import Mode, Option, Task, one_server_count, server_nodes
+from ..tf_options import RUN_DIMENSIONS
 
 
 def placement(nodes, tasks_per_node, options):
@@ -43,6 +44,7 @@ MODE = Mode(
         Option(name="servers", choices=(), default=None,
                help="parameter-server tasks in all, placed round-robin over the nodes "
                     "(replaces ps_per_node; a sweep dimension: servers=1,2)"),
+        *RUN_DIMENSIONS,
     ),
     placement=placement,
     resolve=resolve,

@@ -120,8 +120,12 @@ def serve(s, args) -> None:
     """A ps or worker task: run the gRPC server until the chief is done."""
     import tensorflow as tf
 
+    from orchestrator.rankside.tf import precision as mixed
+
     s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
     s.footer["threads"] = tf_common.thread_settings()
+    # The workers run the chief's step functions: TF32 is theirs to switch (on GPUs).
+    s.footer.update(mixed.setup(tf, args.precision))
     if s.info.role == "ps":
         tf.config.set_visible_devices([], "GPU")  # variables and their updates stay on the CPU
     else:
@@ -167,11 +171,14 @@ def wait_for_footers(log_dir: str, tasks: list[int]) -> int:
         time.sleep(POLL_S)
 
 
-def instrumented_step(tf, strategy, model, params, slots):
+def instrumented_step(tf, strategy, model, params, slots, scale=None):
     """The breakdown window's step: one worker's pull, forward, backward and push, each stage
     stamped with ``tf.timestamp()`` behind control dependencies so that a stamp is taken when
-    the stage before it is done; returns the six stamps and the loss."""
+    the stage before it is done; returns the six stamps and the loss. ``scale`` (fp16): the
+    loss scale its backward is seeded with (its gradients unscaled, a step with non-finite
+    ones skipped)."""
     from orchestrator.rankside.tf import models as models_tf
+    from orchestrator.rankside.tf import precision as mixed
 
     lr = tf.constant(tf_common.LEARNING_RATE)
     momentum = tf.constant(tf_common.MOMENTUM)
@@ -198,17 +205,22 @@ def instrumented_step(tf, strategy, model, params, slots):
             with tf.control_dependencies([loss]):
                 t_loss = tf.timestamp()
             with tf.control_dependencies([t_loss]):
-                seed = tf.ones_like(loss)
-            grads = tape.gradient(loss, pulled, output_gradients=seed)
+                seed = tf.ones_like(loss) if scale is None else tf.ones_like(loss) * scale
+            grads = mixed.unscaled(tf, scale, tape.gradient(loss, pulled,
+                                                            output_gradients=seed))
             with tf.control_dependencies(grads):
                 t_grads = tf.timestamp()
             with tf.control_dependencies([t_grads]):  # sent only once backward is done
                 grads = [tf.identity(g) for g in grads]
+            step_lr, step_momentum = lr, momentum
+            if scale is not None:
+                grads, step_lr, step_momentum = mixed.skip_if_not_finite(tf, grads, lr, momentum)
             updates = []
             for v, m, g in zip(params, slots, grads, strict=True):
                 with tf.device(v.device):  # push the gradient, apply it on its ps
                     updates.append(tf.raw_ops.ResourceApplyMomentum(
-                        var=v.handle, accum=m.handle, lr=lr, grad=g, momentum=momentum))
+                        var=v.handle, accum=m.handle, lr=step_lr, grad=g,
+                        momentum=step_momentum))
             with tf.control_dependencies(updates):
                 t_end = tf.timestamp()
             return tf.stack([t_start, t_data, t_pulled, t_loss, t_grads, t_end]), loss
@@ -223,9 +235,11 @@ def coordinate(s, args) -> None:
     import tensorflow as tf
 
     from orchestrator.rankside.tf import models as models_tf
+    from orchestrator.rankside.tf import precision as mixed
 
     s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
     s.footer["threads"] = tf_common.thread_settings()
+    s.footer.update(mixed.setup(tf, args.precision))
     tf.config.set_visible_devices([], "GPU")  # the chief computes nothing
     cluster = tf_common.tf_config()["cluster"]
     workers = len(cluster["worker"])
@@ -235,7 +249,8 @@ def coordinate(s, args) -> None:
     s.footer["workers"], s.footer["ps"] = workers, len(cluster["ps"])
 
     with strategy.scope():
-        model = models_tf.build(args.model, args.dataset, args.classes)
+        model = mixed.autocast(tf, models_tf.build(args.model, args.dataset, args.classes),
+                               args.precision)
         params = list(model.trainable_variables)
         slots = []
         for v in params:
@@ -252,7 +267,6 @@ def coordinate(s, args) -> None:
         y = tf.random.uniform((tf_common.POOL, batch), 0, classes, dtype=tf.int32)
         return tf.data.Dataset.from_tensor_slices((x, y)).repeat()
 
-    step = instrumented_step(tf, strategy, model, params, slots)
 
     s.samples = workers * batch  # the global samples of one chief iteration
     from orchestrator.rankside.tf import epochs as epochs_tf
@@ -260,12 +274,16 @@ def coordinate(s, args) -> None:
     if args.epochs:  # whole epochs of scheduled steps, the chief evaluates after each
         epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params, slots,
                            workers)
+        s.footer.update(mixed.footer_facts(model, None))
         finish(s, tf, params)
         return
     if args.data:  # TFRecord: the per-worker datasets read it
         dataset_fn = epochs_tf.ps_dataset_fn(tf, args, shape)
 
-    replica_fn = tf_common.native_replica_fn(tf, strategy, model, batch)
+    replica_fn, optimizer = tf_common.native_replica_fn(tf, strategy, model, batch,
+                                                        args.precision)
+    # fp16: the breakdown step scales its loss by the scale the native window left.
+    step = instrumented_step(tf, strategy, model, params, slots, mixed.loss_scale(optimizer))
 
     @tf.function
     def native_step(iterator):  # the guide's step function, unmodified
@@ -285,6 +303,7 @@ def coordinate(s, args) -> None:
 
     results = breakdown(s, coordinator, step, iterator, workers)
     s.footer["loss"] = float(results[-1][1])
+    s.footer.update(mixed.footer_facts(model, optimizer))
     finish(s, tf, params)
 
 

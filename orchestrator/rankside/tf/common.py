@@ -112,15 +112,20 @@ def leave_together(log_dir: str, task: int, tasks: int, timeout_s: float = 60.0)
         time.sleep(0.05)
 
 
-def momentum_update(tf, params, slots):
+def momentum_update(tf, params, slots, skip_not_finite: bool = False):
     """``update(grads)``: orch's SGD with momentum on ``params`` (``slots`` their momentum),
-    as one tf.function; the all-reduce mode and its epoch runs step the same way."""
+    as one tf.function; the all-reduce mode and its epoch runs step the same way.
+    ``skip_not_finite`` (fp16): a step whose gradients are not all finite changes nothing."""
+    from . import precision as mixed
 
     @tf.function
     def update(grads):
+        lr, momentum = tf.constant(LEARNING_RATE), tf.constant(MOMENTUM)
+        if skip_not_finite:
+            grads, lr, momentum = mixed.skip_if_not_finite(tf, grads, lr, momentum)
         for v, m, g in zip(params, slots, grads, strict=True):
-            m.assign(MOMENTUM * m + g)
-            v.assign_sub(LEARNING_RATE * m)
+            m.assign(momentum * m + g)
+            v.assign_sub(lr * m)
 
     return update
 
@@ -158,36 +163,46 @@ def thread_settings() -> dict:
             "inter_op": os.environ.get("TF_NUM_INTEROP_THREADS", "default")}
 
 
-def native_replica_fn(tf, strategy, model, global_batch: int):
+def native_replica_fn(tf, strategy, model, global_batch: int, precision: str = "fp32"):
     """One replica's training step as TensorFlow's distributed-training guides write it
     (``strategy.run`` runs it): forward, the loss averaged over the global batch,
     ``tape.gradient`` and Keras' ``apply_gradients`` (SGD with momentum, the hyper-parameters
-    of the breakdown step), returning the loss. Nothing of orch is inside it; the optimizer's
-    variables are created in ``strategy``'s scope."""
-    with strategy.scope():
-        optimizer = tf.keras.optimizers.SGD(learning_rate=LEARNING_RATE, momentum=MOMENTUM)
+    of the breakdown step), returning the loss; with ``precision`` fp16 the optimizer is
+    Keras' LossScaleOptimizer and the loss is scaled as its guide does (``scale_loss``).
+    Nothing of orch is inside it; the optimizer's variables are created in ``strategy``'s
+    scope. Returns the function and the optimizer."""
+    from . import precision as mixed
+
     params = model.trainable_variables
+    with strategy.scope():
+        optimizer = mixed.optimizer(tf, precision, tf.keras.optimizers.SGD(
+            learning_rate=LEARNING_RATE, momentum=MOMENTUM))
+        # Its variables (momentum, fp16's loss scale) now, not inside the first step: the
+        # breakdown step reads the loss scale.
+        optimizer.build(params)
 
     def replica_fn(x, y):
         with tf.GradientTape() as tape:
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
                 labels=y, logits=model(x, training=True))
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-        grads = tape.gradient(loss, params)
-        optimizer.apply_gradients(zip(grads, params, strict=True))
+            scaled = mixed.scaled(optimizer, loss)
+        grads = tape.gradient(scaled, params)
+        optimizer.apply_gradients(zip(grads, params, strict=True))  # unscales (fp16)
         return loss
 
-    return replica_fn
+    return replica_fn, optimizer
 
 
-def native_step(tf, strategy, model, global_batch: int):
+def native_step(tf, strategy, model, global_batch: int, precision: str = "fp32"):
     """MultiWorkerMirroredStrategy's step (the guide's ``train_step``): one ``tf.function``
-    running :func:`native_replica_fn` through ``strategy.run``; returns the summed loss."""
-    replica_fn = native_replica_fn(tf, strategy, model, global_batch)
+    running :func:`native_replica_fn` through ``strategy.run``; returns the summed loss.
+    Returns the step and its optimizer."""
+    replica_fn, optimizer = native_replica_fn(tf, strategy, model, global_batch, precision)
 
     @tf.function
     def train_step(x, y):
         losses = strategy.run(replica_fn, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-    return train_step
+    return train_step, optimizer

@@ -63,12 +63,34 @@ def substitute(variables, values):
         _SUBSTITUTES = saved
 
 
-def _read(var):
+# The dtype layers compute in while a `compute_in` block is active (trace time); None: float32.
+_COMPUTE_DTYPE = None
+
+
+@contextmanager
+def compute_in(dtype):
+    """Within the block, layers read their variables cast to ``dtype`` (mixed precision:
+    rankside.tf.precision), as Keras' AutoCastVariable reads them under a mixed policy."""
+    global _COMPUTE_DTYPE
+    saved = _COMPUTE_DTYPE
+    _COMPUTE_DTYPE = dtype
+    try:
+        yield
+    finally:
+        _COMPUTE_DTYPE = saved
+
+
+def _read(var, cast: bool = True):
+    """The tensor a layer computes with: ``var`` (or its substitute), in the compute dtype
+    unless ``cast`` is False (batch norm's scale and offset stay float32)."""
+    value = var
     if _SUBSTITUTES is not None:
         found = _SUBSTITUTES.get(var.ref())
         if found is not None:
-            return found
-    return var
+            value = found
+    if cast and _COMPUTE_DTYPE is not None:
+        return tf.cast(value, _COMPUTE_DTYPE)
+    return value
 
 
 def input_shape(dataset: str) -> tuple[int, int, int]:
@@ -155,7 +177,8 @@ class BatchNorm(tf.Module):
 
     def __call__(self, x):
         y, _, _ = tf.compat.v1.nn.fused_batch_norm(
-            x, _read(self.gamma), _read(self.beta), epsilon=self.eps, is_training=True)
+            x, _read(self.gamma, cast=False), _read(self.beta, cast=False), epsilon=self.eps,
+            is_training=True)
         return y
 
 

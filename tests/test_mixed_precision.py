@@ -1,0 +1,162 @@
+"""Mixed precision beyond torch: ``precision`` of the TensorFlow modes (modes/tf_options.py,
+rankside/tf/precision.py), and the one-line refusal where a mode's framework has none.
+
+The declaration and the refusals are fast. TensorFlow itself runs in the tensorflow
+environment: the rank-side pieces on real tensors (the policy's dtypes, the autocast model's
+gradients, fp16's LossScaleOptimizer and the skipped non-finite step), and one short real
+local sweep of tf-allreduce and tf-ps in bf16, which TensorFlow runs on a CPU. Nothing about
+speed is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from orchestrator import modes
+from orchestrator.modes.tf_options import PRECISION
+from orchestrator.modes.torch_options import RUN_DIMENSIONS as TORCH_DIMENSIONS
+from orchestrator.rankside import harness
+from orchestrator.site import load
+from orchestrator.sweep import SweepSpec, expand
+
+from .conftest import ROOT, built_python, run_orch
+
+TF_MODES = ("tf-allreduce", "tf-ps")
+ITERS, WARMUP = 3, 1
+
+
+# --- declarations and refusals (fast) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", TF_MODES)
+def test_tf_modes_take_the_one_declaration(name):
+    assert any(o is PRECISION for o in modes.get(name).options)
+    torch_precision = next(o for o in TORCH_DIMENSIONS if o.name == "precision")
+    # One column of the runs table holds both: the same name, values and default.
+    assert (PRECISION.choices, PRECISION.default) == (torch_precision.choices,
+                                                      torch_precision.default)
+
+
+def test_fp32_keeps_the_run_ids_of_before():
+    site = load("local")[0]
+    plain = expand(SweepSpec(nodes=(2,), modes=TF_MODES), site)
+    fp32 = expand(SweepSpec(nodes=(2,), modes=TF_MODES, options={"precision": ("fp32",)}),
+                  site)
+    assert [r.run_id for r in plain] == [r.run_id for r in fp32]
+    assert all("precision" not in r.options for r in plain)
+    bf16 = expand(SweepSpec(nodes=(2,), modes=TF_MODES, options={"precision": ("bf16",)}),
+                  site)
+    assert [r.options["precision"] for r in bf16] == ["bf16", "bf16"]
+
+
+@pytest.mark.parametrize("name", TF_MODES)
+def test_the_rank_parser_takes_precision(name):
+    base = ["--run-id", "x", "--log-dir", "/tmp/x", "--model", "lenet5", "--batch-size", "2",
+            "--iters", "1"]
+    extra = ["--implementation", "ring"] if name == "tf-allreduce" else []
+    parser = harness.mode_parser(modes.get(name))
+    assert parser.parse_args(base + extra).precision == "fp32"
+    assert parser.parse_args([*base, *extra, "--precision", "fp16"]).precision == "fp16"
+
+
+@pytest.mark.parametrize("mode", ["mxnet-kvstore", "cntk", "chainermn"])
+def test_refused_in_one_line_naming_the_mode(tmp_path, mode):
+    """Modes whose framework orch cannot run in mixed precision: one line naming the mode,
+    exit 2, nothing written. (mpi-ssgd and horovod are torch: they take torch's precision.)"""
+    proc = run_orch("sweep", "--mode", mode, "--nodes", "1", "-o", "precision=bf16",
+                    "--out", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"none of the modes {mode} has it" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_torch_based_mpi_modes_take_torchs_precision():
+    for name in ("mpi-ssgd", "horovod"):
+        assert modes.get(name).library == "torch"
+        assert "precision" in {o.name for o in modes.get(name).options}
+
+
+# --- TensorFlow's own pieces, on real tensors -------------------------------------------------
+
+PIECES = """
+import json
+import tensorflow as tf
+from orchestrator.rankside.tf import models, precision as mixed
+
+out = {}
+for p in ("fp32", "bf16", "fp16"):
+    facts = mixed.setup(tf, p)
+    model = mixed.autocast(tf, models.build("resnet18", "cifar"), p)
+    plain = models.build("resnet18", "cifar")
+    x = tf.random.stateless_normal((2, 32, 32, 3), seed=(1, 2))
+    with tf.GradientTape() as tape:
+        logits = model(x, training=True)
+        loss = tf.reduce_mean(logits)
+    grads = tape.gradient(loss, model.trainable_variables)
+    opt = mixed.optimizer(tf, p, tf.keras.optimizers.SGD(0.01))
+    opt.build(model.trainable_variables)
+    out[p] = {"facts": facts, "logits": logits.dtype.name,
+              "computed_in": mixed.footer_facts(model, opt)["activation_dtype"],
+              "grads": sorted({g.dtype.name for g in grads}),
+              "same_variables": [v.shape for v in model.trainable_variables]
+                                == [v.shape for v in plain.trainable_variables],
+              "loss_scale": mixed.footer_facts(model, opt).get("loss_scale")}
+    tf.keras.mixed_precision.set_global_policy("float32")
+
+# A non-finite gradient skips the step: variables and momentum stay as they were.
+v, m = tf.Variable([1.0, 2.0]), tf.Variable([0.5, 0.5])
+grads, lr, mom = mixed.skip_if_not_finite(tf, [tf.constant([float("inf"), 1.0])],
+                                          tf.constant(0.01), tf.constant(0.9))
+m.assign(mom * m + grads[0]); v.assign_sub(lr * m)
+out["skipped"] = [v.numpy().tolist(), m.numpy().tolist()]
+grads, lr, mom = mixed.skip_if_not_finite(tf, [tf.constant([1.0, 1.0])],
+                                          tf.constant(0.01), tf.constant(0.9))
+out["applied"] = [float(lr), float(mom)]
+out["unscaled"] = mixed.unscaled(tf, tf.constant(4.0), [tf.constant([8.0])])[0].numpy().tolist()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.ranks
+def test_tensorflow_pieces_on_real_tensors():
+    python = built_python("tensorflow")
+    proc = subprocess.run([python, "-c", PIECES], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT, env={"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+                                         "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["fp32"]["facts"] == {"precision": "fp32", "tf32": False}
+    assert out["bf16"]["facts"]["policy"] == "mixed_bfloat16"
+    assert out["fp16"]["facts"]["policy"] == "mixed_float16"
+    for p, dtype in (("fp32", "float32"), ("bf16", "bfloat16"), ("fp16", "float16")):
+        got = out[p]
+        assert got["computed_in"] == dtype  # the forward ran in the policy's compute dtype
+        assert got["logits"] == "float32" and got["grads"] == ["float32"]  # loss, variables
+        assert got["same_variables"]
+    assert out["fp16"]["loss_scale"] == 32768.0  # Keras' LossScaleOptimizer, its first scale
+    assert out["bf16"]["loss_scale"] is None and out["fp32"]["loss_scale"] is None
+    assert out["skipped"] == [[1.0, 2.0], [0.5, 0.5]]
+    assert out["applied"] == pytest.approx([0.01, 0.9])
+    assert out["unscaled"] == [2.0]
+
+
+@pytest.mark.ranks
+def test_bf16_runs_on_the_cpu_in_both_tf_modes(tmp_path):
+    built_python("tensorflow")
+    out = tmp_path / "bf16"
+    run_orch("sweep", "--mode", ",".join(TF_MODES), "--model", "lenet5", "--nodes", "2",
+             "-o", "precision=bf16", "--iters", ITERS, "--warmup", WARMUP, "--out", out,
+             check=True, timeout=900)
+    runs = pd.read_parquet(out / "results" / "runs.parquet").set_index("mode")
+    assert sorted(runs.index) == sorted(TF_MODES)
+    for mode in TF_MODES:
+        row = runs.loc[mode]
+        assert row["state"] == "COMPLETED"
+        assert row["precision"] == "bf16"
+        assert row["activation_dtype"] == "bfloat16"  # what the ranks' forward computed in
+    assert bool(runs.loc["tf-allreduce", "checksums_agree"])
