@@ -13,7 +13,8 @@ run-to-run spread, the second history 8 % slower in its communication.
 
 Timed (best of ``--repeat``, wall clock and CPU time of this process): ``orch compare
 history:site=bench history:site=bench`` as the command does it, in process (both selections
-read from their stores, every configuration compared, its lines formatted), and the same
+read from their stores, what differs between them, every configuration compared, its lines
+formatted), and the same
 command as a user runs it on one of the histories against itself (a new process: its start-up
 included; one command reads one ``--history``). Target: under 2 s. Exits 1 if the in-process
 CPU time misses it (on a shared machine the CPU time is the steadier figure; the wall time is
@@ -23,6 +24,7 @@ printed beside it).
 from __future__ import annotations
 
 import argparse
+import resource
 import shutil
 import subprocess
 import sys
@@ -94,7 +96,7 @@ def in_process(a: Path, b: Path) -> list[str]:
     """What ``orch compare history:… history:…`` does: select both sides, compare, format."""
     ta = store.select(a, **store.parse_selection("history:site=bench"))[0]
     tb = store.select(b, **store.parse_selection("history:site=bench"))[0]
-    return [compare.line(c) for c in compare.compare(ta, tb)]
+    return compare.what_differs(ta, tb) + [compare.line(c) for c in compare.compare(ta, tb)]
 
 
 def timed(fn, repeat: int) -> tuple[float, float, object]:
@@ -130,11 +132,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"in process: {wall:.2f} s wall, {cpu:.2f} s CPU (target < {TARGET_S:.0f} s: "
               f"{wall / TARGET_S:.2f} of it)")
         started = time.perf_counter()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         subprocess.run([sys.executable, "-m", "orchestrator", "compare", "history:site=bench",
                         "history:site=bench", "--history", str(a)], cwd=ROOT, check=True,
                        capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        child = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         print(f"orch compare as a command (one history against itself, start-up included): "
-              f"{time.perf_counter() - started:.2f} s wall")
+              f"{time.perf_counter() - started:.2f} s wall, {child:.2f} s CPU")
     finally:
         if args.keep is None:
             shutil.rmtree(out, ignore_errors=True)

@@ -337,7 +337,7 @@ def what_differs(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
 def _values(frame: pd.DataFrame, column: str) -> list[str]:
     if column not in frame.columns:
         return []
-    return sorted({v for v in frame[column].dropna().astype(str) if v})
+    return sorted(v for v in frame[column].dropna().astype(str).unique() if v)
 
 
 def _versions(frame: pd.DataFrame) -> dict[str, list[str]]:
