@@ -128,9 +128,10 @@ def rerun(
     = True,
     old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
-    """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it);
-    once it ran, say whether its result falls inside the original's spread (orch compare's
-    test)."""
+    """Submit a run again from its record alone, into <sweep>/reruns/<n>/ (never over it).
+
+    Once it ran, it says whether its result falls inside the original's spread (orch
+    compare's test)."""
     from .. import backends, execute, provenance, results
     from . import history
 

@@ -60,9 +60,10 @@ def results_cmd(
 
 
 def gather(directory: Annotated[Path, SWEEP]) -> None:
-    """Update states from the scheduler, then merge every run into results/*.parquet; record
-    a finished sweep in the history its site config names; say whether each rerun falls
-    inside its original's spread."""
+    """Update states from the scheduler, then merge every run into results/*.parquet.
+
+    A finished sweep is recorded in the history its site config names (history:), once; a
+    rerun says whether it falls inside its original's spread (orch compare's test)."""
     from .. import execute, results
     from . import history
 
