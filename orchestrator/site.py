@@ -198,8 +198,10 @@ class Partition(_Strict):
         "gpus-per-node", description="the sbatch option that asks for the node's GPUs: "
         "'gpus-per-node' (--gpus-per-node=N) or 'gres' (--gres=gpu:N, for sites that reject "
         "--gpus-per-node)")
-    gpus_per_task: str | None = Field(
-        None, json_schema_extra={"pattern": GPUS_PER_TASK},
+    gpus_per_task: Annotated[str | None, WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1},
+                   {"type": "string", "pattern": GPUS_PER_TASK}, {"type": "null"}]})] = Field(
+        None,
         description="srun --gpus-per-task: GPUs bound to each rank (a count or TYPE:COUNT); "
         "unset: srun's default")
     gpu_bind: str | None = Field(
@@ -224,6 +226,12 @@ class Partition(_Strict):
             except UserError as exc:
                 raise ValueError(str(exc)) from None
         return v
+
+    @field_validator("gpus_per_task", mode="before")
+    @classmethod
+    def _count_as_text(cls, v: object) -> object:
+        """``gpus_per_task: 1`` is how a person writes a count in YAML; Slurm takes it as text."""
+        return str(v) if isinstance(v, int) and not isinstance(v, bool) else v
 
     @field_validator("gpus_per_task", "gpu_bind", "cpu_bind")
     @classmethod

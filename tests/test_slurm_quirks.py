@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import stat
 from pathlib import Path
@@ -410,3 +411,23 @@ def test_array_sweep_split_by_max_array_size(slurm_cluster, tmp_path):
     bases = sorted({i.split("_")[0] for i in ids}, key=int)
     assert len(bases) == 2 and len(list((out / protocol.PACKS_DIR).iterdir())) == 2
     assert sorted(i.split("_")[1] for i in ids) == ["0", "0", "1"]
+
+
+@pytest.mark.parametrize(("value", "ok"), [(1, True), (2, True), (True, False), (3, False)])
+def test_gpus_per_task_may_be_written_as_a_yaml_count(tmp_path, value, ok):
+    def edit(d):
+        d["partitions"][0].update(gpus_per_node=2, gpus_per_task=value)
+    code, _, err = orch("site", "validate", site_file(tmp_path, edit))
+    assert (code == 0) == ok, err
+
+
+def test_the_example_gpu_sites_commented_binding_validates(tmp_path):
+    """The binding the shipped GPU example shows in comments is valid once uncommented."""
+    text = (sitemod.site_dir() / "example-gpu-cluster.yaml").read_text()
+    lines = re.sub(r"^(\s+)# (gpu_request|gpus_per_task|gpu_bind|cpu_bind):", r"\1\2:", text,
+                   flags=re.M)
+    assert lines != text
+    path = tmp_path / "example-gpu-cluster.yaml"
+    path.write_text(lines)
+    code, _, err = orch("site", "validate", str(path))
+    assert code == 0, err
