@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.errors import UserError
-from orchestrator.history import compare, references, samples, store
+from orchestrator.history import compare, gathered, references, samples, store
 from orchestrator.history.stats import (
     RHO_MAX,
     against_spread,
@@ -26,6 +28,7 @@ from orchestrator.history.stats import (
     t_ppf,
     yuen_welch,
 )
+from orchestrator.site import Site
 
 from .conftest import ROOT, run_orch
 
@@ -549,6 +552,30 @@ def test_what_differs_between_a_and_b():
                                           "torch 2.13.0 → 2.14.0"]
     assert compare.what_differs(a, with_meta(2)) == []
     assert compare.what_differs(table(1), table(2)) == []
+
+
+def test_a_gathered_sweep_is_recorded_once_and_only_when_finished(tmp_path):
+    runs = pd.DataFrame({"state": ["COMPLETED", "RUNNING"]})
+    line = gathered.record(tmp_path, with_meta(1), Path("/s1"), runs)
+    assert line == (f"not recorded in history {tmp_path} yet: 1 run(s) not finished (the "
+                    "gather that finds them finished records the sweep)")
+    assert store.entries(tmp_path)[0] == []
+    done = runs.assign(state=["COMPLETED", "FAILED"])
+    first = gathered.record(tmp_path, with_meta(1), Path("/s1"), done)
+    (entry,) = store.entries(tmp_path)[0]
+    assert first == f"recorded in history {tmp_path} as {entry.id}"
+    # the same sweep directory with other results (a run retried since): not again
+    again = gathered.record(tmp_path, with_meta(2), Path("/s1"), done)
+    assert again == f"already recorded in history {tmp_path} as {entry.id} (not recorded again)"
+    assert len(store.entries(tmp_path)[0]) == 1
+
+
+def test_a_site_history_must_be_absolute():
+    site = yaml.safe_load((ROOT / "site-configs" / "local.yaml").read_text())
+    for good in ("/srv/history", "~/history", "$HOME/history"):
+        assert Site.model_validate({**site, "history": good}).history == good
+    with pytest.raises(ValidationError, match="give an absolute path"):
+        Site.model_validate({**site, "history": "history"})
 
 
 def test_the_same_run_in_two_recorded_sweeps_is_two_runs(tmp_path):

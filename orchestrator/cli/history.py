@@ -70,7 +70,12 @@ def gathered(directory: Path) -> list[str]:
     if root is not None:
         runs = load_result_set(directory / "results")[0]
         table = _sweep_samples(directory, with_provenance=True, merged=True)
-        lines.append(gathered_module.record(root, table, directory, runs))
+        try:
+            lines.append(gathered_module.record(root, table, directory, runs))
+        except OSError as exc:  # the merge is done and kept: say why, do not fail it
+            lines.append(f"not recorded in history {root}: {exc.strerror or exc} "
+                         f"({exc.filename or root}); orch history add {directory} --history "
+                         f"{root} records it once that is fixed")
     originals = gathered_module.rerun_of(directory)
     if originals:
         table = _sweep_samples(directory, merged=True)
