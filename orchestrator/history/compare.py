@@ -1,13 +1,15 @@
 """``orch compare A B``: for every configuration in both A and B, the ratio B/A of each metric
 with its 95 % interval, a verdict (faster, slower, no measured change) and which phases moved.
 
-The test (:mod:`.stats`) is Welch's t-test on 10 % trimmed means of the log values: the
-per-iteration values of each side, or each run's trimmed mean where both sides hold two runs or
-more of the configuration (repeats: then the run-to-run spread, which iterations of one run do
-not see, is in the interval). A metric moved when the interval excludes 1 on one side (two
-one-sided tests at ``alpha / 2`` each: the chance of a false verdict on a metric is ``alpha``)
-and the change is at least ``min_change`` (smaller changes are below what a benchmark rerun can
-promise, even where the test can see them).
+The test (:mod:`.stats`) is Welch's t-test on 10 % trimmed means of the log values: each
+run's trimmed mean where both sides hold two runs or more of the configuration (repeats: the
+run-to-run spread, which the iterations of one run do not see, is in the interval); one run
+against the spread of three or more (a prediction interval: tonight's run against a history);
+else the per-iteration values, each side's variance inflated for their autocorrelation (the
+run-to-run spread is then not measured, and the verdict's line says so). A metric moved when
+the interval excludes 1 on one side (two one-sided tests at ``alpha / 2`` each: the chance of
+a false verdict on a metric is ``alpha``) and the change is at least ``min_change`` (smaller
+changes are below what a benchmark rerun can promise, even where the test can see them).
 """
 
 from __future__ import annotations
