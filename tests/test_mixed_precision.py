@@ -1,11 +1,13 @@
 """Mixed precision beyond torch: ``precision`` of the TensorFlow modes (modes/tf_options.py,
-rankside/tf/precision.py), and the one-line refusal where a mode's framework has none.
+rankside/tf/precision.py) and of mxnet-kvstore (MXNet's AMP, rankside/mxnet/precision.py),
+and the one-line refusal where a mode's framework has none.
 
-The declaration and the refusals are fast. TensorFlow itself runs in the tensorflow
-environment: the rank-side pieces on real tensors (the policy's dtypes, the autocast model's
-gradients, fp16's LossScaleOptimizer and the skipped non-finite step), and one short real
-local sweep of tf-allreduce and tf-ps in bf16, which TensorFlow runs on a CPU. Nothing about
-speed is asserted.
+The declarations and the refusals are fast. The frameworks run in their environments: the
+TensorFlow pieces on real tensors (the policy's dtypes, the autocast model's gradients, fp16's
+LossScaleOptimizer and the skipped non-finite step), and one short real local sweep of
+tf-allreduce, tf-ps and mxnet-kvstore in bf16, which both frameworks run on a CPU (MXNet
+through its oneDNN operators); MXNet's fp16 needs a GPU, and a CPU rank says so in one line.
+Nothing about speed is asserted.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from orchestrator.sweep import SweepSpec, expand
 from .conftest import ROOT, built_python, run_orch
 
 TF_MODES = ("tf-allreduce", "tf-ps")
+BF16_MODES = (*TF_MODES, "mxnet-kvstore")
 ITERS, WARMUP = 3, 1
 
 
@@ -63,7 +66,7 @@ def test_the_rank_parser_takes_precision(name):
     assert parser.parse_args([*base, *extra, "--precision", "fp16"]).precision == "fp16"
 
 
-@pytest.mark.parametrize("mode", ["mxnet-kvstore", "cntk", "chainermn"])
+@pytest.mark.parametrize("mode", ["cntk", "chainermn"])
 def test_refused_in_one_line_naming_the_mode(tmp_path, mode):
     """Modes whose framework orch cannot run in mixed precision: one line naming the mode,
     exit 2, nothing written. (mpi-ssgd and horovod are torch: they take torch's precision.)"""
@@ -72,6 +75,21 @@ def test_refused_in_one_line_naming_the_mode(tmp_path, mode):
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"none of the modes {mode} has it" in lines[0], proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("options", "words"), [
+    (["-o", "precision=tf32"], ["mode 'mxnet-kvstore': precision=tf32 is not valid",
+                                "fp32, bf16, fp16"]),
+    (["-o", "precision=fp16", "-o", "update=server"],
+     ["mode 'mxnet-kvstore': precision=fp16 is not possible with update=server"]),
+])
+def test_mxnet_refuses_what_its_amp_cannot_do_in_one_line(tmp_path, options, words):
+    proc = run_orch("sweep", "--mode", "mxnet-kvstore", "--nodes", "1", *options,
+                    "--out", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(w in lines[0] for w in words), proc.stderr
     assert not (tmp_path / "out").exists()
 
 
@@ -146,17 +164,32 @@ def test_tensorflow_pieces_on_real_tensors():
 
 
 @pytest.mark.ranks
-def test_bf16_runs_on_the_cpu_in_both_tf_modes(tmp_path):
+def test_bf16_runs_on_the_cpu_in_tf_and_mxnet(tmp_path):
     built_python("tensorflow")
+    built_python("mxnet")
     out = tmp_path / "bf16"
-    run_orch("sweep", "--mode", ",".join(TF_MODES), "--model", "lenet5", "--nodes", "2",
+    run_orch("sweep", "--mode", ",".join(BF16_MODES), "--model", "lenet5", "--nodes", "2",
              "-o", "precision=bf16", "--iters", ITERS, "--warmup", WARMUP, "--out", out,
              check=True, timeout=900)
     runs = pd.read_parquet(out / "results" / "runs.parquet").set_index("mode")
-    assert sorted(runs.index) == sorted(TF_MODES)
-    for mode in TF_MODES:
+    assert sorted(runs.index) == sorted(BF16_MODES)
+    for mode in BF16_MODES:
         row = runs.loc[mode]
         assert row["state"] == "COMPLETED"
         assert row["precision"] == "bf16"
         assert row["activation_dtype"] == "bfloat16"  # what the ranks' forward computed in
-    assert bool(runs.loc["tf-allreduce", "checksums_agree"])
+    for mode in ("tf-allreduce", "mxnet-kvstore"):  # synchronous: equal parameters
+        assert bool(runs.loc[mode, "checksums_agree"])
+
+
+@pytest.mark.ranks
+def test_mxnet_fp16_on_a_cpu_stops_in_one_line_naming_the_mode(tmp_path):
+    built_python("mxnet")
+    out = tmp_path / "fp16"
+    run_orch("sweep", "--mode", "mxnet-kvstore", "--model", "lenet5", "--nodes", "1",
+             "-o", "precision=fp16", "--iters", ITERS, "--warmup", WARMUP, "--out", out,
+             timeout=600)
+    [row] = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
+    assert row["state"] == "FAILED"
+    assert "mode 'mxnet-kvstore': precision=fp16: MXNet's float16 AMP needs a GPU" in \
+        row["reason"]

@@ -65,8 +65,8 @@ def test_a_torch_rank_applies_no_dimension_itself(name):
 def test_no_other_mode_has_them():
     for mode in modes.registry().values():
         if mode.name not in TORCH_MODES:
-            # The TensorFlow modes declare a precision of their own (modes/tf_options.py).
-            own = {"precision"} if mode.library == "tensorflow" else set()
+            # TensorFlow's and MXNet's modes declare a precision of their own.
+            own = {"precision"} if mode.library in ("tensorflow", "mxnet") else set()
             assert not {o.name for o in mode.options} & set(COLUMNS) - own, mode.name
 
 

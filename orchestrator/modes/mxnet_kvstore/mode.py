@@ -50,6 +50,10 @@ def resolve(mode, given, out):
         raise UserError(f"mode '{mode.name}': update=worker is not possible with "
                         "kvstore=dist_async (MXNet applies asynchronous pushes on the "
                         "servers); use update=server, or kvstore=dist_sync")
+    if out.get("precision") == "fp16" and out["update"] == "server":
+        raise UserError(f"mode '{mode.name}': precision=fp16 is not possible with "
+                        "update=server (AMP's loss scale changes the gradients' rescale, which "
+                        "the servers' optimizer takes once); use update=worker with dist_sync")
     return out
 
 
@@ -75,6 +79,12 @@ MODE = Mode(
         Option(name="servers", choices=(), default=None,
                help="KVStore servers in all, placed round-robin over the nodes (replaces "
                     "servers_per_node; a sweep dimension: servers=1,2)"),
+        # MXNet's AMP (rankside/mxnet/precision.py): bf16 on oneDNN builds (CPUs), fp16 on
+        # GPUs; a node or build without it stops the run in one line naming the mode.
+        Option(name="precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+               omit_default=True,
+               help="fp32; bf16 or fp16: MXNet AMP (mxnet.contrib.amp; fp16 with its dynamic "
+                    "loss scaling, on GPUs and with update=worker; bf16 on oneDNN builds)"),
     ),
     placement=placement,
     resolve=resolve,

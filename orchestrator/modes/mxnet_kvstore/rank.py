@@ -131,6 +131,7 @@ def train(s: harness.Session, args) -> None:
     from mxnet import autograd, gluon
 
     from orchestrator.rankside.mxnet import models as models_mxnet
+    from orchestrator.rankside.mxnet import precision as mixed
 
     info = s.info
     s.footer["versions"] = harness.versions(mxnet=mx.__version__)
@@ -140,6 +141,7 @@ def train(s: harness.Session, args) -> None:
         ctx = mx.gpu(info.role_index % per_node)
     else:
         ctx = mx.cpu()
+    s.footer.update(mixed.setup(mx, args.precision, ctx != mx.cpu()))  # before the network
 
     mx.random.seed(0)  # same initial weights everywhere (the KVStore also broadcasts worker 0's)
     net = models_mxnet.build(args.model, args.dataset, args.classes)
@@ -159,6 +161,7 @@ def train(s: harness.Session, args) -> None:
     trainer = gluon.Trainer(net.collect_params(), "sgd",
                             {"learning_rate": 0.01, "momentum": 0.9, "rescale_grad": 1 / scale},
                             kvstore=kv, update_on_kvstore=on_server)
+    mixed.init_trainer(args.precision, trainer)
     # Create the KVStore keys now (worker 0's weights, the optimizer sent to the servers)
     # rather than inside the first timed step. MXNet 1.9.1 is the last release: these
     # private calls are what trainer.step() does first.
@@ -178,18 +181,21 @@ def train(s: harness.Session, args) -> None:
 
     # Gluon's own step, wall clock only: queued, as Gluon's loop queues it (MXNet's engine
     # runs it asynchronously); the harness drains the engine (waitall) at a chunk's end.
+    out = None  # the network's last output: the dtype AMP computed it in
     for _ in s.native_iterations(drain=mx.nd.waitall):
         x, y = next(source)
         if x.context != ctx:
             x, y = x.as_in_context(ctx), y.as_in_context(ctx)
         with autograd.record():
-            loss = loss_fn(net(x), y)
+            out = net(x)
+            loss = mixed.scaled(loss_fn(out, y), trainer)  # fp16: AMP's loss scale
         loss.backward()
         trainer.step(1)
 
     loss = breakdown(s, mx, (net, loss_fn, trainer, params), ctx, source, on_server)
     s.footer["param_checksum"] = parameter_checksum(params)
     s.footer["loss"] = float(loss.mean().asscalar())
+    s.footer.update(mixed.footer_facts(out.dtype if out is not None else None, trainer))
     close_kvstore(kv)
 
 
@@ -199,6 +205,8 @@ def breakdown(s, mx, training, ctx, source, on_server: bool):
     results; backward and the KVStore's push/pull are split by when each gradient was ready
     and each pull landed (``ReadyAt``). Returns the last loss."""
     from mxnet import autograd
+
+    from orchestrator.rankside.mxnet import precision as mixed
 
     net, loss_fn, trainer, params = training
 
@@ -214,12 +222,14 @@ def breakdown(s, mx, training, ctx, source, on_server: bool):
     def forward(batch):
         with autograd.record():
             loss = loss_fn(net(batch[0]), batch[1])
-        loss.wait_to_read()
-        return loss
+            scaled = mixed.scaled(loss, trainer)  # fp16: AMP's loss scale; else loss itself
+        scaled.wait_to_read()
+        return loss, scaled
 
-    def backward_and_exchange(loss):
+    def backward_and_exchange(losses):
+        loss, scaled = losses
         start = time.perf_counter()
-        loss.backward()
+        scaled.backward()
         # The marker reads one element of every gradient: done when backward compute is.
         marker = mx.nd.add_n(*(p.grad(ctx).reshape((-1,))[0:1] for p in params))
         backward_done = ReadyAt(marker)
