@@ -51,7 +51,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import record  # noqa: E402
 from orchestrator.history import compare, samples  # noqa: E402
+
+FIGURES: dict[str, dict] = {}  # every tally printed, by its line's name: the result file's figures
 
 IGNORE = ("comm_delay_ms",)  # delayed and clean runs are one configuration
 
@@ -155,6 +158,9 @@ def _table(rng: np.random.Generator) -> pd.DataFrame:
 
 def report(name: str, t: dict) -> None:
     n = t["comparisons"]
+    FIGURES[name] = {"comparisons": n, "false_alarms": t["false_alarms"],
+                     "false_alarm_rate": round(t["false_alarms"] / n, 4) if n else None,
+                     "verdicts": t["verdicts"]}
     print(f"{name}: {t['false_alarms']} false alarm(s) in {n} comparisons "
           f"({t['false_alarms'] / n:.1%}); throughput alone: {t['throughput_alone']} "
           f"({t['throughput_alone'] / n:.1%}); single metrics called changed: "
@@ -175,15 +181,28 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.synthetic:
         report(f"synthetic ({args.synthetic} pairs)", synthetic(args.synthetic))
-    if args.sweeps < 2 and not args.delays:
-        return 0
-    out = args.keep or Path(tempfile.mkdtemp(prefix="orch-false-alarms-"))
-    try:
-        real(out, args)
-    finally:
-        if args.keep is None:
-            shutil.rmtree(out, ignore_errors=True)
+    if args.sweeps >= 2 or args.delays:
+        out = args.keep or Path(tempfile.mkdtemp(prefix="orch-false-alarms-"))
+        try:
+            real(out, args)
+        finally:
+            if args.keep is None:
+                shutil.rmtree(out, ignore_errors=True)
+    record.write("compare_false_alarms", summary(FIGURES), FIGURES)
     return 0
+
+
+def summary(figures: dict[str, dict]) -> str:
+    """One line: each tally's false-alarm rate, and each delay's detections."""
+    parts = []
+    for name, f in figures.items():
+        if "false_alarm_rate" in f and f["false_alarm_rate"] is not None:
+            parts.append(f"{name}: {f['false_alarm_rate']:.1%} false alarms")
+        elif "slower" in f:
+            parts.append(f"{name}: {f['slower']}/{f['comparisons']} found slower "
+                         f"({f['fabric']} naming the fabric), throughput B/A "
+                         f"{f['throughput']:.2f}")
+    return "; ".join(parts)
 
 
 def real(out: Path, args: argparse.Namespace) -> None:
@@ -221,6 +240,8 @@ def detect(out: Path, args: argparse.Namespace, delays: list[str]) -> None:
     for d in delays:
         together = found([(history, b) for b in delayed[d]])
         alone = found(list(zip(clean, delayed[d], strict=True)))
+        FIGURES[f"comm_delay_ms={d} against the clean sweeps"] = {
+            k: together[k] for k in ("comparisons", "slower", "fabric", "throughput")}
         print(f"comm_delay_ms={d} (throughput B/A {together['throughput']:.2f}): against the "
               f"clean sweeps together {together['slower']}/{together['comparisons']} slower "
               f"({together['fabric']} naming the fabric); against its round's clean sweep "

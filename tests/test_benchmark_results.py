@@ -19,9 +19,6 @@ from tests.conftest import run_orch
 ROOT = Path(__file__).resolve().parents[1]
 # Modules of benchmarks/ that are not benchmarks: the writer, the page, the native twins.
 NOT_BENCHMARKS = {"__init__", "record", "page"}
-# Benchmarks written while the result files came in, which do not call record.write yet: each
-# is expected to fail the check until it does (then it must pass).
-NOT_WRITING_YET = {"compare_false_alarms", "compare_speed"}
 
 
 def test_benchmarks_page_is_current():
@@ -48,8 +45,6 @@ def _calls_record_write(path: Path) -> bool:
                                           if p.stem not in NOT_BENCHMARKS))
 def test_each_benchmark_writes_its_result(module):
     path = ROOT / "benchmarks" / f"{module}.py"
-    if module in NOT_WRITING_YET and not _calls_record_write(path):
-        pytest.xfail(f"{module} does not write a result file yet")
     assert _calls_record_write(path), (
         f"benchmarks/{module}.py does not write its result: end its main() with "
         f"record.write({module!r}, summary, figures) (benchmarks/record.py)")
