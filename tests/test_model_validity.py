@@ -166,6 +166,7 @@ def test_scorecard_keeps_flagged_runs_apart_with_coverage():
                in line for line in lines[2:])
     table = scorecard_table(frame)
     assert table.columns[-2:] == ["interval ms", "check"]
+    assert "valid predictions: 13.3%" in table.note and "scored apart: 20.0%" in table.note
 
 
 def test_orch_predict_prints_the_interval_and_the_flags(tmp_path):

@@ -59,12 +59,16 @@ def scorecard_table(frame: pd.DataFrame) -> Table:
                      fmt_num(r["measured_speedup"], ".2f"),
                      fmt_signed(_pct(r["error_speedup"]), ".1f"), _band(r),
                      str(r.get("flags") or "") or "valid"])
-    overall = median_abs_error(frame)
+    flagged = _flagged(frame) if not frame.empty else None
+    overall = median_abs_error(frame[~flagged] if flagged is not None else frame)
+    apart = median_abs_error(frame[flagged]) if flagged is not None and flagged.any() else None
     note = ("error = (predicted − measured) / measured, in %. Each run is scored against the "
             "latest prediction stated before its job started (predictions.jsonl), made from "
             "the largest smaller run of its configuration and the pre-flight α–β. ")
-    note += ("Median absolute t_iter error over the sweep: "
-             f"{overall:.1%}." if overall is not None else "No prediction could be scored.")
+    note += ("Median absolute t_iter error over the sweep's valid predictions: "
+             f"{overall:.1%}." if overall is not None else "No valid prediction could be scored.")
+    if apart is not None:
+        note += f" Over the flagged ones (check column), scored apart: {apart:.1%}."
     note += (" interval: the prediction's interval at its nominal level (network fit, "
              "per-iteration spread, repeats); check: 'valid', or why the prediction was "
              "flagged before its run.")
