@@ -223,7 +223,11 @@ def test_sampler_writes_a_sample_at_start_and_stop(tmp_path):
     assert lines[0]["type"] == "meta" and lines[0]["source"] == "fake"
     samples = [rec for rec in lines if rec["type"] == "sample"]
     assert len(samples) >= 2 and out["samples"] == len(samples) == found.source.n
-    assert out["energy_basis"] == "counter" and out["energy_j"] > 0
+    # The first sample before the window, the last after it: its edges lie between samples.
+    start, end = out["window"]
+    assert samples[0]["t"] <= start <= end <= samples[-1]["t"]
+    # No sample inside a window shorter than the period: no energy, and why.
+    assert out["energy_j"] is None and out["energy_reason"] == dm.SHORT_WINDOW
     assert out["window_samples"] == 640 and out["source"] == "fake"
     assert not sampler._thread.is_alive()
 

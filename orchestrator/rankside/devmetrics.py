@@ -121,6 +121,84 @@ def window_energy(samples: list, ranges: "dict | None" = None) -> tuple:
     return (joules, "integrated power") if joules is not None else (None, None)
 
 
+SHORT_WINDOW = ("window shorter than the sampling interval (fewer than 2 device samples inside "
+                f"it, one every {SAMPLE_PERIOD_S:g} s): raise --iters")
+
+
+NO_ENERGY = "no energy: neither an energy counter nor power was read"
+ENERGY_FIELDS = ("energy_mj", "rapl_uj", "power_w")  # a sample's fields energy comes from
+
+
+def cumulative(samples: list, key: str, scale: float, ranges: "dict | None" = None):
+    """[(t, units moved since the first sample)] of a cumulative counter (``key``: a number,
+    or a dict of zones summed), each interval past at most one wraparound (``ranges``: a
+    zone's wrap value); None where a sample lacks it or a counter without a wrap value went
+    backwards (NVML's is an unsigned 64-bit mJ count since the driver loaded: it only goes
+    back when the driver reloads)."""
+    if len(samples) < 2:
+        return None
+    out, total = [(samples[0]["t"], 0.0)], 0.0
+    for i in range(1, len(samples)):
+        va, vb = samples[i - 1].get(key), samples[i].get(key)
+        if va is None or vb is None or (isinstance(va, dict) and set(va) != set(vb)):
+            return None
+        pairs = ([(va[z], vb[z], (ranges or {}).get(z)) for z in va] if isinstance(va, dict)
+                 else [(va, vb, None)])
+        for first, last, wrap in pairs:
+            if last < first and not wrap:
+                return None
+            total += counter_delta(first, last, wrap)
+        out.append((samples[i]["t"], total * scale))
+    return out
+
+
+def value_at(points: list, t: float, hold: bool = False) -> float:
+    """The piecewise-linear series ``points`` [(t, v)] at ``t``; past either end, the end
+    segment's slope continued (``hold``: the end value held)."""
+    if t <= points[0][0] or t >= points[-1][0]:
+        i = 0 if t <= points[0][0] else len(points) - 2
+        (ta, va), (tb, vb) = points[i], points[i + 1]
+        if hold or tb <= ta:
+            return va if i == 0 else vb
+    else:
+        i = next(k for k in range(len(points) - 1) if points[k + 1][0] >= t)
+        (ta, va), (tb, vb) = points[i], points[i + 1]
+        if tb <= ta:
+            return vb
+    return va + (vb - va) * (t - ta) / (tb - ta)
+
+
+def clipped_integral(points: list, start: float, end: float) -> float:
+    """The trapezoids of ``points`` [(t, v)] over exactly [start, end]: the edges' values
+    interpolated, a value held constant past the series' ends."""
+    inner = [p for p in points if start < p[0] < end]
+    edges = [(start, value_at(points, start, hold=True)), *inner,
+             (end, value_at(points, end, hold=True))]
+    return sum((edges[i][0] - edges[i - 1][0]) * (edges[i - 1][1] + edges[i][1]) / 2
+               for i in range(1, len(edges)))
+
+
+def edge_energy(samples: list, start: float, end: float, ranges: "dict | None" = None) -> tuple:
+    """(joules, basis, why not) used in the window [start, end]: the energy counter's value
+    interpolated at each edge between the samples just before and after it (NVML's mJ, RAPL's
+    µJ; an edge past the samples continues the nearest interval's power), else power
+    integrated with trapezoids clipped at the edges; (None, None, SHORT_WINDOW) where fewer
+    than 2 samples lie inside the window, whose figure would be the sampling interval's."""
+    samples = sorted((s for s in samples if s.get("t") is not None), key=lambda s: s["t"])
+    if not any(s.get(k) is not None for s in samples for k in ENERGY_FIELDS):
+        return None, None, NO_ENERGY
+    if end <= start or sum(1 for s in samples if start <= s["t"] <= end) < 2:
+        return None, None, SHORT_WINDOW
+    for key, scale in (("energy_mj", 1e-3), ("rapl_uj", 1e-6)):
+        series = cumulative(samples, key, scale, ranges)
+        if series is not None:
+            return value_at(series, end) - value_at(series, start), "counter", None
+    points = [(s["t"], s["power_w"]) for s in samples if s.get("power_w") is not None]
+    if len(points) >= 2:
+        return clipped_integral(points, start, end), "integrated power", None
+    return None, None, NO_ENERGY
+
+
 def aggregate(samples: list, meta: dict) -> dict:
     """A rank's footer ``device_metrics`` from its samples and the sampler's ``meta`` (source,
     device, reason, RAPL ranges): means and maxima over the window, its energy and basis,
@@ -148,7 +226,7 @@ def aggregate(samples: list, meta: dict) -> dict:
            "energy_j": energy, "energy_basis": basis, "throttle_reasons": seen,
            "reason": meta.get("reason")}
     if energy is None and out["reason"] is None:
-        out["reason"] = "no energy: neither an energy counter nor power was read"
+        out["reason"] = NO_ENERGY
     return out
 
 
@@ -472,9 +550,10 @@ def process_probe(local_rank: int) -> Probe:
 
 
 class Sampler:
-    """A daemon thread writing one sample every ``period`` s to ``path``: the first at once,
-    the last when stopped (so a window has >= 2). Each sample: ``t`` (epoch s), ``cpu_util``
-    (the process's busy share of its CPUs) and what the source reads."""
+    """A daemon thread writing one sample every ``period`` s to ``path``: the first in
+    :meth:`start` itself, before the window's first iteration, the last when stopped (so the
+    window's edges lie between samples). Each sample: ``t`` (epoch s), ``cpu_util`` (the
+    process's busy share of its CPUs) and what the source reads."""
 
     def __init__(self, path: str, found: Probe, period: float = SAMPLE_PERIOD_S) -> None:
         self.path, self.probe, self.period = path, found, period
@@ -485,6 +564,7 @@ class Sampler:
         self._cpu_prev = None
         self._fh = None
         self._thread = None
+        self.started = None  # the window's start: just after the first sample
 
     def meta(self) -> dict:
         src = self.probe.source
@@ -497,15 +577,15 @@ class Sampler:
     def start(self) -> "Sampler":
         self._fh = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed by stop()
         self._fh.write(json.dumps(self.meta(), separators=(",", ":")) + "\n")
+        self._take()  # here, not in the thread: a sample surely before the window starts
+        self.started = time.time()
         self._thread = threading.Thread(target=self._run, name="orch-devmetrics", daemon=True)
         self._thread.start()
         return self
 
     def _run(self) -> None:
-        while True:
+        while not self._stop.wait(self.period):
             self._take()
-            if self._stop.wait(self.period):
-                return
 
     def _take(self) -> None:
         now = (time.time(), sum(os.times()[:2]))
@@ -532,13 +612,22 @@ class Sampler:
         return held if self._folded is None else combine(self._folded, held)
 
     def stop(self, window_samples: "int | None" = None) -> dict:
-        """Stop, take the last sample, close the file; the footer's aggregates."""
+        """Stop, take the last sample, close the file; the footer's aggregates, with the
+        window's edges (``window``: from :meth:`start` to this call) and its energy between
+        them (:func:`edge_energy`; a window longer than MAX_KEPT samples keeps the folded
+        spans' sum, its edges' share being negligible)."""
+        ended = time.time()
         self._stop.set()
         self._thread.join()
         self._take()
         self._fh.close()
         out = self._aggregate()
         out["window_samples"] = window_samples
+        out["window"] = [self.started, ended]
+        if self._folded is None:
+            energy, basis, why = edge_energy(self.samples, self.started, ended,
+                                             self.meta().get("rapl_ranges"))
+            out.update(energy_j=energy, energy_basis=basis, energy_reason=why)
         src = self.probe.source
         if src is not None and src.unread:
             out["unread"] = dict(src.unread)
