@@ -12,7 +12,7 @@ import typer
 from ..errors import UserError
 from ._common import err_console, out_console
 from .history import report_history
-from .resultset import load_epochs, load_result_set, load_scorecard
+from .resultset import load_device_samples, load_epochs, load_result_set, load_scorecard
 
 
 def report_cmd(
@@ -51,6 +51,7 @@ def report_cmd(
     report = rep.build(runs, iters, comm_lookup(sweep, netbench_file), title=title,
                        figures=plots, scorecard=load_scorecard(directory, sweep, runs),
                        epochs=load_epochs(directory),
+                       device_samples=load_device_samples(directory),
                        history=report_history(history, references, sweep))
     for line in report.summary:
         out_console.print(line, markup=False, highlight=False)

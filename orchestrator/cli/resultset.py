@@ -57,6 +57,17 @@ def load_epochs(directory: Path):
     return None
 
 
+def load_device_samples(directory: Path):
+    """``devices.parquet`` of a result set (a sweep directory or its results/): the ranks'
+    device samples over time; None where it has none (a result set older than the sampler)."""
+    import pandas as pd
+
+    for path in (directory / "results" / "devices.parquet", directory / "devices.parquet"):
+        if path.is_file():
+            return pd.read_parquet(path)
+    return None
+
+
 def load_scorecard(directory: Path, sweep: Path | None, runs):
     """The scorecard of the predictions a sweep stated before its runs: scored from the sweep
     directory (and kept as results/predictions.parquet), or read from a result set's

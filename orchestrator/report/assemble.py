@@ -41,17 +41,19 @@ class Report:
 def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
           *, title: str = "orch report", figures: bool = True,
           scorecard: pd.DataFrame | None = None,
-          epochs: pd.DataFrame | None = None, history: trend.History | None = None) -> Report:
+          epochs: pd.DataFrame | None = None, history: trend.History | None = None,
+          device_samples: pd.DataFrame | None = None) -> Report:
     """Every table (and, with ``figures``, every PNG) of a report on one result set.
 
     ``scorecard``: the predictions stated before the runs, scored (predictions.scorecard_frame);
     its table comes first after throughput and speedup, and its median error in the summary.
     ``epochs`` (results/epochs.parquet) adds the convergence part; ``history``, the trend
-    over the recorded sweeps and the comparison with the previous one (report.trend)."""
+    over the recorded sweeps and the comparison with the previous one (report.trend);
+    ``device_samples`` (results/devices.parquet), the devices over time (devices.timeline)."""
     measured = samples.samples(runs, iters) if history is not None else None  # both windows
     # Per-rank phases and the phase plots read the breakdown window (the native window's rows
     # carry no phases: protocol.WINDOWS); throughput comes from the runs table.
-    iters = analyze.split_windows(iters)[1]
+    timeline_iters, iters = iters, analyze.split_windows(iters)[1]  # both windows shaded
     train = training_runs(runs)
     labels = config_labels(train)
     configs = config_of(train)
@@ -110,6 +112,11 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
         if png is not None:
             report.figures["energy.png"] = png
             report.figure_titles["energy.png"] = "Energy per training sample by run"
+        png = devices.timeline(runs, timeline_iters, device_samples)
+        if png is not None:
+            report.figures["devices.png"] = png
+            report.figure_titles["devices.png"] = (
+                "Power, SM clock and utilisation over time (shaded: the measured windows)")
     if history is not None and measured is not None:
         extra, pngs, titles = trend.section(history, measured, figures)
         report.tables += extra

@@ -29,6 +29,17 @@ def _text(value) -> str:
     return "-" if value is None or (isinstance(value, float) and pd.isna(value)) else str(value)
 
 
+def _why(run) -> str:
+    """Why a run's device figures are missing: the sampler's reason, then the energy's."""
+    reasons = [str(r) for r in (run.get("device_metrics_reason"), run.get("energy_reason"))
+               if _given(r)]
+    return "; ".join(dict.fromkeys(reasons))[:160] or "-"
+
+
+def _given(value) -> bool:
+    return not (value is None or (isinstance(value, float) and pd.isna(value)) or value == "")
+
+
 def table(runs: pd.DataFrame) -> Table | None:
     """One row per completed run with device samples; None when no run has any."""
     done = _sampled(runs)
@@ -45,7 +56,7 @@ def table(runs: pd.DataFrame) -> Table | None:
                      "-" if per_sample is None else f"{per_sample * 1e3:.2f}",
                      _text(r.get("energy_basis")), _text(r.get("throttle_reasons")),
                      _text(r.get("cpu_affinity")), _text(r.get("gpu_pci_bus_ids")),
-                     _text(r.get("device_metrics_reason"))[:120]])
+                     _why(r)])
     return Table("devices", "Devices in the measured window: utilisation, power, energy per "
                  "training sample, throttling, binding",
                  ["run", "source", "GPU util %", "CPU util %", "power W mean / max",
@@ -94,4 +105,121 @@ def figure(runs: pd.DataFrame) -> bytes | None:
     ax.set_ylim(0, max(values) * 1.15)
     ax.set_title("Energy per training sample (label: mean power per device)")
     ax.grid(True, axis="y", alpha=0.3)
+    return _png(fig)
+
+
+# --- what the devices did over time ---------------------------------------------------------
+
+MAX_PANELS = 6  # runs drawn side by side; the others are named under the figure
+MAX_TASKS = 8  # lines per panel (ranks' devices); the others are left out of the panel
+# (row label, [(samples column, line style, legend name)]): one row of panels per quantity.
+TIMELINE_ROWS = (
+    ("power W", [("power_w", "-", "power")]),
+    ("SM clock MHz", [("sm_clock_mhz", "-", "SM clock")]),
+    ("utilisation %", [("gpu_util", "-", "GPU"), ("cpu_util", ":", "CPU (process)")]),
+)
+WINDOW_SHADES = (("native", "#2ca02c"), ("breakdown", "#ff7f0e"))
+
+
+def timeline_runs(runs: pd.DataFrame, samples: pd.DataFrame) -> tuple[list, list[str]]:
+    """The runs to draw, one per configuration (node and rank count included): its median
+    run by throughput, of those with device samples; at most MAX_PANELS, and the labels of
+    the configurations left out."""
+    from .select import config_labels, config_of
+
+    done = runs[(runs["state"] == "COMPLETED") & runs["run_id"].isin(set(samples["run_id"]))] \
+        if not runs.empty and not samples.empty else runs.iloc[0:0]
+    if done.empty:
+        return [], []
+    configs = config_of(done)
+    labels = config_labels(done)
+    picked = []
+    for config, group in done.groupby(configs, sort=True):
+        for _, g in group.groupby(["nodes", "ranks"], sort=True):
+            g = g.sort_values("samples_per_s", na_position="first")
+            median = g.iloc[(len(g) - 1) // 2]  # the lower middle: a run that was measured
+            picked.append((f"{labels[config]} {int(median['nodes'])}n {int(median['ranks'])}r",
+                           median["run_id"]))
+    return picked[:MAX_PANELS], [label for label, _ in picked[MAX_PANELS:]]
+
+
+def window_edges(iters: pd.DataFrame, run_id: str) -> dict[str, tuple[float, float]]:
+    """Each window's measured iterations' (first start, last end) over the run's ranks."""
+    if iters.empty or not {"t_start", "t_iter", "run_id"} <= set(iters.columns):
+        return {}
+    rows = iters[iters["run_id"] == run_id]
+    if "warmup_iter" in rows.columns:
+        rows = rows[~rows["warmup_iter"].astype(bool)]
+    window = rows["window"] if "window" in rows.columns else pd.Series(
+        "breakdown", index=rows.index)
+    out = {}
+    for name, _ in WINDOW_SHADES:
+        part = rows[window == name]
+        if not part.empty:
+            out[name] = (float(part["t_start"].min()),
+                         float((part["t_start"] + part["t_iter"]).max()))
+    return out
+
+
+def _draw_panel(axes, run_samples: pd.DataFrame, edges: dict, rows: list) -> None:
+    """One run's column of panels: each row's quantity over the seconds since its first
+    sample or window, a line per task, the measured windows shaded."""
+    start = min([run_samples["t"].min(), *(a for a, _ in edges.values())])
+    tasks = sorted(run_samples["task"].unique())[:MAX_TASKS]
+    for ax, (ylabel, lines) in zip(axes, rows, strict=True):
+        for name, color in WINDOW_SHADES:
+            if name in edges:
+                a, b = edges[name]
+                ax.axvspan(a - start, b - start, color=color, alpha=0.12, lw=0,
+                           label=f"{name} window")
+        drawn = False
+        for i, task in enumerate(tasks):
+            one = run_samples[run_samples["task"] == task].sort_values("t")
+            for column, style, legend in lines:
+                values = one[column]
+                if values.notna().any():
+                    ax.plot(one["t"] - start, values, style, color=f"C{i % 10}", lw=1.2,
+                            marker=".", ms=3, label=f"task {task} {legend}")
+                    drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "not read on this run", transform=ax.transAxes, ha="center",
+                    va="center", fontsize=8, color="0.4")
+        if ylabel.endswith("%"):
+            ax.set_ylim(0, 105)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(True, alpha=0.3)
+        ax.tick_params(labelsize=7)
+    axes[-1].set_xlabel("s since the run's first sample", fontsize=8)
+
+
+def timeline(runs: pd.DataFrame, iters: pd.DataFrame, samples: pd.DataFrame | None) \
+        -> bytes | None:
+    """Power, SM clock and utilisation over each drawn run's time (timeline_runs), its
+    native and breakdown windows shaded; rows no drawn run has (SM clock on CPU hosts) left
+    out. None where no run has device samples (a result set older than the sampler)."""
+    if samples is None or samples.empty:
+        return None
+    picked, rest = timeline_runs(runs, samples)
+    chosen = samples[samples["run_id"].isin({rid for _, rid in picked})]
+    rows = [row for row in TIMELINE_ROWS
+            if any(chosen[c].notna().any() for c, _, _ in row[1] if c in chosen.columns)]
+    if not picked or not rows:
+        return None
+    from .plots import _figure, _png
+
+    fig = _figure(min(24.0, 1.5 + 3.8 * len(picked)), 1.0 + 2.0 * len(rows))
+    grid = fig.subplots(len(rows), len(picked), squeeze=False, sharex="col")
+    for col, (label, run_id) in enumerate(picked):
+        _draw_panel(grid[:, col], chosen[chosen["run_id"] == run_id],
+                    window_edges(iters, run_id), rows)
+        grid[0, col].set_title(f"{label}\n{run_id}", fontsize=8)
+    legend: dict = {}  # name -> handle, each name once over every panel
+    for ax in grid.flat:
+        for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(name, handle)
+    fig.legend(list(legend.values()), list(legend), loc="outside lower center",
+               ncol=min(6, len(legend)), fontsize=7)
+    if rest:
+        fig.suptitle(f"one run per configuration (its median by throughput); not shown "
+                     f"({len(rest)}): " + "; ".join(rest)[:300], fontsize=7)
     return _png(fig)

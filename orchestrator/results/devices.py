@@ -1,6 +1,7 @@
 """Per-run device columns of the result set: what the devices did in the measured window
 (the ranks' footers' ``device_metrics``, rankside.devmetrics) and where each rank was bound
-(the headers' ``binding``).
+(the headers' ``binding``); and the device samples over time (``results/devices.parquet``,
+:func:`write_samples`), which the report draws.
 
 Every column is declared once, in :data:`COLUMNS`: its name, how the ranks' values make the
 run's, the footer or header key it reads, and what it means. Ranks that share a device (two
@@ -10,9 +11,14 @@ device is (node, ``device_id``), read from its lowest task, so its energy is cou
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
 from typing import NamedTuple
 
-from .. import protocol
+import pandas as pd
+
+from .. import files, protocol
 
 
 class Column(NamedTuple):
@@ -41,7 +47,11 @@ COLUMNS = (
            "J the run's devices used in the measured window (each device once); null unless "
            "every sampled rank's device has it"),
     Column("energy_basis", "distinct", "energy_basis",
-           "counter (the energy counter's difference) or integrated power"),
+           "counter (the energy counter's difference at the window's edges) or integrated "
+           "power (trapezoids clipped at the edges)"),
+    Column("energy_reason", "distinct", "energy_reason",
+           "why energy_j is null though the device was read: a window shorter than the "
+           "sampling interval (fewer than 2 samples inside it: raise --iters), per reason"),
     Column("throttle_reasons", "union", "throttle_reasons",
            "clock event (throttle) reasons NVML reported in the window, comma-separated"),
     Column("device_samples", "rank_sum", "samples", "device samples the ranks took"),
@@ -147,3 +157,59 @@ def run_facts(logs: list) -> dict:
     out[ENERGY_PER_SAMPLE.name] = (out["energy_j"] / samples
                                    if out["energy_j"] is not None and samples else None)
     return out
+
+
+# --- the samples over time: results/devices.parquet -----------------------------------------
+
+SAMPLES_FILE = "results/devices.parquet"
+# A sample's fields kept for the report's timeline (rankside.devmetrics.NvmlSource.sample,
+# RaplSource.sample, Sampler._take), besides run_id and task.
+SAMPLE_FIELDS = ("t", "power_w", "sm_clock_mhz", "gpu_util", "cpu_util")
+DEVICE_LOG = re.compile(r"device-(\d+)\.jsonl")  # protocol.device_log_name's
+
+
+def read_device_log(path: Path) -> list[dict]:
+    """The ``sample`` records of one device log; a line that does not parse is skipped (a
+    rank killed mid-line loses that sample, not the others)."""
+    out = []
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("type") == "sample" and isinstance(
+                rec.get("t"), int | float):
+            out.append(rec)
+    return out
+
+
+def sample_rows(run_id: str, ranks_dir: Path) -> list[dict]:
+    """One row per device sample of a run's ranks (``device-<task>.jsonl``)."""
+    rows = []
+    for path in sorted(ranks_dir.glob("device-*.jsonl")):
+        match = DEVICE_LOG.fullmatch(path.name)
+        if match is None:
+            continue
+        task = int(match.group(1))
+        for rec in read_device_log(path):
+            rows.append({"run_id": run_id, "task": task,
+                         **{f: _number(rec.get(f)) for f in SAMPLE_FIELDS}})
+    return rows
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def write_samples(out: Path, runs: list[tuple[str, Path]]) -> None:
+    """``results/devices.parquet`` in the sweep directory ``out``: the device samples of the
+    runs (run_id, run directory), where any has them (runs older than the sampler have none)."""
+    rows = [row for run_id, rdir in runs
+            for row in sample_rows(run_id, rdir / protocol.RANKS_DIR)]
+    if rows:
+        frame = pd.DataFrame(rows, columns=["run_id", "task", *SAMPLE_FIELDS])
+        files.replace_with(out / SAMPLES_FILE, lambda tmp: frame.to_parquet(tmp, index=False))

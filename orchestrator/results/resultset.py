@@ -245,6 +245,7 @@ def _write_runs(out: Path, inputs: list[RunInput], parts: list[RunPart]) -> pd.D
         rows.append(info)
     runs_df = analyze.add_invariants(analyze.add_scaling(pd.DataFrame(rows)))
     runs_df = convergence.write(out, runs_df)  # epoch runs: epochs.parquet, time to accuracy
+    devices.write_samples(out, [(i.run.run_id, i.rdir) for i in inputs])  # devices.parquet
     if not runs_df.empty:
         files.replace_with(out / RUNS, lambda tmp: runs_df.to_parquet(tmp, index=False))
     return runs_df
