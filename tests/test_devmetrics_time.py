@@ -206,7 +206,7 @@ def test_timeline_picks_each_configurations_median_run_and_names_the_rest(record
 @pytest.mark.ranks
 def test_cpu_run_reports_the_host_over_time(tmp_path):
     out = tmp_path / "sweep"
-    run_orch("sweep", "--iters", 4, "--warmup", 1, "--out", out, check=True)
+    run_orch("sweep", "--nodes", "1", "--iters", 4, "--warmup", 1, "--out", out, check=True)
     [row] = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)
     samples = pd.read_parquet(out / devices.SAMPLES_FILE)
     assert samples["cpu_util"].notna().any()  # every sample past the first has it
