@@ -10,6 +10,7 @@ own variables.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,7 +19,9 @@ from orchestrator import backends, modes, protocol
 from orchestrator.errors import UserError
 from orchestrator.protocol import rank_logs, read_rank_log
 from orchestrator.rankside import devmetrics as dm
-from orchestrator.site import load
+from orchestrator.render import render_run
+from orchestrator.site import Container, load
+from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import check_golden, orch, rendered, run_orch
@@ -64,6 +67,25 @@ def test_local_site_starts_one_agent_per_virtual_node(local):
     assert "for ((node = 0; node < 2; node++))" in r.job_script
     assert "--nnodes=2 --nproc-per-node=2" in r.job_script
     assert "srun --" not in r.job_script
+
+
+def test_in_a_container_the_ranks_run_the_images_python(local):
+    """torchrun runs in the container (ORCH_PYTHON is its wrapper); the ranks it starts are
+    in it already, so they run the image's Python, and find their run directory by its path
+    (the container passes no RUN_DIR). Checked for real by hand: a local charliecloud sweep
+    of 2 nodes x 2 ranks completed, every rank's header naming the image."""
+    env = local.environments["torch"].model_copy(update={"container": Container(
+        image="/images/torch", runtime="charliecloud")})
+    site = local.model_copy(update={"environments": {**local.environments, "torch": env}})
+    run = expand(SweepSpec(nodes=(2,), modes=("torch-ddp",), launcher="torchrun"), site)[0]
+    rdir = Path("/scratch/runs") / run.run_id
+    r = render_run(ResolvedRun(run, site, site.partition("local"), env, modes.get(run.mode)),
+                   rdir, Path("/scratch/runs/.orch/lib-0123456789ab"))
+    python = env.container.python
+    assert f"rank_command=(env ORCH_PYTHON={python} bash {rdir}/launch.sh)" in r.job_script
+    assert 'export ORCH_PYTHON="$RUN_DIR/container-python"' in r.job_script
+    assert f"exec >{rdir}/ranks/rank-" in r.launch_script and "$RUN_DIR" not in \
+        r.launch_script
 
 
 def test_registered_like_the_other_launchers():

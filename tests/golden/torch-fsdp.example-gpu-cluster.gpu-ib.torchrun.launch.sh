@@ -5,7 +5,7 @@
 set -euo pipefail
 # Started by torchrun, which set RANK, LOCAL_RANK, WORLD_SIZE, GROUP_RANK and the rendezvous'
 # MASTER_ADDR/MASTER_PORT; this rank's output goes where srun's --output puts a rank's.
-exec >"$RUN_DIR/ranks/rank-${RANK:?launch.sh is started by torchrun}.out" 2>&1
+exec >/scratch/runs/torch-fsdp-lenet5-gpu-ib-n2-r0-28a82d64/ranks/rank-"${RANK:?launch.sh is started by torchrun}.out" 2>&1
 [[ -z ${ORCH_OMP_NUM_THREADS_UNSET:-} ]] || unset OMP_NUM_THREADS
 # Which task this is and its role in the job, from orch's task table (task id -> role:index),
 # indexed by the id that mpirun (OMPI_COMM_WORLD_RANK), srun or job.sbatch (SLURM_PROCID) gives.
