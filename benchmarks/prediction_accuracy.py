@@ -15,7 +15,8 @@ absolute ``t_iter`` error, and the coverage of the predicted intervals (the shar
 cores of their own): median |error| ≤ 10 % and coverage within 10 points of nominal.
 
 Run: ``.venv/bin/python -m benchmarks.prediction_accuracy [--modes torch-ddp,horovod,mpi-ssgd,
-tf-allreduce --nodes 1,2,4,8 --iters 30 --out /tmp/prediction-accuracy]``. ``--nodes`` defaults
+tf-allreduce --nodes 1,2,4,8 --iters 30 --out /tmp/prediction-accuracy --site local]``
+(``--site testcluster``: the same on the test Slurm cluster). ``--nodes`` defaults
 to 1, 2, 4 and 8 where the machine has 8 cores (each node one rank, one core), else up to 4.
 """
 
@@ -43,12 +44,13 @@ def default_nodes() -> str:
     return "1,2,4,8" if cores >= 8 else "1,2,4"
 
 
-def sweep(mode: str, nodes: str, iters: int, warmup: int, out: Path, store: Path) -> str | None:
+def sweep(mode: str, nodes: str, iters: int, warmup: int, out: Path, store: Path,
+          site: str = "local") -> str | None:
     """One mode's real sweep with its pre-flight (None, or why it failed)."""
     if (out / "results" / "runs.parquet").is_file() and (out / "predictions.jsonl").is_file():
         return None  # kept from an earlier call
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "sweep", "--site", "local", "--mode", mode,
+        [sys.executable, "-m", "orchestrator", "sweep", "--site", site, "--mode", mode,
          "--model", "lenet5", "--batch-size", "32", "--nodes", nodes, "--iters", str(iters),
          "--warmup", str(warmup), "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "ORCH_NETBENCH_DIR":
@@ -110,12 +112,13 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", type=Path, default=Path("/tmp/prediction-accuracy"))
+    ap.add_argument("--site", default="local", help="local, or a Slurm site (testcluster)")
     a = ap.parse_args()
     store = a.out / "netbench-store"
     rows, figures, failures, frames, each = [], {}, [], [], []
     start = time.time()
     for mode in a.modes.split(","):
-        why = sweep(mode, a.nodes, a.iters, a.warmup, a.out / mode, store)
+        why = sweep(mode, a.nodes, a.iters, a.warmup, a.out / mode, store, a.site)
         if why is not None:
             failures.append(f"{mode}: {why}")
             print(f"{mode}: failed: {why}", flush=True)
@@ -146,8 +149,8 @@ def main() -> None:
     summary = (f"valid: {valid['runs']} run(s), median |error| {_pct(valid['median_abs_error'])}"
                f", coverage {valid['inside']}/{valid['with_interval']}; flagged: "
                f"{flagged['runs']} run(s), median |error| {_pct(flagged['median_abs_error'])}, "
-               f"coverage {flagged['inside']}/{flagged['with_interval']} (nodes {a.nodes}, "
-               f"{len(os.sched_getaffinity(0))} cores)")
+               f"coverage {flagged['inside']}/{flagged['with_interval']} (site {a.site}, nodes "
+               f"{a.nodes}, {len(os.sched_getaffinity(0))} cores here)")
     print(summary)
     table = record.Table(columns=["mode", "predictions", "runs", "median abs. error",
                                   "interval coverage"], rows=rows)
