@@ -90,6 +90,11 @@ def test_a_window_shorter_than_the_sampling_interval_has_no_energy():
         assert dm.edge_energy(samples, start, end) == (None, None, dm.SHORT_WINDOW)
     assert "raise --iters" in dm.SHORT_WINDOW
     assert dm.edge_energy(samples, 1.1, 2.1)[0] == pytest.approx(200.0)  # two inside
+    # The sampler's own: a sample just before the window and one just after it (its start
+    # and stop) hold it, however few come between.
+    held = [{"t": t, "energy_mj": 200 * t * 1000} for t in (-0.001, 0.5, 0.902)]
+    assert dm.edge_energy(held, 0.0, 0.9)[0] == pytest.approx(180.0)
+    assert dm.edge_energy(held, 0.0, 0.9, period=1.0) == (None, None, dm.SHORT_WINDOW)
     nothing = [{"t": s["t"], "cpu_util": 50.0} for s in samples]  # a CPU host without RAPL
     assert dm.edge_energy(nothing, 1.1, 1.4) == (None, None, dm.NO_ENERGY)
 
@@ -135,6 +140,23 @@ def test_recorded_h200_energy_at_the_edges(run):
     power = dm.edge_energy([dict(s, energy_mj=None) for s in samples], start + 1.0, start + 3.0)
     assert counter[1] == "counter" and power[1] == "integrated power"
     assert power[0] == pytest.approx(counter[0], rel=0.1)
+
+
+def test_recorded_h200_window_under_a_second_keeps_its_energy():
+    # tests/fixtures/gpu-h200-dims: ResNet-18, 20 measured iterations, 0.94 s: 3 samples
+    # (at the start, inside, at the stop); the counter read at the edges stands.
+    ranks = (Path(__file__).parent / "fixtures" / "gpu-h200-dims"
+             / "torch-ddp-resnet18-gpu-n1-r0-17f3ea2b" / protocol.RANKS_DIR)
+    log = protocol.read_rank_log(ranks / protocol.rank_log_name(0))
+    measured = [r for r in log.iters if r.get("window") == protocol.WINDOW_NATIVE
+                and not r.get("warmup")]
+    start = min(r["t_start"] for r in measured)
+    end = max(r["t_start"] + r["t_iter"] for r in measured)
+    samples = devices.read_device_log(ranks / protocol.device_log_name(0))
+    assert len(samples) == 3 and dm.SAMPLE_PERIOD_S <= end - start < 1.0
+    joules, basis, _ = dm.edge_energy(samples, start, end)
+    footer = log.footer[protocol.DEVICE_METRICS]
+    assert basis == "counter" and joules == pytest.approx(footer["energy_j"], rel=0.01)
 
 
 @pytest.fixture(scope="module")

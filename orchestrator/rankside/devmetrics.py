@@ -121,8 +121,11 @@ def window_energy(samples: list, ranges: "dict | None" = None) -> tuple:
     return (joules, "integrated power") if joules is not None else (None, None)
 
 
-SHORT_WINDOW = ("window shorter than the sampling interval (fewer than 2 device samples inside "
-                f"it, one every {SAMPLE_PERIOD_S:g} s): raise --iters")
+SHORT_WINDOW = ("window shorter than the sampling interval (or holding fewer than 2 device "
+                "samples): raise --iters")
+# A sample this close to a window's edge was taken at it: the sampler's first sample comes
+# just before the window's first iteration, its last just after the window ends.
+EDGE_SLACK_S = 0.05
 
 
 NO_ENERGY = "no energy: neither an energy counter nor power was read"
@@ -178,16 +181,19 @@ def clipped_integral(points: list, start: float, end: float) -> float:
                for i in range(1, len(edges)))
 
 
-def edge_energy(samples: list, start: float, end: float, ranges: "dict | None" = None) -> tuple:
+def edge_energy(samples: list, start: float, end: float, ranges: "dict | None" = None,
+                period: float = SAMPLE_PERIOD_S) -> tuple:
     """(joules, basis, why not) used in the window [start, end]: the energy counter's value
     interpolated at each edge between the samples just before and after it (NVML's mJ, RAPL's
     µJ; an edge past the samples continues the nearest interval's power), else power
-    integrated with trapezoids clipped at the edges; (None, None, SHORT_WINDOW) where fewer
-    than 2 samples lie inside the window, whose figure would be the sampling interval's."""
+    integrated with trapezoids clipped at the edges. (None, None, SHORT_WINDOW) where the
+    window is shorter than the sampling ``period`` or fewer than 2 samples lie in it (or at
+    its edges, EDGE_SLACK_S): its figure would be the sampling's, not the window's."""
     samples = sorted((s for s in samples if s.get("t") is not None), key=lambda s: s["t"])
     if not any(s.get(k) is not None for s in samples for k in ENERGY_FIELDS):
         return None, None, NO_ENERGY
-    if end <= start or sum(1 for s in samples if start <= s["t"] <= end) < 2:
+    held = sum(1 for s in samples if start - EDGE_SLACK_S <= s["t"] <= end + EDGE_SLACK_S)
+    if end - start < period or held < 2:
         return None, None, SHORT_WINDOW
     for key, scale in (("energy_mj", 1e-3), ("rapl_uj", 1e-6)):
         series = cumulative(samples, key, scale, ranges)
@@ -626,7 +632,7 @@ class Sampler:
         out["window"] = [self.started, ended]
         if self._folded is None:
             energy, basis, why = edge_energy(self.samples, self.started, ended,
-                                             self.meta().get("rapl_ranges"))
+                                             self.meta().get("rapl_ranges"), self.period)
             out.update(energy_j=energy, energy_basis=basis, energy_reason=why)
         src = self.probe.source
         if src is not None and src.unread:
