@@ -243,3 +243,21 @@ def test_cpu_run_reports_the_host_over_time(tmp_path):
     assert "SM clock MHz" not in [label for label, _ in rows]  # the CPU host's rows only
     run_orch("report", out, "--out", tmp_path / "report", check=True)
     assert (tmp_path / "report" / "devices.png").is_file()
+
+
+def test_recorded_footers_without_edges_keep_the_rule(tmp_path):
+    # tests/fixtures/gpu-h200-dims was written before footers recorded their window's edges:
+    # a footer whose samples span less than the sampling period (ResNet-18 bf16, 0.25 s) has
+    # its energy dropped, with the reason; every longer one keeps its counter figure.
+    sweep = tmp_path / "dims"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "gpu-h200-dims", sweep)
+    rows = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
+    short = {r["run_id"] for r in rows if r["energy_reason"] == dm.SHORT_WINDOW}
+    assert "torch-ddp-resnet18-gpu-n1-r0-77bda94f" in short
+    for row in rows:
+        ranks = sweep / row["run_id"] / protocol.RANKS_DIR
+        footer = protocol.read_rank_log(ranks / protocol.rank_log_name(0)).footer
+        seconds = footer[protocol.DEVICE_METRICS]["seconds"]
+        assert (row["run_id"] in short) == (seconds < dm.SAMPLE_PERIOD_S)
+        assert (row["energy_j"] is None) == (row["energy_per_sample_j"] is None) == (
+            row["run_id"] in short)

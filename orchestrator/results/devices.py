@@ -19,6 +19,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from .. import files, protocol
+from ..rankside import devmetrics
 
 
 class Column(NamedTuple):
@@ -117,6 +118,19 @@ COMBINE = {
 }
 
 
+def held(metrics: dict) -> dict:
+    """A footer's device_metrics, its energy dropped where its window was too short for one
+    (devmetrics.edge_energy's rule). Footers that record their ``window`` applied the rule
+    themselves; older ones' energy spans their samples, which bracket the window, so a span
+    shorter than the sampling period is such a window."""
+    seconds = metrics.get("seconds")
+    if "window" in metrics or metrics.get("energy_j") is None or not isinstance(
+            seconds, int | float) or seconds >= devmetrics.SAMPLE_PERIOD_S:
+        return metrics
+    return {**metrics, "energy_j": None, "energy_basis": None,
+            "energy_reason": devmetrics.SHORT_WINDOW}
+
+
 def rank_entries(logs: list) -> list[tuple[int, dict, dict]]:
     """(task, device_metrics, binding) per rank log, by task; {} where a log has none."""
     out = []
@@ -124,7 +138,7 @@ def rank_entries(logs: list) -> list[tuple[int, dict, dict]]:
         footer, header = log.footer or {}, log.header or {}
         metrics = footer.get(protocol.DEVICE_METRICS)
         binding = header.get(protocol.BINDING)
-        out.append((log.rank, metrics if isinstance(metrics, dict) else {},
+        out.append((log.rank, held(metrics) if isinstance(metrics, dict) else {},
                     binding if isinstance(binding, dict) else {}))
     return out
 
@@ -138,7 +152,7 @@ def distinct_devices(logs: list) -> list[dict]:
             continue
         header = log.header or {}
         seen.setdefault((header.get("node") or header.get("host"), metrics["device_id"]),
-                        metrics)
+                        held(metrics))
     return list(seen.values())
 
 
