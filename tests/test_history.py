@@ -586,3 +586,16 @@ def test_the_same_run_in_two_recorded_sweeps_is_two_runs(tmp_path):
     b = pd.concat([table(3), table(4).assign(run_id="other")])
     (c,) = compare.compare(selected, b)
     assert (c.changes["t_iter"].unit, c.changes["t_iter"].n_a) == ("repeat", 2)
+
+
+def test_a_run_recorded_before_its_mode_declared_a_dimension_meets_todays_runs():
+    """A tf-allreduce run recorded when TensorFlow had no precision dimension (null) and one
+    recorded at today's default (fp32) are one configuration; another precision is not."""
+    def tf(seed, precision):
+        return table(seed, mode="tf-allreduce").assign(precision=precision)
+
+    old, new = tf(1, None), tf(2, "fp32")
+    assert len(compare.compare(old, new)) == 1
+    assert compare.compare(old, tf(3, "bf16")) == []
+    gone = samples.with_mode_defaults(old.assign(mode="no-such-mode"))
+    assert gone["precision"].isna().all()

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .samples import BY_NAME, METRICS, Metric, key_columns, without_options
+from .samples import BY_NAME, METRICS, Metric, key_columns, with_mode_defaults, without_options
 from .stats import TRIM, Difference, Trimmed, against_spread, inflation, yuen_welch
 
 ALPHA = 0.05
@@ -215,6 +215,7 @@ def _by_config_metric(frame: pd.DataFrame, config: np.ndarray
 
 
 def _keyed(frame: pd.DataFrame, ignore: tuple[str, ...]) -> pd.DataFrame:
+    frame = with_mode_defaults(frame)
     if ignore and "options" in frame.columns:
         frame = frame.assign(options=frame["options"].map(lambda o: without_options(o, ignore)))
     return frame

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .. import modes
+from ..errors import UserError
+
 
 @dataclass(frozen=True)
 class Metric:
@@ -55,6 +58,31 @@ COLUMNS = ("run_id", "repeat", "metric", "iter", "value")
 
 def key_columns(frame: pd.DataFrame) -> list[str]:
     return [k for k in KEY if k in frame.columns]
+
+
+# The run dimensions among KEY: a mode that declares one gives its runs a value for it.
+DIMENSIONS = ("precision", "memory_format", "compile")
+
+
+def with_mode_defaults(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each run dimension its mode declares but the run left null (a run
+    recorded before its mode declared it, e.g. TensorFlow's precision) set to the declared
+    default, which is what the mode did before it could be chosen: so that such a run and a
+    newer one at the default are one configuration, not two that never meet."""
+    dims = [d for d in DIMENSIONS if d in frame.columns]
+    if not dims or "mode" not in frame.columns or not frame[dims].isna().any().any():
+        return frame
+    frame = frame.copy()
+    for name in frame["mode"].dropna().unique():
+        try:
+            declared = {o.name: o.default for o in modes.get(name).options}
+        except UserError:  # a mode this orch no longer has: leave its runs as recorded
+            continue
+        of_mode = frame["mode"] == name
+        for d in dims:
+            if d in declared:
+                frame.loc[of_mode & frame[d].isna(), d] = str(declared[d])
+    return frame
 
 
 def without_options(options: str, names: tuple[str, ...]) -> str:
