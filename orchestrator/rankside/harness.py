@@ -346,10 +346,18 @@ class Session:
                     self.log.write_many(pending)
                     pending, written = [], time.perf_counter()
         finally:
-            self.log.write_many(pending + chunk)  # a chunk cut short keeps its queueing times
+            # The sampler stops first, so the device window ends with the last measured
+            # iteration rather than after its records are written; the records are written
+            # whatever stopping it does.
+            metrics = None
+            try:
+                if sampler is not None:
+                    metrics = devmetrics.stop_sampler(
+                        sampler, max(0, self._next_iter - base - self.args.warmup) * self.samples)
+            finally:
+                self.log.write_many(pending + chunk)  # a chunk cut short keeps its queueing times
             if sampler is not None:
-                self._device_footer(devmetrics.stop_sampler(
-                    sampler, max(0, self._next_iter - base - self.args.warmup) * self.samples))
+                self._device_footer(metrics)
 
     def _device_footer(self, metrics: "dict | None") -> None:
         """The device sampler's aggregates into the footer; why, where nothing was read."""
