@@ -34,6 +34,10 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
         if records:
             say(f"predictions: {len(records)} run(s) at more than {ranks} rank(s) stated in "
                 f"{sweep_dir / ledger.FILE} before they are submitted")
+        for rec in records:
+            if rec.get("flags"):
+                say(f"flagged: {rec['run_id']} ({rec['workers']} ranks): "
+                    + "; ".join(rec["flags"]))
 
     return between
 
