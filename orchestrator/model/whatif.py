@@ -354,7 +354,8 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
     if load is not None:
         net_desc += (f"; the pre-flight found the nodes on one machine of "
                      f"{pre.shared_machine_cpus()} cores: compute scales with ranks per "
-                     "core")
+                     "core" + (f" and x{factor:.2f} (measured from 1 to 2 ranks) per doubling "
+                               "of the ranks running at once" if factor else ""))
     grad = grad_bytes_for(ask.grad_bytes, None, "cifar") or gradient_bytes(
         str(first["model"]), str(first["dataset"]))
     if grad is None:
