@@ -296,7 +296,7 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
             if cached is not None and now - cached.measured_at <= max_age_s:
                 say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
                     f"{path}]")
-                levels[level] = _checked(cached, where, path, say, cached=True)
+                levels[level] = _checked(cached, where, path, say)
                 continue
             why = "stale" if cached is not None else (
                 "on request" if how == "always" else "not measured yet")
@@ -325,14 +325,13 @@ def _measured(where: tuple, path: Path, say: Callable[[str], None], factor: int 
     return fresh
 
 
-def _checked(got: Level, where: tuple, path: Path, say: Callable[[str], None],
-             cached: bool = False) -> Level:
-    """``got``, or, when its fit fails validity's thresholds, the level measured once more
-    with RETRY_FACTOR times the repeats: after a first measurement, or from the cache (a
-    failing fit is kept for the sweep that measured it, not for a day: on a shared machine
-    the next sweep may find the links quiet)."""
+def _checked(got: Level, where: tuple, path: Path, say: Callable[[str], None]) -> Level:
+    """``got``, or, when its fit fails validity's thresholds and it was not itself such a
+    second measurement, the level measured once more with RETRY_FACTOR times the repeats
+    (cached in its place: a second measurement that fails too is used, flagged, for the
+    cache's age; ``--preflight always`` measures again)."""
     problem = got.problem()
-    if problem is None or (got.reps > REPS and not cached):
+    if problem is None or got.reps > REPS:
         return got
     say(f"pre-flight {where[0].name}/{where[1]} {got.level}: {problem}: measuring again with "
         f"{RETRY_FACTOR}x the repeats and iterations")
