@@ -442,6 +442,15 @@ class Site(_Strict):
                 )
         return self
 
+    def __eq__(self, other: object) -> bool:
+        """Sites are equal when their configs are: the file one was read from is not part of
+        it (a recorded site, validated again for a rerun, is the same site)."""
+        if not isinstance(other, Site):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like every pydantic model
+
     @property
     def source_file(self) -> str | None:
         """The file the site was loaded from (None: built from a recorded config)."""
