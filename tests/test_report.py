@@ -383,8 +383,8 @@ def test_report_prints_tables_and_writes_files(real_sweep):
     assert "netbench run allreduce-bench-lenet5-local-n2" in proc.stdout
     files = {p.name for p in (out / "report").iterdir()}
     assert files == {"report.md", "report.html", "throughput.png", "speedup.png",
-                     "phases.png", "ranks.png"}
-    for name in ("throughput.png", "speedup.png", "phases.png", "ranks.png"):
+                     "phases.png", "ranks.png", "devices.png"}  # devices: each rank's CPU use
+    for name in ("throughput.png", "speedup.png", "phases.png", "ranks.png", "devices.png"):
         img, px = png_pixels((out / "report" / name).read_bytes())
         assert img.width >= 600 and img.height >= 300
         assert len(np.unique(px, axis=0)) > 20  # not blank
@@ -398,13 +398,14 @@ def test_html_is_self_contained_and_markdown_links_the_plots(real_sweep):
     out, _, _ = real_sweep
     page = (out / "report" / "report.html").read_text()
     images = re.findall(r'<img alt="[^"]*" src="data:image/png;base64,([^"]+)">', page)
-    assert len(images) == 4
+    assert len(images) == 5
     embedded = {base64.b64decode(data) for data in images}
     assert embedded == {(out / "report" / n).read_bytes() for n in
-                        ("throughput.png", "speedup.png", "phases.png", "ranks.png")}
+                        ("throughput.png", "speedup.png", "phases.png", "ranks.png",
+                         "devices.png")}
     assert not re.search(r'(src|href)="(?!data:)', page)  # nothing loaded from elsewhere
     md = (out / "report" / "report.md").read_text()
-    for name in ("throughput.png", "speedup.png", "phases.png", "ranks.png"):
+    for name in ("throughput.png", "speedup.png", "phases.png", "ranks.png", "devices.png"):
         assert f"](./{name})" in md
 
 
