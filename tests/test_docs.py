@@ -13,7 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-NARRATION_DIRS = ("orchestrator", "tests", "benchmarks", "scripts", "templates", "docs")
+NARRATION_DIRS = ("orchestrator", "tests", "benchmarks", "scripts", "templates", "docs", "studies",
+                  "site-configs", "containers", "frameworks")
 # An issue or session number is history; "open-mpi/ompi#11508" (another project's tracker) is a
 # fact and does not match. The examples below are built from parts so that a grep of the tree
 # for narration finds none here either.
