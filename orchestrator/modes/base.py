@@ -23,6 +23,9 @@ PATTERNS = ("allreduce", "hierarchical-allreduce", "parameter-server", "allgathe
 # How gradient communication meets backward: after it ("none"), or layer by layer behind it
 # as gradients become ready ("wfbp", wait-free back-propagation).
 OVERLAPS = ("none", "wfbp")
+# The precisions a mode's ``precision`` option may offer (each framework offers those it can):
+# fp32 with TF32 off, TF32 matmuls/convolutions, bf16 and fp16 automatic mixed precision.
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
 class Option:

@@ -14,11 +14,11 @@ before the option existed. Kept valid Python 3.6 like :mod:`.base` (the registry
 mode descriptor).
 """
 
-from .base import Option
+from .base import PRECISIONS, Option
 
 PRECISION = Option(
     name="precision",
-    choices=("fp32", "tf32", "bf16", "fp16"),
+    choices=PRECISIONS,
     default="fp32",
     omit_default=True,
     help="fp32 (TF32 off); tf32 (TF32 matmuls/convolutions on GPUs, fp32 on CPUs); bf16 or "

@@ -23,12 +23,12 @@ the one it had before these options existed. Imported by the control plane only,
 valid Python 3.6 like :mod:`.base` (the registry loads every mode descriptor).
 """
 
-from .base import Option
+from .base import PRECISIONS, Option
 
 RUN_DIMENSIONS = (
     Option(
         name="precision",
-        choices=("fp32", "tf32", "bf16", "fp16"),
+        choices=PRECISIONS,
         default="fp32",
         omit_default=True,
         help="fp32; tf32 (TF32 matmuls/convolutions on GPUs, fp32 on CPUs); bf16 or fp16 "
