@@ -89,13 +89,9 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     dev = devices.table(runs)
     if dev is not None:
         tables.append(dev)
-    failed = runs[runs["state"] != "COMPLETED"] if not runs.empty else runs
-    if not failed.empty:
-        tables.append(Table(
-            "failed", "Runs that did not complete (recorded as data, not in the tables above)",
-            ["run", "state", "reason"],
-            [[r["run_id"], r["state"], (str(r["reason"] or "").splitlines() or [""])[0][:120]]
-             for _, r in failed.iterrows()], key_columns=3))
+    failed = failed_table(runs)
+    if failed is not None:
+        tables.append(failed)
     summary = _summary(done, pred_by, strag, comm)
     if scorecard is not None:
         summary += scorecard_summary(scorecard)
@@ -103,26 +99,41 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
     if figures:  # epoch runs have no breakdown window (no t_iter): not in ``done``, nor drawn
-        png = convergence.figure(runs, epochs) if epochs is not None else None
-        if png is not None:
-            report.figures["accuracy.png"] = png
-            report.figure_titles["accuracy.png"] = ("Held-out accuracy against wall time and "
-                                                    "epochs (dashed: asynchronous)")
-        png = devices.figure(runs)
-        if png is not None:
-            report.figures["energy.png"] = png
-            report.figure_titles["energy.png"] = "Energy per training sample by run"
-        png = devices.timeline(runs, timeline_iters, device_samples)
-        if png is not None:
-            report.figures["devices.png"] = png
-            report.figure_titles["devices.png"] = (
-                "Power, SM clock and utilisation over time (shaded: the measured windows)")
+        for name, png, caption in more_figures(runs, epochs, timeline_iters, device_samples):
+            report.figures[name] = png
+            report.figure_titles[name] = caption
     if history is not None and measured is not None:
         extra, pngs, titles = trend.section(history, measured, figures)
         report.tables += extra
         report.figures.update(pngs)
         report.figure_titles.update(titles)
     return report
+
+
+def failed_table(runs: pd.DataFrame) -> Table | None:
+    """The runs that did not complete, with the first line of their reason (None: none)."""
+    failed = runs[runs["state"] != "COMPLETED"] if not runs.empty else runs
+    if failed.empty:
+        return None
+    return Table(
+        "failed", "Runs that did not complete (recorded as data, not in the tables above)",
+        ["run", "state", "reason"],
+        [[r["run_id"], r["state"], (str(r["reason"] or "").splitlines() or [""])[0][:120]]
+         for _, r in failed.iterrows()], key_columns=3)
+
+
+def more_figures(runs: pd.DataFrame, epochs: pd.DataFrame | None, iters: pd.DataFrame,
+                 device_samples: pd.DataFrame | None) -> list[tuple[str, bytes, str]]:
+    """The figures beside the scaling ones, where their data is there: (file, PNG, title) of
+    held-out accuracy (epoch runs), energy per sample and the devices over time."""
+    drawn = [
+        ("accuracy.png", convergence.figure(runs, epochs) if epochs is not None else None,
+         "Held-out accuracy against wall time and epochs (dashed: asynchronous)"),
+        ("energy.png", devices.figure(runs), "Energy per training sample by run"),
+        ("devices.png", devices.timeline(runs, iters, device_samples),
+         "Power, SM clock and utilisation over time (shaded: the measured windows)"),
+    ]
+    return [(name, png, title) for name, png, title in drawn if png is not None]
 
 
 def fabric_table(runs: pd.DataFrame) -> Table | None:

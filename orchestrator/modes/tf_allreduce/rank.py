@@ -114,6 +114,20 @@ def breakdown(s, tf, source, on_gpu: bool, compute, collective, update):
                         (None, forward_backward), (None, reduce), ("t_u", apply)])
 
 
+def make_strategy(tf, implementation: str):
+    """MultiWorkerMirroredStrategy over the chosen collective implementation (ring or NCCL),
+    its communication options and the number of workers, checked: one replica per worker."""
+    impl = {"ring": tf.distribute.experimental.CommunicationImplementation.RING,
+            "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL}
+    comm = tf.distribute.experimental.CommunicationOptions(implementation=impl[implementation])
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
+    workers = len(tf_common.tf_config()["cluster"]["worker"])
+    if strategy.num_replicas_in_sync != workers:
+        raise RuntimeError(f"{strategy.num_replicas_in_sync} replicas in sync, expected one "
+                           f"per worker ({workers})")
+    return strategy, comm, workers
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="tensorflow", mode="tf-allreduce") as s:
@@ -126,15 +140,7 @@ def main(argv=None) -> None:
         s.footer["versions"] = harness.versions(tensorflow=tf.__version__)
         s.footer["threads"] = tf_common.thread_settings()
         on_gpu = tf_common.use_one_gpu(tf, info.local_rank)
-        impl = {"ring": tf.distribute.experimental.CommunicationImplementation.RING,
-                "nccl": tf.distribute.experimental.CommunicationImplementation.NCCL}
-        comm = tf.distribute.experimental.CommunicationOptions(
-            implementation=impl[args.implementation])
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=comm)
-        workers = len(tf_common.tf_config()["cluster"]["worker"])
-        if strategy.num_replicas_in_sync != workers:
-            raise RuntimeError(f"{strategy.num_replicas_in_sync} replicas in sync, expected one "
-                               f"per worker ({workers})")
+        strategy, comm, workers = make_strategy(tf, args.implementation)
         s.footer["replicas"] = strategy.num_replicas_in_sync
         s.footer.update(mixed.setup(tf, args.precision))
 
@@ -147,8 +153,7 @@ def main(argv=None) -> None:
 
         native_step, optimizer = tf_common.native_step(
             tf, strategy, model, args.batch_size * strategy.num_replicas_in_sync, args.precision)
-        # fp16: the breakdown step scales its loss by the scale the native window left.
-        scale = mixed.loss_scale(optimizer)
+        scale = mixed.loss_scale(optimizer)  # fp16: the one the native window left, reused
 
         @tf.function
         def compute(x, y):
