@@ -88,11 +88,16 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
 
+def _coverage(s: dict, level: float | None) -> str:
+    """``k of n inside = p % (nominal L %)``, and below 10 that n cannot judge calibration."""
+    from orchestrator.model import interval
+
+    text = interval.coverage_text(s["inside"], s["with_interval"], level)
+    return text.removeprefix("interval coverage ") or "–"
+
+
 def row(mode: str, group: str, s: dict, level: float | None) -> list[str]:
-    cover = (f"{s['inside']}/{s['with_interval']} = {s['inside'] / s['with_interval']:.0%}"
-             if s["with_interval"] else "–")
-    return [mode, group, str(s["runs"]), _pct(s["median_abs_error"]),
-            cover + (f" (nominal {level:.0%})" if level and s["with_interval"] else "")]
+    return [mode, group, str(s["runs"]), _pct(s["median_abs_error"]), _coverage(s, level)]
 
 
 def run_row(mode: str, r: pd.Series) -> list[str]:
@@ -138,6 +143,8 @@ def main() -> None:
             each.append(run_row(mode, r))
             if not r["valid"]:
                 print(f"    {mode} {r['workers']} ranks: {r['flags']}", flush=True)
+    from orchestrator.model import interval
+
     every = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     valid = summarize(every[every["valid"]]) if len(every) else summarize(every)
     flagged = summarize(every[~every["valid"]]) if len(every) else valid
@@ -147,9 +154,9 @@ def main() -> None:
                     "goal_error": GOAL_ERROR, "cores": len(os.sched_getaffinity(0)),
                     "minutes": round((time.time() - start) / 60, 1)})
     summary = (f"valid: {valid['runs']} run(s), median |error| {_pct(valid['median_abs_error'])}"
-               f", coverage {valid['inside']}/{valid['with_interval']}; flagged: "
+               f", coverage {_coverage(valid, interval.LEVEL)}; flagged: "
                f"{flagged['runs']} run(s), median |error| {_pct(flagged['median_abs_error'])}, "
-               f"coverage {flagged['inside']}/{flagged['with_interval']} (site {a.site}, nodes "
+               f"coverage {_coverage(flagged, interval.LEVEL)} (site {a.site}, nodes "
                f"{a.nodes}, {len(os.sched_getaffinity(0))} cores here)")
     print(summary)
     table = record.Table(columns=["mode", "predictions", "runs", "median abs. error",

@@ -107,3 +107,21 @@ def combine(point: float, *, network: Sequence[float] = (), compute_sd: float = 
 def coverage(inside: Sequence[bool]) -> float | None:
     """The share of measured values inside their intervals (None for none)."""
     return sum(bool(v) for v in inside) / len(inside) if len(inside) else None
+
+
+#: Below this many scored intervals a coverage is a count, not a calibration figure: at 80 %
+#: nominal, 9 well-calibrated intervals hold 5 to 9 of the values 92 % of the time (binomial),
+#: i.e. anywhere from 56 % to 100 %.
+MIN_CALIBRATION_N = 10
+
+
+def coverage_text(inside: int, n: int, level: float | None) -> str:
+    """The coverage in words: ``k of n inside = p % (nominal L %)``, and, where ``n`` is
+    under :data:`MIN_CALIBRATION_N`, that it cannot judge calibration yet ("" for n = 0)."""
+    if n <= 0:
+        return ""
+    nominal = f" (nominal {level:.0%})" if level else ""
+    text = f"interval coverage {inside} of {n} inside = {inside / n:.0%}{nominal}"
+    if n < MIN_CALIBRATION_N:
+        text += (f"; n = {n} < {MIN_CALIBRATION_N}: n too small to judge calibration")
+    return text

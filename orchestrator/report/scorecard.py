@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..model import interval
 from .fmt import as_float, fmt_num, fmt_signed, ms
 from .tables import Table
 
@@ -125,5 +126,5 @@ def _coverage_text(frame: pd.DataFrame) -> str:
     if not known:
         return ""
     level = as_float(frame["level"].dropna().iloc[0]) if frame["level"].notna().any() else None
-    nominal = f" (nominal {level:.0%})" if level else ""
-    return f" Interval coverage {inside}/{known} = {inside / known:.0%}{nominal}."
+    text = interval.coverage_text(inside, known, level)
+    return f" {text[0].upper()}{text[1:]}."
