@@ -106,8 +106,11 @@ def test_every_stated_prediction_has_an_interval_by_hand():
     (rec,), notes = ledger.predict_runs(_runs(2), {"big"}, {"p": pf}, now=5.0)
     assert notes == [] and rec["flags"] == [] and rec["level"] == 0.8
     assert rec["t_iter_low"] < rec["t_iter"] < rec["t_iter_high"]
-    # the compute part: z times the measured run's per-iteration spread (scale 1)
-    assert rec["interval_parts"]["compute"][0] == pytest.approx(interval.z_of() * 0.002)
+    # the compute part (no iterations at hand: the normal approximation): z times the
+    # measured run's per-iteration spread, as a fraction of its t_iter, times the prediction
+    assert rec["interval_basis"] == "normal" and rec["interval_iterations"] is None
+    assert rec["interval_parts"]["compute"][0] == pytest.approx(
+        interval.z_of() * 0.002 / 0.031 * rec["t_iter"])
     # the network part: the prediction again on the fit's slow corner, minus the point
     slow = pf.corner_networks()[1].inter
     grad = rec["grad_bytes"]

@@ -27,7 +27,8 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
     def between(ranks: int, later: set[str]) -> None:
         results.recheck(sweep_dir)  # the run records first: merge only reads
         runs = results.merge(sweep_dir)
-        records, notes = ledger.predict_runs(runs, later, networks)
+        records, notes = ledger.predict_runs(
+            runs, later, networks, iterations=sweep_dir / results.resultset.ITERATIONS)
         ledger.append(sweep_dir, records)
         for note in notes:
             say(f"not predicted: {note}")

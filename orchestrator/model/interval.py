@@ -9,9 +9,13 @@ half-width at :data:`LEVEL` (normal quantile ``z``), in quadrature (taken as ind
   errors (relative least squares, the covariance ``s²(XᵀX)⁻¹``); the prediction is made again
   with the fast corner (α − zσ_α, β − zσ_β) and the slow corner (α + zσ_α, β + zσ_β) of both
   levels, and the distance of each to the point is that side's half-width;
-* **the compute phases**: the measured run's per-iteration standard deviation of ``t_iter``
-  (as scaled to the predicted size), times z: the spread of one iteration, a conservative
-  stand-in for how far a run's mean moves between runs when there is only one run;
+* **the compute phases**: the spread of one iteration of the measured run (a conservative
+  stand-in for how far a run's mean moves between runs when there is only one run), as a
+  fraction of its mean ``t_iter``, times the predicted ``t_iter`` (:class:`Spread`). Where its
+  iterations are at hand (the iterations table the merge before the prediction wrote), the
+  distances of its ``t_iter``'s 10th and 90th percentiles (at 80 %) from their median: a few
+  slow iterations widen the upper side only, as they should; where they are not, the normal
+  approximation ``z·t_iter_std`` on both sides. The prediction says which (``interval_basis``);
 * **the repeats**: with several runs of the measured size, the standard deviation of their
   mean ``t_iter``s, times z (run-to-run variation, measured).
 
@@ -38,10 +42,68 @@ def z_of(level: float = LEVEL) -> float:
     return NormalDist().inv_cdf(0.5 + level / 2)
 
 
+#: Fewer measured iterations than this and the 10th and 90th percentiles are no estimate (at
+#: 9 they are interpolated between the two fastest and the two slowest): the normal
+#: approximation is used instead.
+MIN_ITERATIONS = 10
+
+#: How the compute part was taken (an Interval's ``basis``, a prediction's ``interval_basis``).
+QUANTILES = "quantiles"  # the measured iterations' 10th-90th percentiles (at 80 %)
+NORMAL = "normal"        # z times t_iter_std (the iterations were not at hand, or too few)
+NO_SPREAD = "none"       # nothing measured says how an iteration varies
+
+
+class Spread(BaseModel):
+    """How far one iteration of the measured run lies below and above its typical one, as
+    fractions of its mean ``t_iter`` at the interval's level, and what that is taken from
+    (``basis``; ``iterations``: how many, for quantiles)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    below: float = 0.0
+    above: float = 0.0
+    basis: str = NO_SPREAD
+    iterations: int | None = None
+
+
+def quantile_spread(t_iter: Sequence[float], level: float = LEVEL) -> Spread | None:
+    """The spread of measured iterations from their quantiles: (median − q_lo) / mean below,
+    (q_hi − median) / mean above, q at (1 ∓ level) / 2 (linear interpolation); None with fewer
+    than :data:`MIN_ITERATIONS` finite values or a mean ≤ 0. Distances from the median, not
+    the mean: a slow tail drags the mean up, and taken from it would widen the lower side."""
+    x = np.asarray(t_iter, dtype=float)
+    x = x[np.isfinite(x)]
+    if x.size < MIN_ITERATIONS or x.mean() <= 0:
+        return None
+    low, mid, high = np.quantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2])
+    mean = float(x.mean())
+    return Spread(below=float(mid - low) / mean, above=float(high - mid) / mean,
+                  basis=QUANTILES, iterations=int(x.size))
+
+
+def normal_spread(sd: float | None, mean: float | None, level: float = LEVEL) -> Spread:
+    """The normal approximation: z·sd / mean on both sides (no spread without both)."""
+    if sd is None or mean is None or not (math.isfinite(sd) and math.isfinite(mean)) or (
+            mean <= 0):
+        return Spread()
+    return Spread(below=z_of(level) * max(0.0, sd) / mean,
+                  above=z_of(level) * max(0.0, sd) / mean, basis=NORMAL)
+
+
+def mean_spread(spreads: Sequence[Spread]) -> Spread:
+    """Several measured runs' spreads in one (their fractions' mean), quantiles only where
+    every run had them (else the caller takes the normal approximation for all)."""
+    if not spreads or any(s.basis != QUANTILES for s in spreads):
+        return Spread()
+    return Spread(below=sum(s.below for s in spreads) / len(spreads),
+                  above=sum(s.above for s in spreads) / len(spreads), basis=QUANTILES,
+                  iterations=sum(s.iterations or 0 for s in spreads))
+
+
 class Interval(BaseModel):
     """A prediction's interval: ``low``/``high`` seconds at nominal ``level``, and each
     source's half-widths ``(below, above)`` in seconds (``parts``: network, compute,
-    repeats)."""
+    repeats); ``basis``: how the compute part was taken (:class:`Spread`)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -49,6 +111,8 @@ class Interval(BaseModel):
     high: float
     level: float
     parts: dict[str, tuple[float, float]]
+    basis: str = NO_SPREAD
+    iterations: int | None = None
 
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
@@ -87,21 +151,27 @@ def alpha_beta_bounds(sizes: Sequence[float], seconds: Sequence[float], ranks: i
 
 
 def combine(point: float, *, network: Sequence[float] = (), compute_sd: float = 0.0,
-            repeats_sd: float = 0.0, level: float = LEVEL) -> Interval:
+            repeats_sd: float = 0.0, level: float = LEVEL,
+            spread: Spread | None = None) -> Interval:
     """The interval around ``point`` (s): ``network`` are the predictions made with the fit's
     corner networks (their distance to the point is the network's half-width on each side);
-    ``compute_sd`` and ``repeats_sd`` standard deviations (s), taken ``z`` times on both
-    sides."""
+    ``repeats_sd`` a standard deviation (s), taken ``z`` times on both sides; the compute
+    part is ``spread``'s fractions of the point where given, else ``compute_sd`` (s) ``z``
+    times on both sides."""
     z = z_of(level)
     net = [v for v in network if math.isfinite(v)]
+    compute = ((max(0.0, spread.below) * point, max(0.0, spread.above) * point)
+               if spread is not None else (z * max(0.0, compute_sd),) * 2)
     parts = {
         "network": (max([0.0, *(point - v for v in net)]), max([0.0, *(v - point for v in net)])),
-        "compute": (z * max(0.0, compute_sd),) * 2,
+        "compute": compute,
         "repeats": (z * max(0.0, repeats_sd),) * 2,
     }
     below = math.sqrt(sum(lo ** 2 for lo, _ in parts.values()))
     above = math.sqrt(sum(hi ** 2 for _, hi in parts.values()))
-    return Interval(low=max(0.0, point - below), high=point + above, level=level, parts=parts)
+    basis = spread.basis if spread is not None else (NORMAL if compute_sd > 0 else NO_SPREAD)
+    return Interval(low=max(0.0, point - below), high=point + above, level=level, parts=parts,
+                    basis=basis, iterations=spread.iterations if spread is not None else None)
 
 
 def coverage(inside: Sequence[bool]) -> float | None:
@@ -110,8 +180,8 @@ def coverage(inside: Sequence[bool]) -> float | None:
 
 
 #: Below this many scored intervals a coverage is a count, not a calibration figure: at 80 %
-#: nominal, 9 well-calibrated intervals hold 5 to 9 of the values 92 % of the time (binomial),
-#: i.e. anywhere from 56 % to 100 %.
+#: nominal, 9 well-calibrated intervals hold 6 to 9 of the values only 91 % of the time
+#: (binomial): a coverage anywhere from 67 % to 100 % says nothing either way.
 MIN_CALIBRATION_N = 10
 
 

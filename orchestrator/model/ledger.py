@@ -118,13 +118,18 @@ def measured_base(base: pd.DataFrame, comm_total: float,
 
 
 def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Preflight],
-                 now: float | None = None) -> tuple[list[dict], list[str]]:
+                 now: float | None = None, iterations: Path | None = None,
+                 ) -> tuple[list[dict], list[str]]:
     """Predictions of the ``targets`` (run ids) from their configuration's largest completed
-    run with fewer ranks; returns (records, notes on what could not be predicted)."""
+    run with fewer ranks; returns (records, notes on what could not be predicted).
+    ``iterations``: the sweep's iterations.parquet as merged now (the completed runs'
+    per-iteration ``t_iter``, for the intervals' quantiles), None where there is none."""
     now = time.time() if now is None else now
     train = training_runs(runs)
     if train.empty:
         return [], []
+    done_ids = train.loc[(train["state"] == "COMPLETED") & train[T_ITER].notna(), "run_id"]
+    iters = read_iterations(iterations, list(done_ids))
     configs = config_of(train)
     records, notes = [], []
     for _, group in train.groupby(configs, sort=False):
@@ -138,7 +143,7 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
             base = base[base[RANKS] == base[RANKS].max()]
             try:
                 records.append(_predict_run(run, base, first_done, networks, now,
-                                            contention_factor(smaller)))
+                                            contention_factor(smaller), iters))
             except _NotPredicted as why:
                 notes.append(f"{run['run_id']}: {why}")
     return records, notes
@@ -178,7 +183,7 @@ def compute_scale(pf: Preflight, base_ranks: int, ranks: int,
 
 def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
                  networks: dict[str, Preflight], now: float,
-                 factor: float | None = None) -> dict:
+                 factor: float | None = None, iters: pd.DataFrame | None = None) -> dict:
     """The ledger record of one run predicted from ``base`` (the runs of the largest smaller
     size), or :class:`_NotPredicted`."""
     pf = networks.get(str(run["partition"]))
@@ -201,7 +206,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     scale = compute_scale(pf, int(b[RANKS]), w, factor)
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
                    compute_scale=lambda _n: scale)[0]
-    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter)
+    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter, iters)
     return {
         "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
         "site": run["site"], "partition": run["partition"], "model": run["model"],
@@ -214,6 +219,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "t_iter": pred.t_iter, "speedup": pred.speedup,
         "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
         "interval_parts": {k: list(v) for k, v in band.parts.items()},
+        "interval_basis": band.basis, "interval_iterations": band.iterations,
         "flags": run_flags(pf, w, tasks, base),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
@@ -229,7 +235,8 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
 
 
 def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Preflight, grad: int,
-              overlap: str, scale: float, point: float) -> interval.Interval:
+              overlap: str, scale: float, point: float,
+              iters: pd.DataFrame | None = None) -> interval.Interval:
     """The prediction's interval on the pre-flight's fast and slow corner networks."""
     opts = run_options(run.get("options"))
 
@@ -238,17 +245,19 @@ def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Prefligh
 
     return measured_interval(base, source, pf.corner_networks(), comm_of,
                              (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
-                             scale, point)
+                             scale, point, iterations=iters)
 
 
 def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Network],
                       comm_of: Callable[[Network], Callable[[int, int, int], float]],
                       at: tuple[int, int, int], overlap: str, scale: float, point: float,
-                      prefetch: bool = False) -> interval.Interval:
+                      prefetch: bool = False, iterations: pd.DataFrame | None = None,
+                      ) -> interval.Interval:
     """The interval (model.interval) of a prediction from the measured runs ``base`` at ``at``
     (workers, nodes, tasks per node): the same prediction on each of the ``corners``
     networks (``comm_of(net)``: the pattern's cost there), the measured runs' per-iteration
-    spread (times ``scale``, the compute scale) and the spread of their repeats."""
+    spread (iteration_spread: quantiles of ``iterations`` where they hold the runs, as
+    fractions of the point) and the spread of their repeats."""
     w, nodes, tasks = at
     b = base.iloc[0]
     points = []
@@ -259,12 +268,51 @@ def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Networ
         points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,
                               comm=lambda _n, c=comm: c(w, nodes, tasks),
                               compute_scale=lambda _n: scale)[0].t_iter)
-    spread = (pd.to_numeric(base["t_iter_std"], errors="coerce").mean()
-              if "t_iter_std" in base.columns else None)
     repeats = float(base[T_ITER].std(ddof=1)) if len(base) > 1 else 0.0
-    return interval.combine(point, network=points,
-                            compute_sd=float(spread) * scale if pd.notna(spread) else 0.0,
+    return interval.combine(point, network=points, spread=iteration_spread(base, iterations),
                             repeats_sd=repeats if math.isfinite(repeats) else 0.0)
+
+
+def read_iterations(path: Path | None, run_ids: list[str]) -> pd.DataFrame | None:
+    """The per-iteration ``t_iter`` of ``run_ids`` in an iterations.parquet (the run, its
+    window and warm-up flag only), None where there is no such file or run."""
+    import pyarrow.parquet as pq
+
+    if path is None or not path.is_file() or not run_ids:
+        return None
+    present = set(pq.read_schema(path).names)
+    columns = [c for c in ("run_id", "window", "warmup_iter", T_ITER) if c in present]
+    if not {"run_id", T_ITER} <= set(columns):
+        return None
+    table = pq.read_table(path, columns=columns, filters=[("run_id", "in", run_ids)])
+    return table.to_pandas() if table.num_rows else None
+
+
+def measured_t_iter(iterations: pd.DataFrame, run_id: str) -> pd.Series:
+    """One run's measured ``t_iter`` rows, every rank's: the rows the runs table's ``t_iter``
+    and ``t_iter_std`` are taken from (the breakdown window, warm-up left out)."""
+    rows = iterations["run_id"] == run_id
+    if "warmup_iter" in iterations.columns:
+        rows &= ~iterations["warmup_iter"].fillna(False).astype(bool)
+    if "window" in iterations.columns:
+        rows &= iterations["window"].fillna(protocol.WINDOW_BREAKDOWN) != protocol.WINDOW_NATIVE
+    return pd.to_numeric(iterations.loc[rows, T_ITER], errors="coerce")
+
+
+def iteration_spread(base: pd.DataFrame, iterations: pd.DataFrame | None) -> interval.Spread:
+    """The measured runs' per-iteration spread (model.interval.Spread): their iterations'
+    quantiles where ``iterations`` holds enough of every one of them, else the normal
+    approximation from the runs table's ``t_iter_std``."""
+    if iterations is not None:
+        each = [interval.quantile_spread(measured_t_iter(iterations, str(rid)).to_numpy())
+                for rid in base["run_id"]]
+        if each and all(s is not None for s in each):
+            return interval.mean_spread(each)
+    sd = (pd.to_numeric(base["t_iter_std"], errors="coerce").mean()
+          if "t_iter_std" in base.columns else None)
+    mean = pd.to_numeric(base[T_ITER], errors="coerce").mean()
+    return interval.normal_spread(float(sd) if pd.notna(sd) else None,
+                                  float(mean) if pd.notna(mean) else None)
 
 
 def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list[str]:
