@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -599,3 +601,47 @@ def test_a_run_recorded_before_its_mode_declared_a_dimension_meets_todays_runs()
     assert compare.compare(old, tf(3, "bf16")) == []
     gone = samples.with_mode_defaults(old.assign(mode="no-such-mode"))
     assert gone["precision"].isna().all()
+
+
+def test_a_selection_keeps_only_its_rows_of_an_entry_of_several_sites(tmp_path):
+    both = pd.concat([with_meta(1), with_meta(2, site="other")], ignore_index=True)
+    e = store.add(tmp_path, both, Path("/s1"))
+    assert e.site == ["local", "other"]
+    selected, used, _ = store.select(tmp_path, site="other", mode="torch-ddp")
+    assert [u.id for u in used] == [e.id] and set(selected["site"]) == {"other"}
+    assert len(selected) == (both["site"] == "other").sum()
+    assert selected["run_id"].str.startswith(e.id + "/").all()
+    assert store.select(tmp_path, site="other", mode="horovod")[0].empty
+
+
+def test_orch_compare_reads_a_and_b_from_two_histories(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for seed in (1, 2):
+        store.add(a, with_meta(seed), Path(f"/a{seed}"))
+        store.add(b, with_meta(seed + 10), Path(f"/b{seed}"))
+    result = CliRunner().invoke(app, ["compare", "history:", "history:", "--history", str(a),
+                                      "--history-b", str(b)])
+    assert result.exit_code == 0, result.output
+    assert f"A: history: (2 sweep(s) of {a})" in result.output
+    assert f"B: history: (2 sweep(s) of {b})" in result.output
+    assert "(2 vs 2 repeats)" in result.output
+
+
+def test_orch_compare_of_two_histories_imports_no_plotting_and_no_report(tmp_path):
+    """What the command reads of a history is samples: the plotting library, the report and
+    the run directories' provenance (the site, the renderer) would be start-up for nothing."""
+    store.add(tmp_path, with_meta(1), Path("/s1"))
+    store.add(tmp_path, with_meta(2), Path("/s2"))
+    script = ("import sys\nfrom orchestrator.cli import main\n"
+              f"sys.argv = ['orch', 'compare', 'history:', 'history:', '--history', "
+              f"{str(tmp_path)!r}]\n"
+              "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+              "print(' '.join(sorted(sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(proc.stdout.splitlines()[-1].split())
+    assert "no measured change" in proc.stdout and "orchestrator.history.compare" in loaded
+    for heavy in ("matplotlib", "scipy", "orchestrator.report", "orchestrator.provenance",
+                  "orchestrator.render"):
+        assert not {m for m in loaded if m == heavy or m.startswith(heavy + ".")}, heavy

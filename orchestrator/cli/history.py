@@ -209,8 +209,9 @@ def _label(key: dict) -> str:
     return label(key)
 
 
-def _side(text: str, history: Path | None):
-    """A sweep directory's samples, or a history selection's (``history:KEY=VALUE,…``)."""
+def _side(text: str, history: Path | None, named: bool = False):
+    """A sweep directory's samples, or a history selection's (``history:KEY=VALUE,…``);
+    ``named``: its name says which history (A and B read two)."""
     from ..history import store
 
     if Path(text).is_dir():
@@ -224,7 +225,7 @@ def _side(text: str, history: Path | None):
         warn(problem)
     if table.empty:
         raise UserError(f"{text}: no recorded sweep matches in {root} (orch history list)")
-    return table, f"{text} ({len(used)} sweep(s))"
+    return table, f"{text} ({len(used)} sweep(s){f' of {root}' if named else ''})"
 
 
 def compare_cmd(
@@ -233,6 +234,9 @@ def compare_cmd(
     b: Annotated[str, typer.Argument(metavar="B", help="Compared with A: a sweep directory or "
                                      "a history selection.")],
     history: HistoryDir = None,
+    history_b: Annotated[Path | None, typer.Option(
+        "--history-b", help="B's history, where B is a selection of another history than A's "
+        "(two clusters, or a copy from before an update); default --history.")] = None,
     alpha: Annotated[float, typer.Option(min=0.0001, max=0.5, help="The chance of a false "
                                          "verdict per metric.")] = 0.05,
     min_change: Annotated[float, typer.Option(min=0.0, help="Smallest change (a fraction) "
@@ -250,7 +254,8 @@ def compare_cmd(
     """
     from ..history import compare
 
-    (ta, name_a), (tb, name_b) = _side(a, history), _side(b, history)
+    two = history_b is not None
+    (ta, name_a), (tb, name_b) = _side(a, history, two), _side(b, history_b or history, two)
     found = compare.compare(ta, tb, alpha, min_change, tuple(ignore_option or ()))
     if not found:
         raise UserError(f"no configuration is in both {name_a} and {name_b} (a mode option "
