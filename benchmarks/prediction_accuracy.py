@@ -17,7 +17,8 @@ cores of their own): median |error| ≤ 10 % and coverage within 10 points of no
 Run: ``.venv/bin/python -m benchmarks.prediction_accuracy [--modes torch-ddp,horovod,mpi-ssgd,
 tf-allreduce --nodes 1,2,4,8 --iters 30 --out /tmp/prediction-accuracy --site local]``
 (``--site testcluster``: the same on the test Slurm cluster). ``--nodes`` defaults
-to 1, 2, 4 and 8 where the machine has 8 cores (each node one rank, one core), else up to 4.
+to 1, 2, 4 and 8 where the machine has 8 physical cores (each node one rank, one core), else
+up to 4.
 """
 
 from __future__ import annotations
@@ -39,9 +40,15 @@ GOAL_ERROR, GOAL_COVERAGE = 0.10, 0.10
 SMALL = 2  # predictions are scored from runs of at most this many ranks
 
 
+def physical_cores() -> int:
+    """The physical cores this process may run on (hyper-threads counted once)."""
+    from orchestrator.rankside import cores
+
+    return cores.this_process().physical
+
+
 def default_nodes() -> str:
-    cores = len(os.sched_getaffinity(0))
-    return "1,2,4,8" if cores >= 8 else "1,2,4"
+    return "1,2,4,8" if physical_cores() >= 8 else "1,2,4"
 
 
 def sweep(mode: str, nodes: str, iters: int, warmup: int, out: Path, store: Path,
@@ -151,13 +158,13 @@ def main() -> None:
     figures.update({"valid/median_abs_error": valid["median_abs_error"],
                     "flagged/median_abs_error": flagged["median_abs_error"],
                     "valid/runs": valid["runs"], "flagged/runs": flagged["runs"],
-                    "goal_error": GOAL_ERROR, "cores": len(os.sched_getaffinity(0)),
+                    "goal_error": GOAL_ERROR, "cores": physical_cores(),
                     "minutes": round((time.time() - start) / 60, 1)})
     summary = (f"valid: {valid['runs']} run(s), median |error| {_pct(valid['median_abs_error'])}"
                f", coverage {_coverage(valid, interval.LEVEL)}; flagged: "
                f"{flagged['runs']} run(s), median |error| {_pct(flagged['median_abs_error'])}, "
                f"coverage {_coverage(flagged, interval.LEVEL)} (site {a.site}, nodes "
-               f"{a.nodes}, {len(os.sched_getaffinity(0))} cores here)")
+               f"{a.nodes}, {physical_cores()} cores here)")
     print(summary)
     table = record.Table(columns=["mode", "predictions", "runs", "median abs. error",
                                   "interval coverage"], rows=rows)

@@ -208,9 +208,10 @@ def test_preflight_ring_keeps_one_rank_a_core_on_the_local_site():
     import os
 
     from orchestrator import site as sitemod
+    from orchestrator.rankside import cores as coremod
 
     local, _ = sitemod.load("local")
-    cores = len(os.sched_getaffinity(0))
+    cores = coremod.count(os.sched_getaffinity(0)).physical  # hyper-threads counted once
     assert preflight.local_cores(local) == cores
     assert preflight.layouts(local, local.partitions[0].name, 64)["inter"] == (
         max(2, min(64, cores)), 1)
@@ -281,3 +282,52 @@ def test_a_failing_preflight_fit_is_measured_once_more_with_more_repeats(tmp_pat
                                 say=said.append)[part]
     assert again.inter.run_id == pf.inter.run_id
     assert not any("measuring" in line for line in said)
+
+
+def _sysfs(root, siblings: dict[int, str], name: str = "core_cpus_list"):
+    """A fake /sys/devices/system/cpu: ``cpuN/topology/<name>`` holding each CPU's list."""
+    for cpu, text in siblings.items():
+        topo = root / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        if text is not None:
+            (topo / name).write_text(text + "\n")
+    (root / "cpufreq").mkdir()  # not a CPU
+    return root
+
+
+def test_physical_cores_from_a_fake_sysfs_tree(tmp_path):
+    from orchestrator.rankside import cores
+
+    assert cores.cpu_list("0-3,8,10-11") == {0, 1, 2, 3, 8, 10, 11}
+    # 2 cores with 2 hyper-threads each, numbered as Linux does (thread siblings 0,2 and 1,3)
+    smt = _sysfs(tmp_path / "smt", {0: "0,2", 1: "1,3", 2: "0,2", 3: "1,3"})
+    assert cores.count(root=smt) == (2, 4, cores.PHYSICAL)
+    assert cores.count(root=smt).describe() == "2 physical cores (4 logical)"
+    assert cores.count([0, 2], root=smt) == (1, 2, cores.PHYSICAL)  # both threads of one core
+    assert cores.count([0, 1], root=smt).describe() == "2 cores"
+    # older kernels: thread_siblings_list, ranges
+    old = _sysfs(tmp_path / "old", {0: "0-1", 1: "0-1"}, name="thread_siblings_list")
+    assert cores.count(root=old) == (1, 2, cores.PHYSICAL)
+    # a CPU without its topology: the logical count, and the basis says so
+    part = _sysfs(tmp_path / "part", {0: "0,1", 1: None})
+    assert cores.count(root=part) == (2, 2, cores.LOGICAL)
+    import os
+
+    assert cores.count(root=tmp_path / "none") == (os.cpu_count(), os.cpu_count(),
+                                                   cores.LOGICAL)
+
+
+def test_oversubscription_counts_physical_cores_and_says_the_logical_ones():
+    ht = _level("inter", 4, 1).model_copy(update={"machine_cpus": 4, "machine_cores": 2})
+    pf = preflight.Preflight(site="s", partition="p", inter=ht)
+    assert pf.shared_machine_cpus() == 2 and pf.compute_load(4) == 2.0
+    assert "1 machine(s) of 2 physical cores (4 logical)" in ht.describe(0.0)
+    (rec,), _ = ledger.predict_runs(_runs(4), {"big"}, {"p": pf}, now=5.0)
+    assert rec["flags"] == ["assumption broken: 4 ranks on 2 physical cores (4 logical) (the "
+                            "nodes are one machine): 2 ranks a core"]
+    # 3 ranks on 4 logical CPUs of 2 cores: oversubscribed (not by the logical count)
+    assert validity.oversubscribed(3, 1, cpus_per_node=None, gpus_per_node=0,
+                                   shared_machine_cpus=2, shared_machine_logical=4) is not None
+    # a level recorded before its physical cores were: the logical count, as before
+    old = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1))
+    assert old.shared_machine_cores() == (2, 2, "logical CPUs (no CPU topology in sysfs)")

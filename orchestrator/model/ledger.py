@@ -320,9 +320,11 @@ def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list
     pre-flight's fit, ranks over the cores or GPUs given, the measured run's node shared or
     its I/O dominating."""
     flags = list(pf.flags())
+    shared = pf.shared_machine_cores()
     over = validity.oversubscribed(ranks, tasks, cpus_per_node=pf.cpus_per_node,
                                    gpus_per_node=pf.gpus_per_node,
-                                   shared_machine_cpus=pf.shared_machine_cpus())
+                                   shared_machine_cpus=shared.physical if shared else None,
+                                   shared_machine_logical=shared.logical if shared else None)
     if over:
         flags.append(over)
     for _, b in base.iterrows():

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .. import execute, results, rundir, units
 from .. import sweep as sweepmod
 from ..errors import FabricBelowMinimum, UserError
+from ..rankside import cores
 from ..results import gather
 from ..site import Site
 from . import interval, netbench, validity
@@ -73,6 +74,8 @@ class Level(BaseModel):
     # fewer machines than nodes means the nodes share cores (the test cluster: 4 on 1).
     machines: int | None = None
     machine_cpus: int | None = None
+    # ... and their physical cores (hyper-threads counted once; None: not recorded).
+    machine_cores: int | None = None
     reps: int = REPS  # repeats of each size per iteration it was measured with
 
     @property
@@ -97,10 +100,18 @@ class Level(BaseModel):
         (None where the fit has too few sizes to say)."""
         return interval.alpha_beta_bounds(self.sizes, self.seconds, self.ranks, self.alpha_beta)
 
+    def core_count(self) -> cores.Cores:
+        """The machine's physical cores (its logical CPUs where not recorded) and CPUs."""
+        logical = self.machine_cpus or 0
+        if self.machine_cores:
+            return cores.Cores(self.machine_cores, logical or self.machine_cores,
+                               cores.PHYSICAL)
+        return cores.Cores(logical, logical, cores.LOGICAL)
+
     def describe(self, now: float | None = None) -> str:
         age = format_age((now or time.time()) - self.measured_at)
         shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
-                  f"{self.machine_cpus} cores" if self.machines else "")
+                  f"{self.core_count().describe()}" if self.machines else "")
         return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
                 f"{units.format_bandwidth(self.bandwidth)}, "
                 f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
@@ -142,10 +153,16 @@ class Preflight(BaseModel):
         return [p for p in (lv.problem() for lv in levels) if p]
 
     def shared_machine_cpus(self) -> int | None:
-        """Cores of the one machine all nodes share, when the across-nodes job found its
-        nodes on a single machine (None: nodes are machines of their own)."""
+        """Cores of the one machine all nodes share (physical where recorded: hyper-threads
+        add no compute), when the across-nodes job found its nodes on a single machine
+        (None: nodes are machines of their own)."""
+        shared = self.shared_machine_cores()
+        return shared.physical if shared else None
+
+    def shared_machine_cores(self) -> cores.Cores | None:
+        """:meth:`shared_machine_cpus` with the machine's logical CPUs beside its cores."""
         if self.inter.machines == 1 and self.inter.nodes > 1 and self.inter.machine_cpus:
-            return self.inter.machine_cpus
+            return self.inter.core_count()
         return None
 
     def compute_load(self, ranks: int) -> float:
@@ -204,21 +221,17 @@ def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, 
 
 
 def local_cores(site: Site) -> int | None:
-    """The cores this process may run on, where the site's ranks run on this machine (the
-    local site: its nodes share them), else None. The pre-flight's ring across nodes is kept
-    to one rank a core: on more ranks than cores the fit measures the scheduler's time slices,
-    not the links (an R² below 0 on 4 nodes of a 2-core machine), and predictions of runs that
-    oversubscribe are flagged anyway."""
-    import os
-
+    """The physical cores this process may run on (rankside.cores: hyper-threads counted
+    once), where the site's ranks run on this machine (the local site: its nodes share them),
+    else None. The pre-flight's ring across nodes is kept to one rank a core: on more ranks
+    than cores the fit measures the scheduler's time slices, not the links (an R² below 0 on
+    4 nodes of a 2-core machine), and predictions of runs that oversubscribe are flagged
+    anyway."""
     from .. import backends
 
     if not backends.scheduler(site.scheduler).runs_here:
         return None
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count()
+    return cores.this_process().physical
 
 
 def cache_path(site: str, partition: str, level: str, nodes: int, tasks: int,
@@ -264,7 +277,9 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     footers = [log.footer for log in gather.read_run_logs(rdir) if log.footer]
     boots = {f.get("boot_id") for f in footers if f.get("boot_id")}
     cpus = [int(f["host_cpus"]) for f in footers if isinstance(f.get("host_cpus"), int)]
+    physical = [int(f["host_cores"]) for f in footers if isinstance(f.get("host_cores"), int)]
     return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
+                 machine_cores=min(physical) if physical else None,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,

@@ -393,10 +393,12 @@ def _row_flags(pre, row: dict) -> list[str]:
     says: its fit, or more ranks than the cores or GPUs given."""
     if pre is None:
         return []
+    shared = pre.shared_machine_cores()
     over = validity.oversubscribed(row["workers"], row["tasks_per_node"],
                                    cpus_per_node=pre.cpus_per_node,
                                    gpus_per_node=pre.gpus_per_node,
-                                   shared_machine_cpus=pre.shared_machine_cpus())
+                                   shared_machine_cpus=shared.physical if shared else None,
+                                   shared_machine_logical=shared.logical if shared else None)
     return [*pre.flags(), *([over] if over else [])]
 
 

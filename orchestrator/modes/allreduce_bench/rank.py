@@ -18,7 +18,7 @@ import os
 import time
 from datetime import timedelta
 
-from orchestrator.rankside import harness
+from orchestrator.rankside import cores, harness
 
 from .mode import MODE
 
@@ -72,6 +72,7 @@ def main(argv=None) -> None:
         # machine share its cores too (the pre-flight measures that, the model uses it).
         s.footer["boot_id"] = boot_id()
         s.footer["host_cpus"] = os.cpu_count()
+        s.footer["host_cores"] = cores.count().physical  # hyper-threads counted once
         s.footer["world_size"] = info.world_size
         buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
                    for n in sizes}
