@@ -45,6 +45,8 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert (used.inter.nodes, used.inter.tasks_per_node) == (2, 1)
     for level in (used.intra, used.inter):
         assert level.alpha >= 0 and level.bandwidth > 0 and level.r2 <= 1
+        # the ranks recorded their machine's physical cores beside its logical CPUs
+        assert 1 <= level.machine_cores <= level.machine_cpus
         assert rundir.read_record(out / "preflight" / level.run_id).state == "COMPLETED"
     # one prediction per larger run, stated before that run's job script started
     preds = predictions.load(out / predictions.FILE)
@@ -56,10 +58,16 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert p["workers"] == 2 and p["from_workers"] == 1 and p["pattern"] == "allreduce"
     assert p["network"]["inter"]["run_id"] == used.inter.run_id
     assert set(p["inputs"]) >= {"t_f", "t_b", "t_comm", "t_iter"} and p["t_iter"] > 0
+    # its interval: the 1-rank run's few measured iterations are too few for quantiles
+    assert p["interval_basis"] == "normal" and p["t_iter_low"] <= p["t_iter"] <= p["t_iter_high"]
     # the report: scorecard table, its median error, and the result set keeps the predictions
     rep = run_orch("report", out, "--no-plots", env=env, check=True)
     assert "Scorecard: predictions stated before the runs vs measured" in rep.stdout
-    assert "Median absolute t_iter error over the sweep" in rep.stdout
+    # scored in its group: valid, or flagged before its run (the test cluster's 2 nodes share
+    # 2 cores with the CI: whether the fit across them holds depends on the load, not on orch)
+    group = ("Over the flagged ones (check column), scored apart" if p["flags"] else
+             "Median absolute t_iter error over the sweep's valid predictions")
+    assert group in rep.stdout
     import pandas as pd
 
     frame = pd.read_parquet(out / "results" / predictions.PARQUET)
