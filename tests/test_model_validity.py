@@ -197,6 +197,14 @@ def test_orch_predict_prints_the_interval_and_the_flags(tmp_path):
         assert row["t_iter_low"] < row["t_iter"] < row["t_iter_high"] and row["level"] == 0.8
     assert rows[2]["flags"] == []
     assert rows[4]["flags"][0].startswith("assumption broken: 4 ranks on 2 cores")
+    # with the result set's iterations (a slow tail in the measured run's): quantiles, and
+    # nothing of the compute spread below the point
+    top = str(runs.loc[runs["ranks"].idxmax(), "run_id"])
+    iters = pd.DataFrame({"run_id": top, "window": "breakdown", "warmup_iter": False,
+                          "t_iter": [0.010] * 17 + [0.020] * 3})
+    tail = {r["workers"]: r for r in whatif.two_level_results(two, ask, runs, d, d, iters).rows}
+    assert rows[4]["interval_basis"] == "normal" and tail[4]["interval_basis"] == "quantiles"
+    assert tail[4]["t_iter"] - tail[4]["t_iter_low"] < rows[4]["t_iter"] - rows[4]["t_iter_low"]
     # the command prints the interval column (here with a what-if link: no pre-flight)
     env = {"ORCH_NETBENCH_DIR": str(tmp_path / "empty")}
     proc = run_orch("predict", "--results", d, "--workers", "2,4", "--tasks-per-node", 1,

@@ -136,8 +136,8 @@ def _forecast(ask, two, results_dir: Path | None, breakdown: Path | None, trace:
             return whatif.two_level_trace(two, ask, trace)
         if breakdown is not None:
             return whatif.two_level_breakdown(two, ask, breakdown)
-        runs, _iters, sweep = load_result_set(results_dir)
-        return whatif.two_level_results(two, ask, runs, sweep, results_dir)
+        runs, iters, sweep = load_result_set(results_dir)
+        return whatif.two_level_results(two, ask, runs, sweep, results_dir, iters)
     if results_dir is not None:
         runs, _iters, sweep = load_result_set(results_dir)
         return whatif.from_results(ask, runs, sweep, results_dir)

@@ -333,9 +333,10 @@ def two_level_breakdown(two: TwoLevel, ask: Ask, path: Path) -> Forecast:
 
 
 def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path | None,
-                      directory: Path) -> Forecast:
+                      directory: Path, iters: pd.DataFrame | None = None) -> Forecast:
     """A result set's largest completed runs extrapolated with their mode's pattern on the
-    sweep's pre-flight network (or a netbench α–β), speedups against its smallest runs."""
+    sweep's pre-flight network (or a netbench α–β), speedups against its smallest runs;
+    ``iters``, its iterations table, gives the intervals their per-iteration quantiles."""
     sel = select_config(runs, ask, directory)
     first = sel.iloc[0]
     done = completed(sel)
@@ -382,9 +383,9 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
     for row in rows:
         band = measured_interval(top, base, corners, comm_of,
                                  (row["workers"], row["nodes"], row["tasks_per_node"]), ov,
-                                 row["compute_scale"], row["t_iter"], ask.prefetch)
+                                 row["compute_scale"], row["t_iter"], ask.prefetch, iters)
         row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
-                   flags=_row_flags(pre, row))
+                   interval_basis=band.basis, flags=_row_flags(pre, row))
     return _two_level_forecast(rows, label, pat, ov, tasks, grad, net_desc)
 
 
