@@ -431,3 +431,18 @@ def test_the_example_gpu_sites_commented_binding_validates(tmp_path):
     path.write_text(lines)
     code, _, err = orch("site", "validate", str(path))
     assert code == 0, err
+
+
+def test_an_array_task_slurmctld_forgot_comes_from_sacct_while_its_siblings_run(fake_slurm):
+    """Task 0 of array 1817 ended and left squeue (MinJobAge) while task 1 still runs: sacct
+    is asked about the array, and task 0's end is not lost (it would read as not started)."""
+    bindir, log = fake_slurm
+    _tool(bindir, "squeue", _printing("squeue", "1817_1|array-1-ib-000000|RUNNING|node2\n"))
+    _tool(bindir, "sacct", _printing(
+        "sacct", "1817_0|array-1-ib-000000|COMPLETED|node1\n"
+                 "1817_1|array-1-ib-000000|PENDING|\n"))
+    seen = slurm._listing(["1817_0", "1817_1"])
+    assert seen["1817_0"].state == "COMPLETED"
+    assert seen["1817_1"].state == "RUNNING"  # slurmctld's word wins for a live task
+    assert _calls(log, "squeue")[0].split("-j ")[1].split()[0] == "1817"
+    assert len(_calls(log, "sacct")) == 1

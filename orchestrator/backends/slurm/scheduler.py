@@ -219,7 +219,7 @@ class SlurmScheduler(Scheduler):
         of a pack or an array (``record.pack``) are told apart in packed. Where squeue cannot
         answer, no run's state is given (each keeps its last).
         """
-        seen = _listing(sorted({_base(r.job_id) for r in records if r.job_id}))
+        seen = _listing(sorted({r.job_id for r in records if r.job_id}))
         if seen is None:
             return {}
         self._nodes.update({k: j.nodes for k, j in seen.items() if j.nodes})
@@ -418,15 +418,17 @@ def _base(job_id: str) -> str:
 
 
 def _listing(ids: list[str]) -> dict[str, Job] | None:
-    """job id -> Job of the given jobs (and every task of the given arrays): one squeue,
-    then one sacct for what slurmctld forgot. None where squeue cannot answer."""
+    """job id -> Job of the given jobs and array tasks (``123_4``; every task of an array
+    asked for): one squeue for their jobs and arrays, then one sacct for the jobs and arrays
+    of those slurmctld forgot. An array task that ended is forgotten by slurmctld
+    (MinJobAge) while its siblings still run, so what is missing is judged per task, not per
+    array. None where squeue cannot answer."""
     if not ids:
         return {}
-    seen = _squeue(ids)
+    seen = _squeue(sorted({_base(i) for i in ids}))
     if seen is None:
         return None
-    known = {_base(k) for k in seen}  # a job, or an array with a task listed
-    missing = [i for i in ids if i not in known]
+    missing = sorted({_base(i) for i in ids if i not in seen})
     if missing:
         for key, job in parse_jobs(sacct(["-X", "-n", "-P", "-j", ",".join(missing), "-o",
                                           "JobID,JobName,State,NodeList"]) or "").items():
