@@ -76,7 +76,8 @@ def check_pinned(requirements: list[str]) -> list[str]:
     return requirements
 
 
-def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+def check_env_names(env: dict[str, str]) -> dict[str, str]:
+    """``env`` if every key is a shell variable name (the whole key: no trailing newline)."""
     for key in env:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
             raise ValueError(f"'{key}' is not a valid environment variable name")
@@ -215,7 +216,7 @@ class Partition(_Strict):
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env_names(v)
+        return check_env_names(v)
 
     @field_validator("min_busbw")
     @classmethod
@@ -371,7 +372,7 @@ class Environment(_Strict):
     @field_validator("env")
     @classmethod
     def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_env_names(v)
+        return check_env_names(v)
 
     @field_validator("build")
     @classmethod

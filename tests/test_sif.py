@@ -25,6 +25,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pydantic
 import pytest
 
 from orchestrator import execute, provenance
@@ -357,3 +358,16 @@ def test_sif_contents_run_a_slurm_sweep(slurm_cluster, sif_partition, tmp_path):
     assert rec["state"] == "COMPLETED", rec["reason"]
     assert rec["distinct_hosts"] == 2 and rec["checksums_agree"] is True
     assert_ranks_in_image(out, sif_partition)
+
+
+@pytest.mark.parametrize("key", ["FOO\n", "A-B", "1X"])
+def test_a_spec_variable_name_is_checked_whole_when_the_spec_is_read(key):
+    """A key that is a name but for a trailing newline would end the export line it is
+    written into: refused when the spec is validated, and by the environment script."""
+    data = specs.load_spec("torch").model_dump()
+    data["env"] = {key: "1"}
+    with pytest.raises(pydantic.ValidationError, match="not a valid environment variable name"):
+        specs.ImageSpec.model_validate(data)
+    bad = specs.load_spec("torch").model_copy(update={"env": {key: "1"}})
+    with pytest.raises(UserError, match="is not a variable name"):
+        sifbuild.environment_script(bad)

@@ -18,7 +18,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shlex
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import UserError
+from ..site import check_env_names
 from . import sif
 from .specs import ImageSpec, marker
 
@@ -34,7 +34,6 @@ MOUNT_POINTS = ("dev", "proc", "sys", "tmp", "var/tmp", "home", "etc", "root")
 # Each tool and the Debian 12 package that installs it.
 TOOLS = {"siftool": "siftool", "mksquashfs": "squashfs-tools"}
 BUILT_WITH = "siftool"  # the org.orch.built-with label of a SIF orch assembled itself
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def check_tools(spec: ImageSpec, definition: str) -> None:
@@ -77,10 +76,12 @@ def environment_script(spec: ImageSpec) -> str:
     lines = ["#!/bin/sh", f"# The environment of image '{spec.name}' "
              f"(containers/specs/{spec.name}.yaml), sourced by Apptainer at every start."]
     for key, value in spec.image_env():
-        if not _ENV_NAME.match(key):
+        try:  # checked when the spec was read too; a spec built in code is checked here
+            check_env_names({key: value})
+        except ValueError:
             raise UserError(f"containers/specs/{spec.name}.yaml: env: '{key}' is not a "
                             f"variable name (letters, digits and _, not first a digit); "
-                            f"rename it")
+                            f"rename it") from None
         lines.append(f"export {key}={shlex.quote(value)}")
     return "\n".join(lines) + "\n"
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import UserError
 from ..resources import data_dir
-from ..site import check_pinned, framework_names, load_framework
+from ..site import check_env_names, check_pinned, framework_names, load_framework
 from ..yamlconf import load_model, location
 
 DEFAULT_MOUNT_POINTS = ("/work", "/scratch", "/project", "/data", "/gpfs", "/lustre")
@@ -62,6 +62,12 @@ class ImageSpec(_Strict):
     post: list[str] = Field(default_factory=list, description="shell steps after pip")
     env: dict[str, str] = Field(default_factory=dict)
     mount_points: list[str] = Field(default_factory=lambda: list(DEFAULT_MOUNT_POINTS))
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: dict[str, str]) -> dict[str, str]:
+        """Keys become ``export KEY=…`` lines of the image's environment scripts."""
+        return check_env_names(v)
 
     @field_validator("mount_points")
     @classmethod
