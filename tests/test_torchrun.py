@@ -191,3 +191,27 @@ def test_cluster_torchrun_run_is_shaped_like_an_srun_one(slurm_cluster, tmp_path
     recs = json.loads(run_orch("results", tmp_path / "torchrun", "--format", "json",
                                check=True).stdout)
     assert recs[0]["distinct_hosts"] == 2  # one agent on each of two nodes
+
+
+@pytest.mark.parametrize(("srun_cpus", "want"), [("1", "4"), ("", "64")])
+def test_a_packed_agent_takes_one_cpu_per_rank_where_the_pack_shares_nodes(srun_cpus, want):
+    """Under --pack-shared (SRUN_CPUS_PER_TASK=1: a CPU a rank) the agent asks for one CPU per
+    rank it starts, not the whole node other runs of the pack share; else the node's CPUs."""
+    import subprocess
+
+    site = load("example-gpu-cluster")[0]
+    run = expand(SweepSpec(nodes=(2,), modes=("torch-ddp",), partitions=("gpu-ib",),
+                           launcher="torchrun"), site)[0]
+    env = site.environment(run.framework).model_copy(update={"python": "/opt/venv/bin/python"})
+    r = render_run(ResolvedRun(run, site, site.partition("gpu-ib"), env, modes.get(run.mode)),
+                   Path("/scratch/runs") / run.run_id, Path("/scratch/runs/.orch/lib-0"),
+                   packed=True)
+    lines = r.job_script.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("agent_cpus="))
+    script = "\n".join([*lines[start:start + 2], 'echo "$agent_cpus"'])
+    env_vars = {"PATH": "/usr/bin:/bin", "SLURM_CPUS_ON_NODE": "64"}
+    if srun_cpus:
+        env_vars["SRUN_CPUS_PER_TASK"] = srun_cpus
+    out = subprocess.run(["bash", "-c", script], env=env_vars, capture_output=True, text=True)
+    assert out.stdout.strip() == want, out.stderr
+    assert '--cpus-per-task="$agent_cpus"' in r.job_script
