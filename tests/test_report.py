@@ -550,3 +550,14 @@ def test_no_band_where_no_reference_applies(tmp_path):
     assert references.band(refs, key, "samples_per_s") is None
     assert references.band(refs, {**key, "nodes": 4}, "samples_per_s") == (1.0, 1.0)
     assert references.band(refs, {**key, "nodes": 4}, "t_iter") is None
+
+
+def test_a_run_recorded_before_its_mode_declared_a_dimension_is_the_previous_sweep(tmp_path):
+    """A tf-allreduce sweep recorded when TensorFlow had no precision (null) is the previous
+    sweep of today's at the default (fp32), as orch compare matches them."""
+    t = table(100, seed_id=100, mode="tf-allreduce").assign(precision=None)
+    store.add(tmp_path, t.assign(commit="abc", dirty=False, image_digest="",
+                                 measured_at=1.7e9 - DAY), Path("/sweeps/0"))
+    today = table(7, mode="tf-allreduce").assign(precision="fp32")
+    (t,), _, _ = trend.section(history_view(tmp_path), today, figures=False)
+    assert t.rows[0][1].startswith(store.entries(tmp_path)[0][0].id)

@@ -79,6 +79,12 @@ class Comparison:
     hint: str = ""
     note: str = ""  # why a change the throughput showed is not a verdict
 
+    @property
+    def primary(self) -> Change | None:
+        """The change the verdict is read from: throughput, else iteration time (None: the
+        configuration has neither, only phases)."""
+        return next((self.changes[m] for m in PRIMARY if m in self.changes), None)
+
 
 def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
            min_change: float = MIN_CHANGE,
@@ -295,7 +301,7 @@ def attribute(changes: dict[str, Change], direction: str) -> tuple[list[str], st
 
 def headline(c: Comparison) -> str:
     """'slower 14 % [9–19 %]' (of the throughput, else of the iteration time)."""
-    primary = next((c.changes[m] for m in PRIMARY if m in c.changes), None)
+    primary = c.primary
     if primary is None:
         return c.verdict
     if c.verdict == "no measured change":
@@ -325,7 +331,7 @@ def label(key: dict) -> str:
 
 def line(c: Comparison) -> str:
     """One line per configuration: verdict, interval, what moved, where to look."""
-    primary = next((c.changes[m] for m in PRIMARY if m in c.changes), None)
+    primary = c.primary
     n = f" ({primary.n_a} vs {primary.n_b} {primary.unit}s)" if primary else ""
     text = f"{label(c.key)}: {headline(c)}{n}"
     if c.attribution:

@@ -76,10 +76,10 @@ def rerun_line(run_id: str, original: pd.DataFrame, rerun: pd.DataFrame) -> str:
     """Whether a rerun's result falls inside the original run's spread: the verdict of
     ``orch compare`` (original as A, rerun as B) with its ratio and interval."""
     found = compare.compare(original, rerun)
-    if not found or not found[0].changes:
+    c = found[0] if found else None
+    primary = c.primary if c is not None else None
+    if primary is None:  # no throughput nor iteration time measured on one side
         return f"rerun of {run_id}: not comparable (no measured iterations on one side)"
-    c = found[0]
-    primary = next(c.changes[m] for m in compare.PRIMARY if m in c.changes)
     interval = (f"{primary.metric.label} rerun/original {primary.ratio:.2f} "
                 f"[{primary.low:.2f}–{primary.high:.2f}] ({primary.n_a} vs {primary.n_b} "
                 f"{primary.unit}s)")

@@ -9,6 +9,7 @@ date it was measured; this sweep is the last point (a star), whether or not it i
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 from dataclasses import dataclass
@@ -85,7 +86,7 @@ def comparison_table(history: History, sweep: pd.DataFrame) -> Table:
             rows.append([name, _entry(prev), "not comparable", "", ""])
             continue
         c = found[0]
-        primary = next((c.changes[m] for m in compare.PRIMARY if m in c.changes), None)
+        primary = c.primary
         ratio = (f"{primary.ratio:.2f} [{primary.low:.2f}–{primary.high:.2f}]"
                  if primary else "-")
         moved = ", ".join(c.attribution) + (f" → {c.hint}" if c.hint else "")
@@ -157,6 +158,10 @@ def section(history: History, sweep: pd.DataFrame, figures: bool
     """The report's history tables and its trend figure (by file name, with its title)."""
     if sweep.empty or history.samples.empty:
         return [], {}, {}
+    # A run recorded before its mode declared a dimension matches today's at its default, as
+    # orch compare matches them (samples.with_mode_defaults).
+    history = dataclasses.replace(history, samples=samples.with_mode_defaults(history.samples))
+    sweep = samples.with_mode_defaults(sweep)
     tables = [comparison_table(history, sweep)]
     if not figures:
         return tables, {}, {}
