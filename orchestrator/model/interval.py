@@ -174,11 +174,6 @@ def combine(point: float, *, network: Sequence[float] = (), compute_sd: float = 
                     basis=basis, iterations=spread.iterations if spread is not None else None)
 
 
-def coverage(inside: Sequence[bool]) -> float | None:
-    """The share of measured values inside their intervals (None for none)."""
-    return sum(bool(v) for v in inside) / len(inside) if len(inside) else None
-
-
 #: Below this many scored intervals a coverage is a count, not a calibration figure: at 80 %
 #: nominal, 9 well-calibrated intervals hold 6 to 9 of the values only 91 % of the time
 #: (binomial): a coverage anywhere from 67 % to 100 % says nothing either way.

@@ -18,7 +18,7 @@ from .. import units, zoo
 from ..errors import UserError
 from ..report import as_float, baseline, completed, config_labels, config_of, training_runs
 from ..spec.settings import parse_int_list
-from . import interval, validity
+from . import interval
 from .comm import PATTERN_MODELS, AlphaBeta, pattern_comm_time
 from .compute import iteration_time
 from .inputs import PHASES, gradient_bytes, load_breakdown, load_trace_csv, overlap_of, run_options
@@ -28,6 +28,7 @@ from .ledger import (
     contention_factor,
     measured_base,
     measured_interval,
+    run_flags,
 )
 from .network import alpha_beta_for, network_for
 from .predict import Measured, predict, predict_from_baseline, predict_trace_network
@@ -385,22 +386,10 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
                                  (row["workers"], row["nodes"], row["tasks_per_node"]), ov,
                                  row["compute_scale"], row["t_iter"], ask.prefetch, iters)
         row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
-                   interval_basis=band.basis, flags=_row_flags(pre, row))
+                   interval_basis=band.basis,
+                   flags=run_flags(pre, row["workers"], row["tasks_per_node"], top)
+                   if pre is not None else [])
     return _two_level_forecast(rows, label, pat, ov, tasks, grad, net_desc)
-
-
-def _row_flags(pre, row: dict) -> list[str]:
-    """Why a row's prediction may not hold (model.validity), where the sweep's pre-flight
-    says: its fit, or more ranks than the cores or GPUs given."""
-    if pre is None:
-        return []
-    shared = pre.shared_machine_cores()
-    over = validity.oversubscribed(row["workers"], row["tasks_per_node"],
-                                   cpus_per_node=pre.cpus_per_node,
-                                   gpus_per_node=pre.gpus_per_node,
-                                   shared_machine_cpus=shared.physical if shared else None,
-                                   shared_machine_logical=shared.logical if shared else None)
-    return [*pre.flags(), *([over] if over else [])]
 
 
 def _extrapolate(base: Measured, comm, tasks: int, counts: list[int], overlap: str,
