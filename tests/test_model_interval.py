@@ -93,3 +93,37 @@ def test_a_stated_prediction_takes_its_compute_spread_from_the_measured_iteratio
     (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": pf}, now=5.0,
                                     iterations=tmp_path / "none.parquet")
     assert rec["interval_basis"] == "normal"
+
+
+@pytest.mark.parametrize("steps", [None, [0.030] * 17 + [0.040] * 3])
+def test_the_what_if_and_the_ledger_give_one_run_the_same_interval(tmp_path, steps):
+    # the 2-node run of a result set, predicted from its 1-node run by orch predict --results
+    # (a what-if link) and by the ledger (a pre-flight fit without residuals: no network
+    # part): the same compute spread as fractions of each prediction, the same basis
+    from orchestrator.model import ledger, preflight, whatif
+
+    from .test_model_validity import _level
+    from .test_predict import write_result_set
+
+    d = write_result_set(tmp_path / "sweep")
+    runs = pd.read_parquet(d / "results" / "runs.parquet")
+    runs["t_iter_std"] = 0.002
+    iters = None
+    if steps is not None:
+        iters = pd.DataFrame({"run_id": str(runs["run_id"].iloc[0]), "window": "breakdown",
+                              "warmup_iter": False, "t_iter": steps})
+        iters.to_parquet(tmp_path / "iterations.parquet", index=False)
+    pf = preflight.Preflight(site="siteA", partition="ib",
+                             inter=_level("inter", 2, None).model_copy(
+                                 update={"site": "siteA", "partition": "ib"}))
+    target = str(runs["run_id"].iloc[1])
+    (rec,), _ = ledger.predict_runs(runs, {target}, {"ib": pf}, now=5.0,
+                                    iterations=tmp_path / "iterations.parquet")
+    ask = whatif.Ask(workers="2", bandwidth="1GB/s", latency="100us")
+    (row,) = whatif.from_results(ask, runs, None, d, iters).rows
+    assert row["interval_basis"] == rec["interval_basis"] == (
+        "normal" if steps is None else "quantiles")
+    assert rec["interval_parts"]["network"] == [pytest.approx(0.0), pytest.approx(0.0)]
+    for side in ("t_iter_low", "t_iter_high"):
+        assert row[side] / row["t_iter"] == pytest.approx(rec[side] / rec["t_iter"])
+    assert row["t_iter_low"] <= row["t_iter"] < row["t_iter_high"]

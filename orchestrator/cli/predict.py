@@ -139,8 +139,8 @@ def _forecast(ask, two, results_dir: Path | None, breakdown: Path | None, trace:
         runs, iters, sweep = load_result_set(results_dir)
         return whatif.two_level_results(two, ask, runs, sweep, results_dir, iters)
     if results_dir is not None:
-        runs, _iters, sweep = load_result_set(results_dir)
-        return whatif.from_results(ask, runs, sweep, results_dir)
+        runs, iters, sweep = load_result_set(results_dir)
+        return whatif.from_results(ask, runs, sweep, results_dir, iters)
     if breakdown is not None:
         return whatif.from_breakdown(ask, breakdown)
     return whatif.from_trace(ask, trace)

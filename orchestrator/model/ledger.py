@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -268,8 +268,18 @@ def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Networ
         points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,
                               comm=lambda _n, c=comm: c(w, nodes, tasks),
                               compute_scale=lambda _n: scale)[0].t_iter)
+    return runs_interval(base, point, points, iterations)
+
+
+def runs_interval(base: pd.DataFrame, point: float, network: Sequence[float] = (),
+                  iterations: pd.DataFrame | None = None) -> interval.Interval:
+    """The interval around ``point`` (s) of a prediction from the measured runs ``base``:
+    ``network``, the same prediction on other networks (model.interval.combine), the runs'
+    per-iteration spread as fractions of the point (iteration_spread) and the spread of
+    their repeats. Every prediction from measured runs (the ledger's, ``orch predict``'s)
+    takes its interval here, so that two of them from the same runs agree."""
     repeats = float(base[T_ITER].std(ddof=1)) if len(base) > 1 else 0.0
-    return interval.combine(point, network=points, spread=iteration_spread(base, iterations),
+    return interval.combine(point, network=network, spread=iteration_spread(base, iterations),
                             repeats_sd=repeats if math.isfinite(repeats) else 0.0)
 
 

@@ -18,7 +18,6 @@ from .. import units, zoo
 from ..errors import UserError
 from ..report import as_float, baseline, completed, config_labels, config_of, training_runs
 from ..spec.settings import parse_int_list
-from . import interval
 from .comm import PATTERN_MODELS, AlphaBeta, pattern_comm_time
 from .compute import iteration_time
 from .inputs import PHASES, gradient_bytes, load_breakdown, load_trace_csv, overlap_of, run_options
@@ -29,6 +28,7 @@ from .ledger import (
     measured_base,
     measured_interval,
     run_flags,
+    runs_interval,
 )
 from .network import alpha_beta_for, network_for
 from .predict import Measured, predict, predict_from_baseline, predict_trace_network
@@ -220,9 +220,11 @@ def measured_at(done: pd.DataFrame) -> dict[int, dict]:
     return out
 
 
-def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Path) -> Forecast:
+def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Path,
+                 iters: pd.DataFrame | None = None) -> Forecast:
     """A result set's configuration, from its 1-node breakdown: communication by the α–β
-    all-reduce, or as measured at each worker count; with the measured speedups beside."""
+    all-reduce, or as measured at each worker count; with the measured speedups beside.
+    ``iters``, its iterations table, gives the intervals their per-iteration quantiles."""
     sel = select_config(runs, ask, directory)
     first = sel.iloc[0]
     base = baseline(sel)
@@ -250,7 +252,7 @@ def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Pa
                         f"{', '.join(map(str, sorted(measured)))}") from None
     _beside_measured(rows, measured)
     add_alpha_beta(rows, ab, ab_desc)
-    _spread_interval(rows, completed(sel[sel["ranks"] == base_w]))
+    _spread_interval(rows, completed(sel[sel["ranks"] == base_w]), iters)
     if ab is None:
         for row in rows:
             row["comm_source"] = "measured (no netbench result: " + ab_desc + ")"
@@ -262,15 +264,15 @@ def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Pa
     return Forecast(rows=rows, header=header, with_measured=bool(measured))
 
 
-def _spread_interval(rows: list[dict], base: pd.DataFrame) -> None:
-    """Each row's interval from the baseline runs' per-iteration spread and their repeats
-    (model.interval; a netbench α–β carries no fit uncertainty here)."""
-    sd = pd.to_numeric(base.get("t_iter_std"), errors="coerce").mean() if len(base) else None
-    rep = float(base["t_iter"].std(ddof=1)) if len(base) > 1 else 0.0
+def _spread_interval(rows: list[dict], base: pd.DataFrame,
+                     iters: pd.DataFrame | None) -> None:
+    """Each row's interval from the baseline runs as the ledger takes it (ledger.runs_interval:
+    their per-iteration spread as fractions of the row's t_iter, quantiles of ``iters`` where
+    it holds them, and their repeats); a netbench α–β carries no fit uncertainty here."""
     for row in rows:
-        band = interval.combine(row["t_iter"], compute_sd=float(sd) if pd.notna(sd) else 0.0,
-                                repeats_sd=rep if math.isfinite(rep) else 0.0)
-        row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level)
+        band = runs_interval(base, row["t_iter"], iterations=iters)
+        row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
+                   interval_basis=band.basis)
 
 
 def _beside_measured(rows: list[dict], measured: dict[int, dict]) -> None:
