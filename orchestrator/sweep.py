@@ -18,6 +18,7 @@ from .site import Partition, Site
 from .spec import settings
 from .spec.api import Run
 from .spec.models import SweepSpec
+from .yamlconf import dotted, location, read_yaml
 
 
 def _time_limit(spec: SweepSpec, site_time: str | None) -> int:
@@ -310,6 +311,7 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
         raise UserError(f"{where('tasks_per_node', per_node)}: partition '{part.name}' has "
                         f"{part.cpus_per_node} core(s) per node; at most "
                         f"{MAX_TASKS_PER_CORE * part.cpus_per_node} ranks per node")
+    _check_gpus_per_task(site, part, per_node, tasks_per_node, where)
     launcher = _launcher(spec.launcher, site, part.launcher, mode, where)
     for opts in option_sets(spec, mode):
         for name, value, cpu_choice in NEEDS_GPUS:
@@ -331,6 +333,36 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
                       tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
                       repeat=repeat, data_dir=data_dir)
             for opts in option_sets(spec, mode)]
+
+
+def _check_gpus_per_task(site: Site, part: Partition, per_node: int,
+                         tasks_per_node: int | None, where: Where) -> None:
+    """A partition's ``gpus_per_task`` for each of a node's ranks must fit its GPUs: srun
+    refuses such a step only once the job has waited for its nodes. The site file's field is
+    named (the fix may be there or on the sweep's tasks per node)."""
+    if not part.gpus_per_task:
+        return
+    each = int(part.gpus_per_task.rpartition(":")[2])  # "a100:2" -> 2
+    if each * per_node <= part.gpus_per_node:
+        return
+    ranks = where("tasks_per_node", per_node) if tasks_per_node else "one per GPU, the default"
+    fits = part.gpus_per_node // each
+    flag = settings.BY_NAME["tasks_per_node"].option
+    raise UserError(f"{_partition_field(site, part, 'gpus_per_task')}: {part.gpus_per_task} GPU(s) "
+                    f"a rank × {per_node} ranks a node ({ranks}) needs {each * per_node} GPUs, "
+                    f"but partition '{part.name}' has {part.gpus_per_node} (gpus_per_node); use "
+                    f"{flag} {fits} or a smaller gpus_per_task")
+
+
+def _partition_field(site: Site, part: Partition, field: str) -> str:
+    """``file:line: partitions[i].FIELD`` of a partition's field in the site's file (the
+    site's name where it was built from a recorded config, with no file)."""
+    loc = ["partitions", site.partitions.index(part), field]
+    if site.source_file is None:
+        return f"site '{site.name}': {dotted(loc)}"
+    path = Path(site.source_file)
+    _, root = read_yaml(path, "site config", "name, scheduler, partitions…")
+    return f"{location(path, root, loc)}: {dotted(loc)}"
 
 
 def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, launcher: str,

@@ -446,3 +446,29 @@ def test_an_array_task_slurmctld_forgot_comes_from_sacct_while_its_siblings_run(
     assert seen["1817_1"].state == "RUNNING"  # slurmctld's word wins for a live task
     assert _calls(log, "squeue")[0].split("-j ")[1].split()[0] == "1817"
     assert len(_calls(log, "sacct")) == 1
+
+
+@pytest.mark.parametrize(("each", "args", "ranks"), [
+    ("2", [], "(one per GPU, the default)"),
+    ("1", ["--tasks-per-node", "3", "--option", "backend=gloo"], "(--tasks-per-node 3)"),
+])
+def test_gpus_per_task_beyond_the_nodes_gpus_is_refused_before_submit(tmp_path, each, args,
+                                                                        ranks):
+    """gpus_per_task × ranks a node above gpus_per_node: srun would refuse the step only after
+    the job waited for its nodes; the sweep refuses it first, naming the site file's field."""
+    def edit(d):
+        d["partitions"][0].update(gpus_per_node=2, gpus_per_task=int(each))
+    path = site_file(tmp_path, edit)
+    code, _, err = orch("sweep", "--site", path, "--nodes", "1", "--dry-run", *args)
+    assert code == 2, err
+    (line,) = [ln for ln in err.splitlines() if ln.strip()]
+    found = re.match(rf"orch: error: {re.escape(str(path))}:(\d+): partitions\[0\]\.gpus_per_task: "
+                     rf"{each} GPU\(s\) a rank × \d ranks a node {re.escape(ranks)} needs \d GPUs, "
+                     r"but partition 'local' has 2 \(gpus_per_node\); use --tasks-per-node \d",
+                     line)
+    assert found, line
+    at = int(found[1])  # the line of the field itself
+    assert path.read_text().splitlines()[at - 1].strip().startswith("gpus_per_task:"), line
+    fits = ["--tasks-per-node", str(2 // int(each)), "--option", "backend=gloo"]
+    code, _, err = orch("sweep", "--site", path, "--nodes", "1", "--dry-run", *fits)
+    assert code == 0, err  # the advice holds
