@@ -76,11 +76,17 @@ def test_aggregate_says_why_when_nothing_was_read():
 
 def test_cpulists_and_numa_nodes(tmp_path):
     assert dm.parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert dm.parse_cpulist("\n") == []  # a NUMA node without CPUs
+    for bad in ("0-3,,8", "1-", "a", "0-3;8"):
+        with pytest.raises(ValueError, match="not a CPU list"):
+            dm.parse_cpulist(bad)
     assert dm.compact_cpus([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
     assert dm.compact_cpus([5]) == "5"
     for node, cpus in (("node0", "0-3"), ("node1", "4-7")):
         (tmp_path / node).mkdir()
         (tmp_path / node / "cpulist").write_text(cpus + "\n")
+    (tmp_path / "node2").mkdir()
+    (tmp_path / "node2" / "cpulist").write_text("\n")  # memory only, no CPUs
     (tmp_path / "possible").write_text("0-1\n")  # not a node
     assert dm.numa_nodes([0, 1], str(tmp_path)) == [0]
     assert dm.numa_nodes([3, 4], str(tmp_path)) == [0, 1]

@@ -9,7 +9,8 @@ sysfs does not say (no topology there, not Linux), the logical count stands, and
 says so.
 
 Rank-side (the allreduce-bench rank records its machine's cores) and read by the control plane
-(the pre-flight, the validity checks): standard library only.
+(the pre-flight, the validity checks): standard library only, and the kernel's CPU lists read
+by the one parser of them (devmetrics.parse_cpulist, which CNTK's Python 3.6 also runs).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
+
+from . import devmetrics
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 # Newer kernels name the siblings of a core core_cpus_list; thread_siblings_list is the older
@@ -43,18 +46,6 @@ class Cores(NamedTuple):
         return f"{self.physical} physical cores ({self.logical} logical)"
 
 
-def cpu_list(text: str) -> frozenset[int]:
-    """The CPUs of a kernel CPU list (``0-3,8,10-11``); ValueError if it is not one."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
-        if match is None:
-            raise ValueError(f"not a CPU list: {text!r}")
-        first = int(match.group(1))
-        out.update(range(first, int(match.group(2) or first) + 1))
-    return frozenset(out)
-
-
 def machine_cpus(root: Path = SYSFS_CPU) -> list[int]:
     """Every logical CPU sysfs lists under ``root`` (``cpuN`` directories), sorted."""
     try:
@@ -67,9 +58,12 @@ def machine_cpus(root: Path = SYSFS_CPU) -> list[int]:
 def _siblings(cpu: int, root: Path) -> frozenset[int] | None:
     for name in SIBLING_FILES:
         try:
-            return cpu_list((root / f"cpu{cpu}" / "topology" / name).read_text())
+            siblings = devmetrics.parse_cpulist(
+                (root / f"cpu{cpu}" / "topology" / name).read_text())
         except (OSError, ValueError):
             continue
+        if siblings:  # an empty list says no more than a missing one
+            return frozenset(siblings)
     return None
 
 

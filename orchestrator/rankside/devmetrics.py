@@ -19,6 +19,7 @@ small functions the tests call directly.
 import contextlib
 import json
 import os
+import re
 import threading
 import time
 
@@ -267,13 +268,19 @@ def combine(a: dict, b: dict) -> dict:
 
 
 def parse_cpulist(text: str) -> list:
-    """``0-3,8`` (the kernel's cpulist format) -> [0, 1, 2, 3, 8]."""
+    """``0-3,8`` (the kernel's cpulist format: sysfs CPU and NUMA lists, an affinity as the
+    header records it) -> [0, 1, 2, 3, 8]; [] for an empty one (a NUMA node without CPUs);
+    ValueError where it is not a cpulist."""
+    text = text.strip()
+    if not text:
+        return []
     cpus = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+    for part in text.split(","):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part.strip())
+        if match is None:
+            raise ValueError(f"not a CPU list: {text!r}")
+        first = int(match.group(1))
+        cpus.update(range(first, int(match.group(2) or first) + 1))
     return sorted(cpus)
 
 
