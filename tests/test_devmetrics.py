@@ -57,6 +57,22 @@ def test_energy_from_the_counter_else_from_integrated_power():
     assert dm.window_energy([{"t": 0.0, "energy_mj": 5}]) == (None, None)  # one sample: none
 
 
+def test_window_energy_is_edge_energy_over_the_samples_span():
+    # The footer's energy over all its samples and the energy between the window's edges are
+    # one computation: with the edges at the first and last sample they agree, counter or
+    # power; an NVML counter that went back (a driver reload) is not a counter for either.
+    samples = [{"t": 0.0, "energy_mj": 1000, "power_w": 100.0},
+               {"t": 1.0, "energy_mj": 2500, "power_w": 100.0},
+               {"t": 2.0, "energy_mj": 4500, "power_w": 300.0}]
+    for case in (samples, [dict(s, energy_mj=None) for s in samples],
+                 [dict(s, energy_mj=e) for s, e in zip(samples, (1000, 2500, 400), strict=True)]):
+        joules, basis = dm.window_energy(case)
+        assert dm.edge_energy(case, 0.0, 2.0, period=0.5) == (pytest.approx(joules), basis, None)
+    assert dm.window_energy(case) == (pytest.approx(300.0), "integrated power")
+    assert dm.counter_total([{"t": 0.0, "nvlink_tx_kib": 9}, {"t": 1.0, "nvlink_tx_kib": 4}],
+                            "nvlink_tx_kib", 1.0) is None  # went back: no total, not -5
+
+
 def test_rapl_energy_sums_packages_and_survives_a_wraparound():
     ranges = {"intel-rapl:0": 1000, "intel-rapl:1": 1000}
     samples = [{"t": 0.0, "rapl_uj": {"intel-rapl:0": 900, "intel-rapl:1": 10}},

@@ -43,6 +43,10 @@ THROTTLE_BITS = (
 )
 # nvmlFieldValue ids: NVLink data throughput counters in KiB (NVML_FI_DEV_NVLINK_THROUGHPUT_*).
 NVLINK_TX_FIELD, NVLINK_RX_FIELD = 138, 139
+# The energy counters a sample may carry, in the order preferred, and their unit in J: NVML's
+# total energy in mJ, RAPL's energy_uj in µJ. Power (W) integrated over time is the fallback.
+ENERGY_COUNTERS = (("energy_mj", 1e-3), ("rapl_uj", 1e-6))
+ENERGY_FIELDS = (*(key for key, _ in ENERGY_COUNTERS), "power_w")  # what energy comes from
 
 
 # --- pure parts -----------------------------------------------------------------------------
@@ -74,31 +78,51 @@ def counter_delta(first: int, last: int, max_range: "int | None") -> int:
     return last + max_range - first
 
 
-def counter_total(samples: list, key: str, scale: float, ranges: "dict | None" = None):
-    """How far a cumulative counter moved over the samples, times ``scale`` (``key``: a
-    number, or a dict of zones summed), interval by interval so that each may wrap once
-    (``ranges``: a zone's wrap value). None when a sample lacks it or there is one sample."""
-    total = 0.0
+def cumulative(samples: list, key: str, scale: float, ranges: "dict | None" = None):
+    """[(t, units moved since the first sample)] of a cumulative counter, times ``scale``
+    (``key``: a number, or a dict of zones summed), each interval past at most one wraparound
+    (``ranges``: a zone's wrap value); None where there is one sample, a sample lacks it or a
+    counter without a wrap value went backwards (NVML's is an unsigned 64-bit count since the
+    driver loaded: it only goes back when the driver reloads)."""
+    if len(samples) < 2:
+        return None
+    out, total = [(samples[0]["t"], 0.0)], 0.0
     for i in range(1, len(samples)):  # no zip(strict=)/pairwise: Python 3.6
         va, vb = samples[i - 1].get(key), samples[i].get(key)
-        if va is None or vb is None:
+        if va is None or vb is None or (isinstance(va, dict) and set(va) != set(vb)):
             return None
-        if isinstance(va, dict):
-            if set(va) != set(vb):
+        pairs = ([(va[z], vb[z], (ranges or {}).get(z)) for z in va] if isinstance(va, dict)
+                 else [(va, vb, None)])
+        for first, last, wrap in pairs:
+            if last < first and not wrap:
                 return None
-            total += sum(counter_delta(va[z], vb[z], (ranges or {}).get(z)) for z in va)
-        else:
-            total += counter_delta(va, vb, None)
-    return total * scale if len(samples) > 1 else None
+            total += counter_delta(first, last, wrap)
+        out.append((samples[i]["t"], total * scale))
+    return out
+
+
+def counter_total(samples: list, key: str, scale: float, ranges: "dict | None" = None):
+    """How far a cumulative counter moved over the samples, times ``scale``: the last point
+    of :func:`cumulative` (None where it has none)."""
+    series = cumulative(samples, key, scale, ranges)
+    return series[-1][1] if series is not None else None
+
+
+def power_points(samples: list) -> list:
+    """[(t, power_w)] of the samples that read power."""
+    return [(s["t"], s["power_w"]) for s in samples if s.get("power_w") is not None]
+
+
+def trapezoids(points: list) -> float:
+    """The integral of the piecewise-linear series ``points`` [(t, v)] over its span."""
+    return sum((points[i][0] - points[i - 1][0]) * (points[i - 1][1] + points[i][1]) / 2
+               for i in range(1, len(points)))
 
 
 def integrated_energy_j(samples: list) -> "float | None":
     """Power integrated over time (trapezoids between samples with ``power_w``), in J."""
-    points = [(s["t"], s["power_w"]) for s in samples if s.get("power_w") is not None]
-    if len(points) < 2:
-        return None
-    return sum((points[i][0] - points[i - 1][0]) * (points[i - 1][1] + points[i][1]) / 2
-               for i in range(1, len(points)))
+    points = power_points(samples)
+    return trapezoids(points) if len(points) >= 2 else None
 
 
 def _mean(values: list) -> "float | None":
@@ -114,7 +138,7 @@ def _max(values: list) -> "float | None":
 def window_energy(samples: list, ranges: "dict | None" = None) -> tuple:
     """(joules, basis) over the samples: the energy counter's difference where every sample
     has it (NVML's mJ, RAPL's µJ), else power integrated over time, else (None, None)."""
-    for key, scale in (("energy_mj", 1e-3), ("rapl_uj", 1e-6)):
+    for key, scale in ENERGY_COUNTERS:
         joules = counter_total(samples, key, scale, ranges)
         if joules is not None:
             return joules, "counter"
@@ -130,30 +154,6 @@ EDGE_SLACK_S = 0.05
 
 
 NO_ENERGY = "no energy: neither an energy counter nor power was read"
-ENERGY_FIELDS = ("energy_mj", "rapl_uj", "power_w")  # a sample's fields energy comes from
-
-
-def cumulative(samples: list, key: str, scale: float, ranges: "dict | None" = None):
-    """[(t, units moved since the first sample)] of a cumulative counter (``key``: a number,
-    or a dict of zones summed), each interval past at most one wraparound (``ranges``: a
-    zone's wrap value); None where a sample lacks it or a counter without a wrap value went
-    backwards (NVML's is an unsigned 64-bit mJ count since the driver loaded: it only goes
-    back when the driver reloads)."""
-    if len(samples) < 2:
-        return None
-    out, total = [(samples[0]["t"], 0.0)], 0.0
-    for i in range(1, len(samples)):
-        va, vb = samples[i - 1].get(key), samples[i].get(key)
-        if va is None or vb is None or (isinstance(va, dict) and set(va) != set(vb)):
-            return None
-        pairs = ([(va[z], vb[z], (ranges or {}).get(z)) for z in va] if isinstance(va, dict)
-                 else [(va, vb, None)])
-        for first, last, wrap in pairs:
-            if last < first and not wrap:
-                return None
-            total += counter_delta(first, last, wrap)
-        out.append((samples[i]["t"], total * scale))
-    return out
 
 
 def value_at(points: list, t: float, hold: bool = False) -> float:
@@ -176,10 +176,8 @@ def clipped_integral(points: list, start: float, end: float) -> float:
     """The trapezoids of ``points`` [(t, v)] over exactly [start, end]: the edges' values
     interpolated, a value held constant past the series' ends."""
     inner = [p for p in points if start < p[0] < end]
-    edges = [(start, value_at(points, start, hold=True)), *inner,
-             (end, value_at(points, end, hold=True))]
-    return sum((edges[i][0] - edges[i - 1][0]) * (edges[i - 1][1] + edges[i][1]) / 2
-               for i in range(1, len(edges)))
+    return trapezoids([(start, value_at(points, start, hold=True)), *inner,
+                       (end, value_at(points, end, hold=True))])
 
 
 def edge_energy(samples: list, start: float, end: float, ranges: "dict | None" = None,
@@ -196,11 +194,11 @@ def edge_energy(samples: list, start: float, end: float, ranges: "dict | None" =
     held = sum(1 for s in samples if start - EDGE_SLACK_S <= s["t"] <= end + EDGE_SLACK_S)
     if end - start < period or held < 2:
         return None, None, SHORT_WINDOW
-    for key, scale in (("energy_mj", 1e-3), ("rapl_uj", 1e-6)):
+    for key, scale in ENERGY_COUNTERS:
         series = cumulative(samples, key, scale, ranges)
         if series is not None:
             return value_at(series, end) - value_at(series, start), "counter", None
-    points = [(s["t"], s["power_w"]) for s in samples if s.get("power_w") is not None]
+    points = power_points(samples)
     if len(points) >= 2:
         return clipped_integral(points, start, end), "integrated power", None
     return None, None, NO_ENERGY
