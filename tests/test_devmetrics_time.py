@@ -194,6 +194,18 @@ def test_report_draws_the_recorded_runs_over_time(recorded_sweep, tmp_path):
     assert report_devices.timeline(runs, iters, None) is None  # a set older than the sampler
 
 
+def test_window_edges_split_the_windows_as_the_metrics_do():
+    # A row without a window (an iteration table older than the native window, or one
+    # concatenated with such a table: NaN) is the breakdown window's, as in the run's metrics.
+    iters = pd.DataFrame({"run_id": ["a"] * 4, "t_start": [0.0, 1.0, 2.0, 3.0],
+                          "t_iter": [0.5] * 4, "warmup_iter": [True, False, False, False],
+                          "window": ["native", "native", None, "breakdown"]})
+    assert report_devices.window_edges(iters, "a") == {"native": (1.0, 1.5),
+                                                       "breakdown": (2.0, 3.5)}
+    assert report_devices.window_edges(iters.drop(columns="window"), "a") == {
+        "breakdown": (1.0, 3.5)}
+
+
 def test_timeline_picks_each_configurations_median_run_and_names_the_rest(recorded_sweep):
     sweep, _ = recorded_sweep
     runs = pd.read_parquet(sweep / "results" / "runs.parquet")

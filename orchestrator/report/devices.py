@@ -12,6 +12,8 @@ import json
 
 import pandas as pd
 
+from .. import protocol
+from ..results import analyze
 from .fmt import as_float, fmt_num
 from .tables import Table
 
@@ -118,7 +120,7 @@ TIMELINE_ROWS = (
     ("SM clock MHz", [("sm_clock_mhz", "-", "SM clock")]),
     ("utilisation %", [("gpu_util", "-", "GPU"), ("cpu_util", ":", "CPU (process)")]),
 )
-WINDOW_SHADES = (("native", "#2ca02c"), ("breakdown", "#ff7f0e"))
+WINDOW_SHADES = ((protocol.WINDOW_NATIVE, "#2ca02c"), (protocol.WINDOW_BREAKDOWN, "#ff7f0e"))
 
 
 def timeline_runs(runs: pd.DataFrame, samples: pd.DataFrame) -> tuple[list, list[str]]:
@@ -144,17 +146,16 @@ def timeline_runs(runs: pd.DataFrame, samples: pd.DataFrame) -> tuple[list, list
 
 
 def window_edges(iters: pd.DataFrame, run_id: str) -> dict[str, tuple[float, float]]:
-    """Each window's measured iterations' (first start, last end) over the run's ranks."""
+    """Each window's measured iterations' (first start, last end) over the run's ranks, the
+    rows split into windows as the run's metrics split them (analyze.split_windows)."""
     if iters.empty or not {"t_start", "t_iter", "run_id"} <= set(iters.columns):
         return {}
     rows = iters[iters["run_id"] == run_id]
     if "warmup_iter" in rows.columns:
         rows = rows[~rows["warmup_iter"].astype(bool)]
-    window = rows["window"] if "window" in rows.columns else pd.Series(
-        "breakdown", index=rows.index)
+    native, breakdown = analyze.split_windows(rows)
     out = {}
-    for name, _ in WINDOW_SHADES:
-        part = rows[window == name]
+    for name, part in ((protocol.WINDOW_NATIVE, native), (protocol.WINDOW_BREAKDOWN, breakdown)):
         if not part.empty:
             out[name] = (float(part["t_start"].min()),
                          float((part["t_start"] + part["t_iter"]).max()))
