@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from orchestrator.model import interval, ledger, preflight, validity
-from orchestrator.model.comm import AlphaBeta, allreduce_time
+from orchestrator.model.comm import AlphaBeta, allreduce_time, fit_ring
 from orchestrator.report.scorecard import scorecard_summary, scorecard_table
 
 SIZES = [4, 1024, 16384, 262144, 1048576, 4194304]
@@ -41,16 +42,30 @@ def test_combine_adds_the_sources_in_quadrature_by_hand():
 def test_alpha_beta_bounds_from_the_fit_residuals():
     centre = AlphaBeta(alpha=1e-4, bandwidth=1e9)
     exact = [allreduce_time(m, 2, centre.alpha, centre.bandwidth) for m in SIZES]
-    fast, slow = interval.alpha_beta_bounds(SIZES, exact, 2, centre)
+    fast, slow = interval.alpha_beta_bounds(fit_ring(SIZES, exact, 2, relative=True), centre)
     # a fit with no residual is certain: both corners are the centre
     assert fast.alpha == pytest.approx(centre.alpha) and slow.bandwidth == pytest.approx(1e9)
     noisy = [t * (1.2 if i % 2 else 0.8) for i, t in enumerate(exact)]
-    fast, slow = interval.alpha_beta_bounds(SIZES, noisy, 2, centre)
+    fit = fit_ring(SIZES, noisy, 2, relative=True)
+    fast, slow = interval.alpha_beta_bounds(fit, centre)
     assert fast.alpha < centre.alpha < slow.alpha
     assert fast.bandwidth > centre.bandwidth > slow.bandwidth
-    # two sizes leave no degree of freedom; one rank sends nothing: no bounds
-    assert interval.alpha_beta_bounds([4, 8], [1e-3, 2e-3], 2, centre) is None
-    assert interval.alpha_beta_bounds(SIZES, noisy, 1, centre) is None
+    # the standard errors are the weighted least squares' (numpy.polyfit of t = 2α + β·m at
+    # 2 ranks, each row weighted 1/t as the relative fit, its covariance scaled by χ²/dof)
+    (beta, two_alpha), cov = np.polyfit(SIZES, noisy, 1, w=1 / np.asarray(noisy), cov=True)
+    assert fit.alpha_beta.alpha == pytest.approx(two_alpha / 2)
+    assert fit.alpha_beta.beta == pytest.approx(beta)
+    assert fit.se_alpha == pytest.approx(math.sqrt(cov[1, 1]) / 2)
+    assert fit.se_beta == pytest.approx(math.sqrt(cov[0, 0]))
+    # the corners are z of them away (around the fit's own α–β by default)
+    z = interval.z_of()
+    _, own_slow = interval.alpha_beta_bounds(fit)
+    assert own_slow.alpha == pytest.approx(fit.alpha_beta.alpha + z * fit.se_alpha)
+    assert 1 / own_slow.bandwidth == pytest.approx(fit.alpha_beta.beta + z * fit.se_beta)
+    # two sizes leave no degree of freedom: no standard errors, no bounds
+    two = fit_ring([4, 4194304, 4194304], [exact[0], exact[-1], 1.1 * exact[-1]], 2,
+                   relative=True)
+    assert two.se_alpha is None and interval.alpha_beta_bounds(two, centre) is None
 
 
 def test_fit_problem_thresholds():

@@ -73,6 +73,19 @@ def allreduce_time(size_bytes: float, n: int, alpha: float, bandwidth: float) ->
     return 2 * (n - 1) * alpha + 2 * (n - 1) / n * size_bytes / bandwidth
 
 
+class RingFit(BaseModel):
+    """A ring all-reduce fit (:func:`fit_ring`): its ``alpha_beta`` and their standard errors
+    ``se_alpha`` (s) and ``se_beta`` (s/byte) from the residuals of the least squares it
+    solved (covariance ``s²(XᵀX)⁻¹``, rows as weighted); None where no degree of freedom is
+    left to estimate them (fewer than 3 distinct sizes: two sizes fit any two means)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    alpha_beta: AlphaBeta
+    se_alpha: float | None = None
+    se_beta: float | None = None
+
+
 def fit_alpha_beta(
     sizes_bytes: Sequence[float],
     times_s: Sequence[float],
@@ -80,7 +93,36 @@ def fit_alpha_beta(
     *,
     relative: bool = False,
 ) -> AlphaBeta:
-    """Least-squares fit of α and B from all-reduce times measured at one worker count ``n``.
+    """Least-squares fit of α and B from all-reduce times measured at one worker count ``n``
+    (:func:`fit_ring`'s α–β)."""
+    return fit_ring(sizes_bytes, times_s, n, relative=relative).alpha_beta
+
+
+def _standard_errors(design: np.ndarray, target: np.ndarray, params: np.ndarray,
+                     distinct: int) -> tuple[float, float] | None:
+    """The standard errors of a two-parameter least-squares solution ``params`` of
+    ``design · p = target``; None with fewer than 3 distinct sizes or a singular design."""
+    if distinct < 3:
+        return None
+    resid = design @ params - target
+    s2 = float(resid @ resid) / (len(target) - 2)
+    try:
+        cov = s2 * np.linalg.inv(design.T @ design)
+    except np.linalg.LinAlgError:
+        return None
+    se_alpha, se_beta = (math.sqrt(max(0.0, float(v))) for v in np.diag(cov))
+    return se_alpha, se_beta
+
+
+def fit_ring(
+    sizes_bytes: Sequence[float],
+    times_s: Sequence[float],
+    n: int,
+    *,
+    relative: bool = False,
+) -> RingFit:
+    """Least-squares fit of α and B from all-reduce times measured at one worker count ``n``,
+    with their standard errors (:class:`RingFit`).
 
     Solves ``t = α · 2(N−1) + β · 2(N−1)/N · m`` for ``(α, β)`` with ``numpy.linalg.lstsq``
     and returns ``B = 1/β``. With ``relative=True`` each row is divided by its measured time,
@@ -116,7 +158,9 @@ def fit_alpha_beta(
     if relative:
         design = design / times[:, None]
         target = np.ones_like(times)
-    (alpha, beta), *_ = np.linalg.lstsq(design, target, rcond=None)
+    params, *_ = np.linalg.lstsq(design, target, rcond=None)
+    alpha, beta = params
+    errors = _standard_errors(design, target, params, int(np.unique(sizes).size))
     if not beta > 0:
         raise ModelInputError(
             f"fitted bandwidth is not positive (β = {beta:.3g} s/byte): times do not grow with "
@@ -130,7 +174,8 @@ def fit_alpha_beta(
                 f"fitted latency α = {alpha:.3g} s is negative; add small message sizes or "
                 "use relative=True"
             )
-    return AlphaBeta(alpha=float(alpha), bandwidth=float(1.0 / beta))
+    return RingFit(alpha_beta=AlphaBeta(alpha=float(alpha), bandwidth=float(1.0 / beta)),
+                   se_alpha=errors[0] if errors else None, se_beta=errors[1] if errors else None)
 
 
 

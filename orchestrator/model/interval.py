@@ -5,8 +5,8 @@ stated nominal level can (the share of measured values inside their intervals sh
 the level: the scorecard's *coverage*). Three sources of uncertainty are combined, each as a
 half-width at :data:`LEVEL` (normal quantile ``z``), in quadrature (taken as independent):
 
-* **the network fit**: the α–β fit's residual standard error gives α's and β's standard
-  errors (relative least squares, the covariance ``s²(XᵀX)⁻¹``); the prediction is made again
+* **the network fit**: the α–β fit's standard errors of α and β (model.comm.fit_ring: the
+  covariance ``s²(XᵀX)⁻¹`` of the least squares it solved); the prediction is made again
   with the fast corner (α − zσ_α, β − zσ_β) and the slow corner (α + zσ_α, β + zσ_β) of both
   levels, and the distance of each to the point is that side's half-width;
 * **the compute phases**: the spread of one iteration of the measured run (a conservative
@@ -31,7 +31,7 @@ from statistics import NormalDist
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from .comm import AlphaBeta
+from .comm import AlphaBeta, RingFit
 
 #: The nominal level of every interval orch states (two-sided: 10 % below, 10 % above).
 LEVEL = 0.8
@@ -121,32 +121,20 @@ class Interval(BaseModel):
         return (f"{self.level:.0%} interval {self.low * 1e3:.3g}-{self.high * 1e3:.3g} ms")
 
 
-def alpha_beta_bounds(sizes: Sequence[float], seconds: Sequence[float], ranks: int,
-                      centre: AlphaBeta, level: float = LEVEL,
+def alpha_beta_bounds(fit: RingFit, centre: AlphaBeta | None = None, level: float = LEVEL,
                       ) -> tuple[AlphaBeta, AlphaBeta] | None:
-    """(fast, slow) corners of the α and β intervals around ``centre``, from the residual
-    standard error of the ring all-reduce fit at ``ranks`` ranks (relative least squares, as
-    the fit itself); None where the fit has no degree of freedom left (fewer than 3 distinct
-    sizes) or nothing is communicated (1 rank)."""
-    x = np.asarray(sizes, dtype=float)
-    t = np.asarray(seconds, dtype=float)
-    if ranks < 2 or len(x) != len(t) or np.unique(x).size < 3 or not np.all(t > 0):
+    """(fast, slow) corners of the α and β intervals around ``centre`` (the fit's own α–β by
+    default), ``z`` of the fit's standard errors away (model.comm.fit_ring); None where the fit
+    could not estimate them (fewer than 3 distinct sizes)."""
+    if fit.se_alpha is None or fit.se_beta is None:
         return None
-    design = np.column_stack([np.full_like(x, 2.0 * (ranks - 1)),
-                              2.0 * (ranks - 1) / ranks * x]) / t[:, None]
-    params, *_ = np.linalg.lstsq(design, np.ones_like(t), rcond=None)
-    resid = design @ params - 1.0
-    s2 = float(resid @ resid) / (len(t) - 2)
-    try:
-        cov = s2 * np.linalg.inv(design.T @ design)
-    except np.linalg.LinAlgError:
-        return None
-    se_alpha, se_beta = (math.sqrt(max(0.0, v)) for v in np.diag(cov))
+    centre = centre or fit.alpha_beta
     z = z_of(level)
     beta = centre.beta
-    fast = AlphaBeta(alpha=max(0.0, centre.alpha - z * se_alpha),
-                     bandwidth=1.0 / max(beta * 1e-3, beta - z * se_beta))
-    slow = AlphaBeta(alpha=centre.alpha + z * se_alpha, bandwidth=1.0 / (beta + z * se_beta))
+    fast = AlphaBeta(alpha=max(0.0, centre.alpha - z * fit.se_alpha),
+                     bandwidth=1.0 / max(beta * 1e-3, beta - z * fit.se_beta))
+    slow = AlphaBeta(alpha=centre.alpha + z * fit.se_alpha,
+                     bandwidth=1.0 / (beta + z * fit.se_beta))
     return fast, slow
 
 

@@ -3,7 +3,7 @@
 ``orch netbench --site S --partition P`` runs the ``allreduce-bench`` mode (one all-reduce per
 message size and iteration, see orchestrator/modes/allreduce_bench/rank.py) as an ordinary run
 (render, submit, gather), then fits latency α and bandwidth B of the ring all-reduce cost
-``2(N−1)·α + 2(N−1)/N · m/B`` (model.comm.fit_alpha_beta) to the measured seconds and stores
+``2(N−1)·α + 2(N−1)/N · m/B`` (model.comm.fit_ring) to the measured seconds and stores
 the result, keyed by site and partition, where ``orch report`` and ``orch predict`` find it:
 
     $ORCH_NETBENCH_DIR/<site>-<partition>.json     when the variable is set, else
@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -31,7 +32,7 @@ from .. import __version__, modes, rundir
 from ..errors import UserError
 from ..results import gather
 from ..units import format_bandwidth, format_seconds
-from .comm import AlphaBeta, allreduce_time, fit_alpha_beta
+from .comm import AlphaBeta, RingFit, allreduce_time, fit_ring
 from .inputs import ModelInputError
 
 MODE = modes.network_benchmark().name  # allreduce-bench
@@ -153,15 +154,25 @@ def fit_run(rdir: Path) -> NetbenchResult:
     )
 
 
+def fit_measured(sizes: Sequence[float], seconds: Sequence[float], workers: int) -> RingFit:
+    """The ring fit of measured all-reduce times (model.comm.fit_ring): relative errors, else
+    absolute ones (they may work where relative ones give a negative α); the relative fit's
+    ModelInputError where neither does."""
+    try:
+        return fit_ring(sizes, seconds, workers, relative=True)
+    except ModelInputError as first:
+        try:
+            return fit_ring(sizes, seconds, workers)
+        except ModelInputError:
+            raise first from None
+
+
 def _fit(sizes: list[int], seconds: list[float], workers: int, where: Path) -> AlphaBeta:
     try:
-        return fit_alpha_beta(sizes, seconds, workers, relative=True)
-    except ModelInputError as first:
-        try:  # absolute errors: may work where relative ones give a negative α
-            return fit_alpha_beta(sizes, seconds, workers)
-        except ModelInputError:
-            raise UserError(f"{where}: cannot fit α–β to the measured all-reduce times: "
-                            f"{first}") from None
+        return fit_measured(sizes, seconds, workers).alpha_beta
+    except ModelInputError as exc:
+        raise UserError(f"{where}: cannot fit α–β to the measured all-reduce times: "
+                        f"{exc}") from None
 
 
 # --- storing and finding -------------------------------------------------------------------

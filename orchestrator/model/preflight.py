@@ -36,6 +36,7 @@ from ..results import gather
 from ..site import Site
 from . import interval, netbench, validity
 from .comm import AlphaBeta, Network
+from .inputs import ModelInputError
 
 MODES = ("auto", "always", "never")
 MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
@@ -96,9 +97,13 @@ class Level(BaseModel):
         return validity.fit_problem(self.level, self.r2, self.max_rel_residual)
 
     def bounds(self) -> tuple[AlphaBeta, AlphaBeta] | None:
-        """(fast, slow) corners of α and B at the interval's level, from the fit's residuals
-        (None where the fit has too few sizes to say)."""
-        return interval.alpha_beta_bounds(self.sizes, self.seconds, self.ranks, self.alpha_beta)
+        """(fast, slow) corners of α and B at the interval's level, from the standard errors of
+        the fit the level's α–β came from (None where the fit has too few sizes to say)."""
+        try:
+            fit = netbench.fit_measured(self.sizes, self.seconds, self.ranks)
+        except ModelInputError:
+            return None
+        return interval.alpha_beta_bounds(fit, self.alpha_beta)
 
     def core_count(self) -> cores.Cores:
         """The machine's physical cores (its logical CPUs where not recorded) and CPUs."""
