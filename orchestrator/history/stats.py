@@ -179,10 +179,18 @@ def yuen_welch(a: np.ndarray, b: np.ndarray, confidence: float = 0.95,
     se2 = ta.d + tb.d
     if not math.isfinite(se2):
         return Difference(diff, -math.inf, math.inf, 0.5, 0.5, 0.0)
-    if se2 <= 0.0:  # no spread on either side: the difference is exact
+    # Welch-Satterthwaite degrees of freedom (none needed where the difference is exact)
+    df = se2 ** 2 / (ta.d ** 2 / (ta.h - 1) + tb.d ** 2 / (tb.h - 1)) if se2 > 0 else math.inf
+    return _t_difference(diff, se2, df, confidence)
+
+
+def _t_difference(diff: float, se2: float, df: float, confidence: float) -> Difference:
+    """A difference ``diff`` with squared standard error ``se2`` on ``df`` degrees of freedom:
+    its interval at ``confidence`` and one-sided p-values from the t distribution; exact where
+    ``se2`` is 0 (no spread on either side)."""
+    if se2 <= 0.0:
         less, greater = (0.0, 1.0) if diff < 0 else (1.0, 0.0) if diff > 0 else (0.5, 0.5)
         return Difference(diff, diff, diff, less, greater, math.inf)
-    df = se2 ** 2 / (ta.d ** 2 / (ta.h - 1) + tb.d ** 2 / (tb.h - 1))
     se = math.sqrt(se2)
     half = t_ppf(0.5 + confidence / 2.0, df) * se
     below = t_cdf(diff / se, df)
@@ -203,11 +211,4 @@ def against_spread(runs: np.ndarray, one: float, confidence: float = 0.95,
     var_run = t.d * t.h * (t.h - 1) / (n - 1)  # the winsorized variance of one run
     sign = 1.0 if one_is_b else -1.0
     diff = sign * (one - t.mean)
-    se2 = t.d + var_run
-    if se2 <= 0.0:
-        less, greater = (0.0, 1.0) if diff < 0 else (1.0, 0.0) if diff > 0 else (0.5, 0.5)
-        return Difference(diff, diff, diff, less, greater, math.inf)
-    df, se = t.h - 1.0, math.sqrt(se2)
-    half = t_ppf(0.5 + confidence / 2.0, df) * se
-    below = t_cdf(diff / se, df)
-    return Difference(diff, diff - half, diff + half, below, 1.0 - below, df)
+    return _t_difference(diff, t.d + var_run, t.h - 1.0, confidence)
