@@ -121,3 +121,19 @@ def test_gather_reverifies_changed_logs(tmp_path, finished_sweep, damage):
     orch("gather", out)
     rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
     assert rec["state"] == "COMPLETED" and not rec["reason"]
+
+
+def test_co_tenants_are_written_and_read_by_one_pair_of_functions(tmp_path):
+    # job-times.json's list (a --pack-shared step) becomes the column; every reader of the
+    # column (the validity flags, the runs table) gets the run ids back from co_tenant_ids.
+    from orchestrator import protocol
+    from orchestrator.model import validity
+    from orchestrator.results import runs
+
+    (tmp_path / protocol.JOB_TIMES_FILE).write_text(json.dumps({"co_tenants": ["a-1", "b-2"]}))
+    column = runs._co_tenants(tmp_path)
+    assert runs.co_tenant_ids(column) == ["a-1", "b-2"]
+    for alone in (None, float("nan"), ""):  # NaN: how pandas holds a missing string
+        assert runs.co_tenant_ids(alone) == []
+        assert validity.shared_after(alone) is None
+    assert "with a-1, b-2 (co_tenants" in validity.shared_after(column)

@@ -150,6 +150,8 @@ def print_event(run, record) -> None:
 def print_runs(recs: list[dict]) -> None:
     from rich.table import Table
 
+    from ..results.runs import co_tenant_ids
+
     if not recs:
         out_console.print("no runs")
         return
@@ -166,7 +168,7 @@ def print_runs(recs: list[dict]) -> None:
     # Any run retried: how each of its attempts ended (the numbers are the last attempt's).
     retried = any("→" in str(r.get("attempts") or "") for r in recs)
     # Any run that shared a node with another (--pack-shared): how many, beside its numbers.
-    shared = any(r.get("co_tenants") for r in recs)
+    shared = any(co_tenant_ids(r.get("co_tenants")) for r in recs)
     for c in (*sizes, "samples/s", "speedup", "efficiency", *tail, "fabric", "state",
               *(("attempts",) if retried else ()), *(("shared with",) if shared else ()),
               "run"):
@@ -190,13 +192,14 @@ def print_runs(recs: list[dict]) -> None:
                    else "-"] if per_node else []),
                 _fabric_cell(r), f"[{style}]{r['state']}[/]",
                 *([str(r.get("attempts") or "-")] if retried else []),
-                *([_shared_cell(r)] if shared else []), r["run_id"]]
+                *([_shared_cell(co_tenant_ids(r.get("co_tenants")))] if shared else []),
+                r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
 
 
-def _shared_cell(r: dict) -> str:
-    co = [c for c in str(r.get("co_tenants") or "").split(",") if c]
+def _shared_cell(co: list[str]) -> str:
+    """How many runs shared this one's node(s)."""
     return f"[yellow]{len(co)} run{'s' if len(co) != 1 else ''}[/]" if co else "-"
 
 

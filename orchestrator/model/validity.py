@@ -15,12 +15,15 @@ Two kinds of flag, each a line that starts with its kind:
   other runs (``co_tenants``), or its input I/O took more than :data:`MAX_IO_SHARE` of its
   iteration.
 
-Pure functions: numbers in, lines out.
+Pure functions: numbers in, lines out (a run's co-tenants read by the result set's one
+parser of them, results.runs.co_tenant_ids).
 """
 
 from __future__ import annotations
 
 import math
+
+from ..results.runs import co_tenant_ids
 
 #: A fit below this R² (on log-seconds, preflight.fit_quality) does not describe the network.
 MIN_R2 = 0.9
@@ -69,7 +72,7 @@ def base_run_problems(from_ranks: int, t_io: float | None, t_iter: float | None,
     """Flags of the measured run a prediction starts from: it shared its node, or its input
     I/O dominated its iteration."""
     out = []
-    co = [c for c in str(co_tenants or "").split(",") if c and c != "nan"]
+    co = co_tenant_ids(co_tenants)
     if co:
         out.append(f"{BROKEN}: the {from_ranks}-rank run it is predicted from shared its "
                    f"node(s) with {', '.join(co)} (co_tenants)")
@@ -82,7 +85,7 @@ def base_run_problems(from_ranks: int, t_io: float | None, t_iter: float | None,
 
 def shared_after(co_tenants: str | None) -> str | None:
     """The flag of a run found, once it ran, to have shared its node(s) (its co_tenants)."""
-    co = [c for c in str(co_tenants or "").split(",") if c and c != "nan"]
+    co = co_tenant_ids(co_tenants)
     if not co:
         return None
     return (f"{BROKEN}: the run shared its node(s) with {', '.join(co)} (co_tenants, found "

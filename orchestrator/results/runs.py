@@ -54,7 +54,18 @@ def _co_tenants(rdir: Path) -> str | None:
     except (OSError, ValueError):
         return None
     co = times.get("co_tenants") if isinstance(times, dict) else None
-    return ",".join(map(str, co)) if isinstance(co, list) and co else None
+    return CO_TENANTS_SEP.join(map(str, co)) if isinstance(co, list) and co else None
+
+
+CO_TENANTS_SEP = ","  # the co_tenants column's run ids are joined with it (run ids have none)
+
+
+def co_tenant_ids(value: object) -> list[str]:
+    """The run ids of a ``co_tenants`` value of the result set, as :func:`_co_tenants` wrote
+    it; [] for a run that had its nodes to itself (None, or NaN where pandas holds it)."""
+    if not isinstance(value, str):
+        return []
+    return [c for c in value.split(CO_TENANTS_SEP) if c]
 
 
 def records(runs: pd.DataFrame) -> list[dict]:
