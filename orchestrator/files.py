@@ -28,6 +28,18 @@ def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     write_bytes_atomic(path, text.encode(), mode)
 
 
+def create_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole where no file is there: under a private name, then hard-linked
+    into place, which never replaces a file (FileExistsError where one is there or appeared
+    meanwhile: an existence check before a rename would race with it)."""
+    tmp = _tmp(path)
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def write_json_atomic(path: Path, data: object) -> None:
     write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 

@@ -13,7 +13,6 @@ existing file is never replaced unless asked to.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
+from .files import create_text_atomic, write_text_atomic
 
 SINFO_FORMAT = "%P|%D|%c|%m|%G|%f|%l"
 PROBE = "ls /sys/class/net; echo ---; ls /sys/class/infiniband 2>/dev/null; true"
@@ -252,19 +252,15 @@ def draft_path(name: str) -> Path:
 
 
 def write_draft(path: Path, text: str, force: bool = False) -> None:
-    """Write the draft to ``path``; an existing file is replaced only with ``force``. The text
-    goes to a private file first, then is linked into place: no reader sees half a draft,
-    and a file that appeared meanwhile is still not overwritten."""
+    """Write the draft to ``path`` whole (files: no reader sees half a draft); an existing
+    file is replaced only with ``force``, and without it a file that appeared meanwhile is
+    still not overwritten."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    if force:
+        write_text_atomic(path, text)
+        return
     try:
-        if force:
-            os.replace(tmp, path)
-            return
-        os.link(tmp, path)
+        create_text_atomic(path, text)
     except FileExistsError:
         raise UserError(f"{path} exists; choose another --name or --out, or use --force to "
                         f"overwrite it") from None
-    finally:
-        tmp.unlink(missing_ok=True)

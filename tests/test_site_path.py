@@ -199,6 +199,8 @@ def test_write_draft_never_replaces_a_file_that_appeared(tmp_path):
     with pytest.raises(UserError, match="exists"):
         sitedetect.write_draft(path, "two\n")
     assert path.read_text() == "one\n" and os.listdir(path.parent) == ["s.yaml"]
+    sitedetect.write_draft(path, "two\n", force=True)  # --force replaces it, whole
+    assert path.read_text() == "two\n" and os.listdir(path.parent) == ["s.yaml"]
 
 
 def test_the_docs_page_lists_the_search_path():
