@@ -40,6 +40,12 @@ A native script must stay valid on its environment's Python (CNTK's is 3.6: no
 ``from __future__ import annotations``, no dataclasses). Modes without a native script are
 listed as missing, not skipped silently.
 
+Run dimensions: ``-o precision=bf16 -o memory_format=nhwc`` (``--option``, repeatable) go to
+orch's sweep, and the twin reads the rank arguments they become: the PyTorch twins apply them as
+PyTorch's recipes write them (benchmarks.native._torch.Recipe: autocast and GradScaler,
+channels_last, pinned non-blocking copies, cuDNN's benchmark flag, torch.compile).
+``--dataset imagenet`` runs ImageNet-shaped batches.
+
 Run: ``.venv/bin/python -m benchmarks.fidelity [--modes torch-ddp,horovod --models
 lenet5,resnet18 --rounds 3 --nodes 2 --site local]``. Add ``--site testcluster`` to run on
 the test Slurm (the twin is submitted with ``sbatch --wait``).
@@ -103,6 +109,10 @@ def run_orch(mode: str, model: str, a: argparse.Namespace, out: Path) -> tuple[f
     args = ["sweep", "--site", a.site, "--nodes", str(a.nodes), "--mode", mode, "--model",
             model, "--batch-size", str(a.batch), "--iters", str(iters), "--warmup",
             str(warmup), "--out", str(out)]
+    if a.dataset:
+        args += ["--dataset", a.dataset]
+    for opt in a.option:
+        args += ["--option", opt]
     proc = orch(*args)
     res = orch("results", str(out), "--format", "json")
     rows = json.loads(res.stdout) if res.returncode == 0 and res.stdout.strip() else []
@@ -267,6 +277,12 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=None, help="default: per model")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--site", default="local")
+    p.add_argument("--dataset", default=None, help="default: orch's (cifar)")
+    p.add_argument("-o", "--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a run option for both sides (orch sweep --option; the native twin reads "
+                   "the rank argument it becomes), e.g. precision=bf16; repeatable")
+    p.add_argument("--record-to", type=Path, default=record.RESULTS, help="folder of the "
+                   "result file (default benchmarks/results; a GPU check writes under its $OUT)")
     p.add_argument("--bare-native", action="store_true", help="native scripts without orch's "
                    "rank modules imported (by default they import them, unused: a step's time "
                    "depends on the process's memory layout; benchmarks/native/_common.py)")
@@ -305,7 +321,8 @@ def main() -> None:
                 print(f"  {mode:14} {model:9} round {k}: orch {o:9.1f}  native {n:9.1f}  "
                       f"ratio {o / n:.3f}  by median step {step}  load {x.load:.1f}",
                       flush=True)
-    print(f"\nfidelity, {a.nodes} ranks, batch {a.batch}/rank, site {a.site} ({base}):")
+    print(f"\nfidelity, {a.nodes} ranks, batch {a.batch}/rank, site {a.site}{setting(a)} "
+          f"({base}):")
     print(f"{'mode':14} {'model':9} {'orch':>9} {'native':>9} {'ratio':>6}  spread       "
           f"median's interval  {'step':>5}  load       goal >= {GOAL} (ratio)")
     for r in summarize(rounds):
@@ -334,9 +351,16 @@ def write_result(rows: list[dict], a: argparse.Namespace, failures: list[str]) -
               for r in rows])
     record.write("fidelity", f"{met} of {len(rows)} mode/model pairs at orch/native ≥ {GOAL} "
                  f"(median of rounds), {a.nodes} ranks, batch {a.batch}, site {a.site}"
-                 + (f"; {len(failures)} failed" if failures else ""),
+                 + setting(a) + (f"; {len(failures)} failed" if failures else ""),
                  {f"{r['mode']}/{r['model']}": round(r["ratio"], 4) for r in rows},
-                 tables=[table], notes="\n".join(f"Failed: {f}" for f in failures))
+                 tables=[table], notes="\n".join(f"Failed: {f}" for f in failures),
+                 root=a.record_to)
+
+
+def setting(a: argparse.Namespace) -> str:
+    """The dataset and run options both sides ran with, for the summary ("" for the defaults)."""
+    parts = ([f"dataset {a.dataset}"] if a.dataset else []) + list(a.option)
+    return f", {', '.join(parts)}" if parts else ""
 
 
 if __name__ == "__main__":

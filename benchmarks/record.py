@@ -7,6 +7,7 @@ orch commit and command. A file is never overwritten: a second result of the sam
 commit gets ``-2``, ``-3``, ... appended.
 
     python -m benchmarks.record gpu-check /tmp/gpu-check   # scripts/gpu-check's $OUT, as data
+                                                           # (and its results/*/*.json, as written)
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ def write(benchmark: str, summary: str, figures: dict[str, Any], *,
     """Record a run of ``benchmark`` that just ended on this machine, at this checkout."""
     result = Result(
         benchmark=benchmark, date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
-        commit=_git("rev-parse", "--short", "HEAD") or None,
+        # $ORCH_BENCH_COMMIT: a copy of the checkout without its .git (a GPU machine's)
+        commit=os.environ.get("ORCH_BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or None,
         dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
         machine=this_machine(), command=this_command(benchmark), summary=summary,
         figures=figures, tables=tables or [], notes=notes)
@@ -123,9 +125,10 @@ def _nth(path: Path) -> int:
 
 
 # What the gpu-check table shows of each run (orch results' JSON columns).
-GPU_COLUMNS = ("mode", "model", "precision", "memory_format", "compile", "cudnn_benchmark",
-               "samples_per_s", "t_compile", "gpu_util_mean", "power_mean_w",
-               "energy_per_sample_j", "state")
+GPU_COLUMNS = ("mode", "model", "launcher", "precision", "memory_format", "compile",
+               "pin_memory", "cudnn_benchmark", "samples_per_s", "t_h2d", "t_compile",
+               "gpu_util_mean", "power_mean_w", "energy_per_sample_j", "throttle_reasons",
+               "state")
 
 
 def _value(row: dict, column: str) -> Any:
@@ -177,6 +180,8 @@ def main(argv: list[str]) -> int:
         print(f"{out}: no {', '.join(missing)}: give scripts/gpu-check's $OUT", file=sys.stderr)
         return 2
     print(f"result written: {save(gpu_check_result(out))}")
+    for path in sorted(out.glob("results/*/*.json")):  # the check's own benchmarks (fidelity)
+        print(f"result written: {save(Result.model_validate_json(path.read_text()))}")
     return 0
 
 

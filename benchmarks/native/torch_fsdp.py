@@ -2,7 +2,9 @@
 layer, then on the root model; the plain loop: zero_grad, forward, ``loss.backward()``,
 ``optimizer.step()``), with FSDP2's own collectives and no timers. The units sharded are the
 ones orch's rank shards (each parameter-holding top-level child, and each such child of a
-top-level ``nn.Sequential``), so both run the same collectives."""
+top-level ``nn.Sequential``), so both run the same collectives. The run dimensions as PyTorch's
+recipes write them (benchmarks.native._torch.Recipe); with channels_last only the inputs are,
+as FSDP2 shards contiguous parameters."""
 
 import torch
 import torch.distributed as dist
@@ -11,7 +13,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from benchmarks.native._common import parse_args
-from benchmarks.native._torch import device_for_rank, leave, plain_step, run
+from benchmarks.native._torch import DIMENSION_FLAGS, Recipe, device_for_rank, leave, run
 from orchestrator.rankside.torch import models as models_torch
 
 
@@ -27,12 +29,15 @@ def layers(model):
 
 
 def main():
-    args = parse_args(extra=(("--backend", "gloo"), ("--reshard-after-forward", "yes")))
+    args = parse_args(extra=(("--backend", "gloo"), ("--reshard-after-forward", "yes"),
+                             *DIMENSION_FLAGS))
     torch.manual_seed(0)
     dist.init_process_group(args.backend)
     rank = dist.get_rank()
     device = device_for_rank()
-    model = models_torch.build(args.model, args.dataset).to(device)
+    recipe = Recipe(args, device)
+    model = recipe.model(models_torch.build(args.model, args.dataset).to(device),
+                         weights_nchw=True)
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     reshard = args.reshard_after_forward == "yes"
     for layer in list(layers(model)):
@@ -40,7 +45,8 @@ def main():
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    run("torch-fsdp", args, rank, plain_step(model, optimizer, loss_fn), device)
+    step = recipe.step(recipe.compiled(model), optimizer, loss_fn)
+    run("torch-fsdp", args, rank, step, device, recipe)
     leave()
 
 
