@@ -95,7 +95,6 @@ def fake_slurm(tmp_path, monkeypatch):
     monkeypatch.setenv("ORCH_TEST_LOG", str(log))
     monkeypatch.setattr(slurm._Accounting, "usable", True)
     monkeypatch.setattr(slurm._Accounting, "probed", False)
-    monkeypatch.setattr(slurm._Accounting, "why", "")
     return bindir, log
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.backends.slurm import SLURM_STATES, parse_listing, slurm_state
+from orchestrator.backends.slurm import SLURM_STATES, parse_jobs, slurm_state
 from orchestrator.backends.slurm import scheduler as slurm
 from orchestrator.rundir import JobRecord
 
@@ -98,46 +98,46 @@ SACCT_MAN_PAGE_STATES = """\
 # --- tests -----------------------------------------------------------------------------------
 
 def test_testcluster_sacct_keeps_jobs_and_drops_steps():
-    seen = parse_listing(SACCT_22_05_TESTCLUSTER)
+    seen = parse_jobs(SACCT_22_05_TESTCLUSTER)
     assert set(seen) == {"8", "9", "51"}
-    assert seen["9"] == ("torch-ddp-lenet5-ib-n2-r0-0cd171fb", "CANCELLED by 0")
+    assert seen["9"][:2] == ("torch-ddp-lenet5-ib-n2-r0-0cd171fb", "CANCELLED by 0")
     assert slurm_state(seen["8"][1]) == ("FAILED", "Slurm state FAILED")
     assert slurm_state(seen["9"][1]) == ("CANCELLED", "Slurm state CANCELLED by 0")
     assert slurm_state(seen["51"][1]) == ("TIMEOUT", "")
 
 
 def test_testcluster_squeue_ignores_error_lines():
-    seen = parse_listing(SQUEUE_22_05_TESTCLUSTER)
+    seen = parse_jobs(SQUEUE_22_05_TESTCLUSTER)
     assert set(seen) == {"74", "77"}
-    assert all(slurm_state(s) == ("COMPLETED", "") for _, s in seen.values())
+    assert all(slurm_state(job.state) == ("COMPLETED", "") for job in seen.values())
 
 
 def test_snakemake_sacct_parsable():
-    seen = parse_listing(SACCT_SNAKEMAKE_157)
-    assert [slurm_state(s)[0] for _, s in seen.values()] == [
+    seen = parse_jobs(SACCT_SNAKEMAKE_157)
+    assert [slurm_state(job.state)[0] for job in seen.values()] == [
         "FAILED", "COMPLETED", "FAILED", "COMPLETED"]
 
 
 def test_a_cancelled_step_does_not_change_the_job():
-    assert parse_listing(SACCT_CLUSTER_UTILS_87) == {"239023": ("job", "COMPLETED")}
+    assert parse_jobs(SACCT_CLUSTER_UTILS_87) == {"239023": ("job", "COMPLETED", "")}
 
 
 def test_array_tasks_are_their_own_jobs():
-    seen = parse_listing(SQUEUE_BURRMILL_15)
+    seen = parse_jobs(SQUEUE_BURRMILL_15)
     assert set(seen) == {"80520_36", "80520_56"}
     assert slurm_state(seen["80520_36"][1]) == ("PENDING", "")
 
 
 def test_truncated_state_words():
-    seen = parse_listing(SACCT_TRUNCATED)
+    seen = parse_jobs(SACCT_TRUNCATED)
     assert set(seen) == {"1488666", "15926486"}
     assert slurm_state(seen["1488666"][1]) == ("OUT_OF_MEMORY", "Slurm state OUT_OF_MEMORY")
     assert slurm_state(seen["15926486"][1]) == ("CANCELLED", "Slurm state CANCELLED")
 
 
 def test_preempted_and_requeued():
-    assert slurm_state(parse_listing(SACCT_MFC_1311)["4711"][1]) == ("PREEMPTED", "")
-    assert slurm_state(parse_listing(SQUEUE_REFRAME_3703)["4712"][1]) == ("PENDING", "")
+    assert slurm_state(parse_jobs(SACCT_MFC_1311)["4711"][1]) == ("PREEMPTED", "")
+    assert slurm_state(parse_jobs(SQUEUE_REFRAME_3703)["4712"][1]) == ("PENDING", "")
 
 
 @pytest.mark.parametrize("job_id,state,reason", [
@@ -151,7 +151,7 @@ def test_preempted_and_requeued():
     ("107", "RUNNING", "Slurm state STOPPED"),  # held still: the hang watch pauses
 ])
 def test_man_page_states(job_id, state, reason):
-    assert slurm_state(parse_listing(SACCT_MAN_PAGE_STATES)[job_id][1]) == (state, reason)
+    assert slurm_state(parse_jobs(SACCT_MAN_PAGE_STATES)[job_id][1]) == (state, reason)
 
 
 def test_unknown_and_ambiguous_words_are_failures_with_the_word():

@@ -10,9 +10,9 @@ from .scheduler import (
     SLURM_STATES,
     SlurmScheduler,
     expand_hostlist,
-    parse_listing,
+    parse_jobs,
     slurm_state,
 )
 
-__all__ = ["PAUSED", "SLURM_STATES", "SlurmScheduler", "expand_hostlist", "parse_listing",
+__all__ = ["PAUSED", "SLURM_STATES", "SlurmScheduler", "expand_hostlist", "parse_jobs",
            "slurm_state"]

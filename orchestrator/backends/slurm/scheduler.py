@@ -122,11 +122,6 @@ def _array_tasks(job_id: str) -> list[str]:
     return out
 
 
-def parse_listing(text: str) -> dict[str, tuple[str, str]]:
-    """job id -> (job name, state field): :func:`parse_jobs` without the nodes."""
-    return {k: (v.name, v.state) for k, v in parse_jobs(text).items()}
-
-
 @register_scheduler
 class SlurmScheduler(Scheduler):
     """A Slurm cluster: submitit's SlurmExecutor; state from squeue/sacct, cancel with scancel."""
@@ -371,7 +366,6 @@ class _Accounting:
 
     usable = True
     probed = False
-    why = ""
 
 
 def accounting_usable() -> bool:
@@ -407,7 +401,7 @@ def sacct(args: list[str]) -> str | None:
 
 def _no_accounting(why: str) -> None:
     if _Accounting.usable:
-        _Accounting.usable, _Accounting.why = False, why
+        _Accounting.usable = False
         print(f"orch: {why}: job states come from squeue alone; a job squeue no longer lists "
               f"is judged by its run directory", file=sys.stderr, flush=True)
 
