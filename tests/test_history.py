@@ -558,16 +558,20 @@ def test_what_differs_between_a_and_b():
 
 def test_a_gathered_sweep_is_recorded_once_and_only_when_finished(tmp_path):
     runs = pd.DataFrame({"state": ["COMPLETED", "RUNNING"]})
-    line = gathered.record(tmp_path, with_meta(1), Path("/s1"), runs)
+
+    def not_built() -> pd.DataFrame:
+        raise AssertionError("the sample table of an unfinished sweep is not built")
+
+    line = gathered.record(tmp_path, not_built, Path("/s1"), runs)
     assert line == (f"not recorded in history {tmp_path} yet: 1 run(s) not finished (the "
                     "gather that finds them finished records the sweep)")
     assert store.entries(tmp_path)[0] == []
     done = runs.assign(state=["COMPLETED", "FAILED"])
-    first = gathered.record(tmp_path, with_meta(1), Path("/s1"), done)
+    first = gathered.record(tmp_path, lambda: with_meta(1), Path("/s1"), done)
     (entry,) = store.entries(tmp_path)[0]
     assert first == f"recorded in history {tmp_path} as {entry.id}"
     # the same sweep directory with other results (a run retried since): not again
-    again = gathered.record(tmp_path, with_meta(2), Path("/s1"), done)
+    again = gathered.record(tmp_path, lambda: with_meta(2), Path("/s1"), done)
     assert again == f"already recorded in history {tmp_path} as {entry.id} (not recorded again)"
     assert len(store.entries(tmp_path)[0]) == 1
 

@@ -36,10 +36,15 @@ def _sweep_samples(directory: Path, with_provenance: bool = False, merged: bool 
     sweep = directory.resolve() if merged else sweep
     table = samples.samples(runs, iters)
     if with_provenance and sweep is not None:
-        table = store.with_provenance(table, sweep, runs)
-    elif "versions" in runs.columns:  # a result set alone: no provenance, its versions still
-        table = table.merge(runs[["run_id", "versions"]], on="run_id", how="left")
-    return table
+        return store.with_provenance(table, sweep, runs)
+    return _with_versions(table, runs)
+
+
+def _with_versions(table, runs):
+    """A sample table without provenance (a result set alone), its runs' versions still."""
+    if "versions" not in runs.columns:
+        return table
+    return table.merge(runs[["run_id", "versions"]], on="run_id", how="left")
 
 
 @app.command("add")
@@ -62,23 +67,31 @@ def add(sweep: Annotated[Path, typer.Argument(metavar="SWEEP", help="A gathered 
 def gathered(directory: Path) -> list[str]:
     """What ``orch gather`` and ``orch rerun`` say of a sweep just merged: recorded in the
     history its site config names, and each rerun inside or outside its original's spread."""
+    import functools
+
     from ..history import gathered as gathered_module
+    from ..history import samples, store
     from .resultset import load_result_set
 
-    lines = []
     root = gathered_module.site_history(directory)
+    originals = gathered_module.rerun_of(directory)
+    if root is None and not originals:
+        return []
+    runs, iters, _ = load_result_set(directory / "results")  # merged just now: read once
+    # The sample table is built once, and only where a line needs it: not for a sweep that
+    # is not finished yet (record checks that first).
+    sample_table = functools.cache(lambda: samples.samples(runs, iters))
+    lines = []
     if root is not None:
-        runs = load_result_set(directory / "results")[0]
-        table = _sweep_samples(directory, with_provenance=True, merged=True)
         try:
-            lines.append(gathered_module.record(root, table, directory, runs))
+            lines.append(gathered_module.record(root, lambda: store.with_provenance(
+                sample_table(), directory.resolve(), runs), directory, runs))
         except OSError as exc:  # the merge is done and kept: say why, do not fail it
             lines.append(f"not recorded in history {root}: {exc.strerror or exc} "
                          f"({exc.filename or root}); orch history add {directory} --history "
                          f"{root} records it once that is fixed")
-    originals = gathered_module.rerun_of(directory)
     if originals:
-        table = _sweep_samples(directory, merged=True)
+        table = _with_versions(sample_table(), runs)
         for run_id, src in sorted(originals.items()):
             lines.append(_rerun_line(run_id, src, table[table["run_id"] == run_id]))
     return lines

@@ -13,6 +13,7 @@ is loaded, since it would depend on the directory orch gather runs in.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -44,16 +45,19 @@ def unfinished(runs: pd.DataFrame) -> int:
     return int((~runs["state"].isin(rundir.TERMINAL)).sum())
 
 
-def record(root: Path, table: pd.DataFrame, sweep: Path, runs: pd.DataFrame) -> str:
+def record(root: Path, table_of: Callable[[], pd.DataFrame], sweep: Path,
+           runs: pd.DataFrame) -> str:
     """Record a gathered sweep in the history, once: the line that says what happened.
 
     A sweep with runs still pending or running is not recorded yet (recording it then, and
-    again when it is finished, would count its first runs twice); a sweep the history already
-    holds is not recorded again, and no entry is ever rewritten."""
+    again when it is finished, would count its first runs twice), and its sample table
+    (``table_of``) is not built; a sweep the history already holds is not recorded again, and
+    no entry is ever rewritten."""
     waiting = unfinished(runs)
     if waiting:
         return (f"not recorded in history {root} yet: {waiting} run(s) not finished "
                 "(the gather that finds them finished records the sweep)")
+    table = table_of()
     if table.empty:
         return f"not recorded in history {root}: no completed run with measured iterations"
     entry, added = store.record(root, table, sweep.resolve())
