@@ -5,7 +5,7 @@ Apptainer is not packaged for Debian 12; ``siftool`` (the SIF reference implemen
 Charliecloud build (its tree and SquashFS, tests/test_containers.py), so the SIF costs seconds
 once that exists. Checked here: orch's SIF reader against ``siftool list``/``info``, the
 descriptor table against a golden record (tests/golden/sif-descriptors.json), the partition
-``siftool dump`` gives back against the SquashFS built, the SIF's digest and labels in a run's
+``siftool dump`` gives back (the build keeps no copy of it), the SIF's digest and labels in a run's
 provenance, the rendered ``apptainer exec`` line against the SIF and ``apptainer build`` where
 Apptainer exists (a stand-in ``apptainer`` records what it is given), and the root filesystem
 dumped from the SIF running torch-ddp ranks under Charliecloud on the local site and on the
@@ -101,6 +101,43 @@ def test_reader_agrees_with_siftool(tmp_path):
     cut.write_bytes(path.read_bytes()[:8192])  # the header, half the descriptor table
     with pytest.raises(UserError, match="a truncated SIF file"):
         sif.descriptors(cut)
+
+
+def _dump_partition(path: Path, dest: Path) -> Path:
+    """The SIF's primary partition as ``siftool dump`` gives it back, written to ``dest``."""
+    with open(dest, "wb") as fh:
+        subprocess.run(["siftool", "dump", str(sif.primary_partition(path).id), str(path)],
+                       stdout=fh, check=True)
+    return dest
+
+
+def test_a_sif_build_keeps_no_copy_of_its_root_filesystem(tmp_path):
+    """The SquashFS packed into the SIF is a working file: gone once the SIF holds it, as is
+    the NAME.sif.rootfs.sqfs an earlier build left beside the SIF it replaces; the SIF gives
+    the partition back, with the layout appended to the tree's SquashFS."""
+    _need_tools()
+    tree = tmp_path / "tree"
+    (tree / "bin").mkdir(parents=True)
+    (tree / "bin" / "sh").write_text("#!/bin/sh\n")
+    base = tmp_path / "tree.sqfs"
+    subprocess.run(["mksquashfs", tree, base, "-noappend", "-all-root", "-quiet",
+                    "-no-progress"], check=True)
+    definition = tmp_path / "small.def"
+    definition.write_text("Bootstrap: scratch\n")
+    out = tmp_path / "images"
+    out.mkdir()
+    path = out / "small.sif"
+    stale = out / "small.sif.rootfs.sqfs"
+    stale.write_bytes(b"the partition of the SIF this build replaces")
+    spec = specs.load_spec("torch")
+    assert sifbuild.build_sif(spec, tree, base, definition, path, {"org.orch.image": "small"}) \
+        == path
+    assert sorted(p.name for p in out.iterdir()) == ["small.sif"]
+    assert sif.labels(path) == {"org.orch.image": "small"}
+    dumped = _dump_partition(path, tmp_path / "rootfs.sqfs")
+    listing = subprocess.run(["unsquashfs", "-lls", "-d", "", str(dumped)], capture_output=True,
+                             text=True, check=True).stdout
+    assert "/bin/sh" in listing and "/.singularity.d/runscript" in listing
 
 
 @pytest.mark.parametrize("tool", sorted(sifbuild.TOOLS))
@@ -248,16 +285,16 @@ def test_sif_descriptors_golden_and_siftool_agrees(torch_sif):
         (specs.containers_dir() / "torch.def").read_bytes()
 
 
-def test_the_partition_siftool_dumps_is_the_squashfs_built(torch_sif):
-    """Byte for byte; and inside it, what Apptainer reads, the labels as in the SIF."""
-    rootfs = torch_sif.with_name(torch_sif.name + ".rootfs.sqfs")
-    part = sif.primary_partition(torch_sif)
-    dump = subprocess.Popen(["siftool", "dump", str(part.id), str(torch_sif)],
-                            stdout=subprocess.PIPE)
-    h = hashlib.sha256()
-    while chunk := dump.stdout.read(1 << 20):
-        h.update(chunk)
-    assert dump.wait() == 0 and h.hexdigest() == _sha256(rootfs)
+@pytest.fixture(scope="session")
+def dumped_partition(torch_sif, tmp_path_factory) -> Path:
+    """The primary partition, dumped from torch.sif with siftool: a SquashFS file (the build
+    checked it byte for byte against the SquashFS it packed, and kept no copy of that)."""
+    return _dump_partition(torch_sif, tmp_path_factory.mktemp("sif-partition") / "rootfs.sqfs")
+
+
+def test_the_partition_siftool_dumps_holds_the_layout(dumped_partition, torch_sif):
+    """Inside it, what Apptainer reads, the labels as in the SIF."""
+    rootfs = dumped_partition
     listing = subprocess.run(["unsquashfs", "-lls", "-d", "", str(rootfs)], capture_output=True,
                              text=True, check=True).stdout
     modes = {(ln.split(None, 5)[5:] or ["/"])[0].split(" -> ")[0]: ln.split()[0]
@@ -311,18 +348,13 @@ def test_container_list_shows_the_sif(torch_sif):
 
 
 @pytest.fixture(scope="session")
-def sif_partition(torch_sif, tmp_path_factory) -> Path:
-    """The primary partition, dumped from torch.sif with siftool: a SquashFS file that ch-run
-    mounts with squashfuse, as unprivileged Apptainer mounts the partition inside the SIF.
-    (Unpacking it with unsquashfs would add a minute of writing 1.2 GB, and as much again
-    removing it, for the same files.)"""
+def sif_partition(dumped_partition) -> Path:
+    """The partition dumped from torch.sif: a SquashFS file that ch-run mounts with
+    squashfuse, as unprivileged Apptainer mounts the partition inside the SIF. (Unpacking it
+    with unsquashfs would add a minute of writing 1.2 GB, and as much again removing it, for
+    the same files.)"""
     _need(shutil.which("ch-run") is not None, "ch-run missing (make container-tools)")
-    path = tmp_path_factory.mktemp("sif-partition") / "rootfs.sqfs"
-    part = sif.primary_partition(torch_sif)
-    with open(path, "wb") as fh:
-        subprocess.run(["siftool", "dump", str(part.id), str(torch_sif)], stdout=fh, check=True)
-    assert _sha256(path) == _sha256(torch_sif.with_name(torch_sif.name + ".rootfs.sqfs"))
-    return path
+    return dumped_partition
 
 
 @pytest.mark.ranks

@@ -185,12 +185,12 @@ def _run(cmd: list[str], what: str) -> None:
 
 def build_sif(spec: ImageSpec, tree: Path, base_sqfs: Path, definition: Path, sif_path: Path,
               image_labels: dict[str, str]) -> Path:
-    """``sif_path`` from the tree and its SquashFS; the root filesystem it packed stays beside
-    it as ``NAME.sif.rootfs.sqfs`` (what ``siftool dump`` of the partition gives back).
-    Written under temporary names and moved into place last: an interrupted build leaves the
-    previous image as it was."""
-    rootfs = sif_path.with_name(sif_path.name + ".rootfs.sqfs")
-    tmp_rootfs = rootfs.with_name(rootfs.name + ".partial")
+    """``sif_path`` from the tree and its SquashFS. The root filesystem it packs is a working
+    file, removed once the SIF holds it (verified byte for byte): no run reads it, and the
+    SIF gives it back (``siftool dump`` of the primary partition). Written under temporary
+    names and moved into place last: an interrupted build leaves the previous image as it
+    was."""
+    tmp_rootfs = sif_path.with_name(sif_path.name + ".rootfs.sqfs.partial")
     tmp_sif = sif_path.with_name(sif_path.name + ".partial")
     for p in (tmp_rootfs, tmp_sif):
         p.unlink(missing_ok=True)
@@ -199,8 +199,9 @@ def build_sif(spec: ImageSpec, tree: Path, base_sqfs: Path, definition: Path, si
                     tmp_rootfs)
         assemble(tmp_sif, definition, tmp_rootfs, image_labels)
         verify(tmp_sif, tmp_rootfs)
-        os.replace(tmp_rootfs, rootfs)
         os.replace(tmp_sif, sif_path)
+        # the copy earlier builds kept beside the SIF described the SIF just replaced
+        sif_path.with_name(sif_path.name + ".rootfs.sqfs").unlink(missing_ok=True)
     finally:
         for p in (tmp_rootfs, tmp_sif):
             p.unlink(missing_ok=True)
