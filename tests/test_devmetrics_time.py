@@ -12,16 +12,17 @@ samples per second.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from orchestrator import protocol
+from orchestrator import protocol, results
 from orchestrator.rankside import devmetrics as dm
 from orchestrator.report import devices as report_devices
-from orchestrator.results import devices
+from orchestrator.results import cache, devices
 
 from .conftest import run_orch
 
@@ -179,6 +180,42 @@ def test_merge_keeps_every_device_sample(recorded_sweep):
             assert list(mine["t"]) == [s["t"] for s in written]
             assert list(mine["power_w"]) == [s["power_w"] for s in written]
         assert "energy_reason" in row and row["energy_reason"] is None
+
+
+def test_a_merge_reads_only_the_device_logs_it_has_not_merged(tmp_path):
+    first, second = sorted(RECORDED_RUNS.glob("torch-ddp-*"))
+    sweep, fresh = tmp_path / "sweep", tmp_path / "fresh"
+    shutil.copytree(first, sweep / first.name)  # copied with their times: not being written
+    results.merge(sweep)
+    path = sweep / devices.SAMPLES_FILE
+    written = cache.file_token(path)
+    results.merge(sweep)
+    assert cache.file_token(path) == written  # nothing new: not rewritten
+    shutil.copytree(second, sweep / second.name)
+    results.merge(sweep)
+    for run in (first, second):
+        shutil.copytree(run, fresh / run.name)
+    results.merge(fresh)
+    merged = pd.read_parquet(path)
+    pd.testing.assert_frame_equal(merged, pd.read_parquet(fresh / devices.SAMPLES_FILE))
+    assert set(merged["run_id"]) == {first.name, second.name}
+    # A merged run's log is not read again while it is the same file (name, size, mtime,
+    # inode): rewritten in place to the same size, its mtime put back, its rows stay; once
+    # its mtime differs, it is read again.
+    log = sweep / first.name / protocol.RANKS_DIR / protocol.device_log_name(0)
+    st = log.stat()
+    text = log.read_text()
+    with log.open("r+") as fh:
+        fh.write(text.replace('"power_w":', '"power_W":', 1))  # one sample's power unread
+    runs = [(run.name, sweep / run.name) for run in (first, second)]
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+    devices.write_samples(sweep, runs)
+    pd.testing.assert_frame_equal(pd.read_parquet(path), merged)
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))
+    devices.write_samples(sweep, runs)
+    again = pd.read_parquet(path)
+    assert again["power_w"].isna().sum() == merged["power_w"].isna().sum() + 1
+    assert again.drop(columns="power_w").equals(merged.drop(columns="power_w"))
 
 
 def test_report_draws_the_recorded_runs_over_time(recorded_sweep, tmp_path):

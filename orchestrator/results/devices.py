@@ -11,15 +11,19 @@ device is (node, ``device_id``), read from its lowest task, so its energy is cou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import time
 from pathlib import Path
 from typing import NamedTuple
 
-import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .. import files, protocol
 from ..rankside import devmetrics
+from . import cache
 
 
 class Column(NamedTuple):
@@ -219,11 +223,69 @@ def _number(value) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
+# devices.parquet's types, declared (not inferred from the rows): a field no sample read is
+# a float column of nulls in every merge, whichever runs it holds.
+SAMPLE_SCHEMA = pa.schema([("run_id", pa.string()), ("task", pa.int64()),
+                           *((f, pa.float64()) for f in SAMPLE_FIELDS)])
+# devices.parquet's own record of what it holds (Parquet key-value metadata): run id ->
+# [its device logs' key, its first row, its row count], for the runs whose logs had a key.
+HELD_KEY = b"orch.device_logs"
+
+
+def logs_key(ranks_dir: Path) -> str | None:
+    """What a run's device rows depend on: each device log's name, size, mtime and inode;
+    None while one was written in the last cache.RACY_S seconds (it may change again within
+    its mtime's resolution: read again next time, as the merge's cache does)."""
+    digest = hashlib.sha256()
+    racy = time.time_ns() - int(cache.RACY_S * 1e9)
+    for path in sorted(ranks_dir.glob("device-*.jsonl")):
+        token = cache.file_token(path)
+        if token is None or token[1] >= racy:
+            return None
+        digest.update(f"{path.name} {token}\n".encode())
+    return digest.hexdigest()
+
+
+def _held(path: Path) -> tuple[pa.Table | None, dict[str, list]]:
+    """The devices.parquet a merge replaces and what it holds (HELD_KEY); (None, {}) where
+    there is none, it cannot be read, or it was not written with its record."""
+    try:
+        held = json.loads((pq.read_schema(path).metadata or {})[HELD_KEY])
+        table = pq.read_table(path).replace_schema_metadata(None)
+    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
+        return None, {}
+    ok = table.schema.equals(SAMPLE_SCHEMA) and isinstance(held, dict) and all(
+        isinstance(v, list) and len(v) == 3 and v[1] + v[2] <= table.num_rows
+        for v in held.values())
+    return (table, held) if ok else (None, {})
+
+
 def write_samples(out: Path, runs: list[tuple[str, Path]]) -> None:
     """``results/devices.parquet`` in the sweep directory ``out``: the device samples of the
-    runs (run_id, run directory), where any has them (runs older than the sampler have none)."""
-    rows = [row for run_id, rdir in runs
-            for row in sample_rows(run_id, rdir / protocol.RANKS_DIR)]
-    if rows:
-        frame = pd.DataFrame(rows, columns=["run_id", "task", *SAMPLE_FIELDS])
-        files.replace_with(out / SAMPLES_FILE, lambda tmp: frame.to_parquet(tmp, index=False))
+    runs (run_id, run directory), where any has them (runs older than the sampler have none).
+
+    Incremental: a run whose device logs are those the file was written from (its
+    :func:`logs_key`) keeps its rows from it and reads none of its logs; the file is the same,
+    row for row, as one written by reading every log, and is not rewritten where nothing
+    changed."""
+    path = out / SAMPLES_FILE
+    old, held = _held(path)
+    pieces, record, rows = [], {}, 0
+    for run_id, rdir in runs:
+        ranks = rdir / protocol.RANKS_DIR
+        key = logs_key(ranks)
+        known = held.get(run_id)
+        if old is not None and key is not None and known is not None and known[0] == key:
+            piece = old.slice(known[1], known[2])
+        else:
+            piece = pa.Table.from_pylist(sample_rows(run_id, ranks), schema=SAMPLE_SCHEMA)
+        if key is not None:
+            record[run_id] = [key, rows, piece.num_rows]
+        pieces.append(piece)
+        rows += piece.num_rows
+    if not rows or (old is not None and record == held and rows == old.num_rows
+                    and len(record) == len(runs)):
+        return  # no samples at all, or the file already holds these rows
+    table = pa.concat_tables(pieces).replace_schema_metadata(
+        {HELD_KEY: json.dumps(record).encode()})
+    files.replace_with(path, lambda tmp: pq.write_table(table, tmp))
