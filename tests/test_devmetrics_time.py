@@ -17,6 +17,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from orchestrator import protocol, results
@@ -216,6 +217,12 @@ def test_a_merge_reads_only_the_device_logs_it_has_not_merged(tmp_path):
     again = pd.read_parquet(path)
     assert again["power_w"].isna().sum() == merged["power_w"].isna().sum() + 1
     assert again.drop(columns="power_w").equals(merged.drop(columns="power_w"))
+    # A file without the record of what it holds (written before it had one, or damaged):
+    # every log is read again, nothing kept from it.
+    for record in (None, {devices.HELD_KEY: b'{"x": ["k", "a", 1]}'}):
+        pq.write_table(pq.read_table(path).replace_schema_metadata(record), path)
+        devices.write_samples(sweep, runs)
+        pd.testing.assert_frame_equal(pd.read_parquet(path), again)
 
 
 def test_report_draws_the_recorded_runs_over_time(recorded_sweep, tmp_path):

@@ -255,8 +255,8 @@ def _held(path: Path) -> tuple[pa.Table | None, dict[str, list]]:
     except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
         return None, {}
     ok = table.schema.equals(SAMPLE_SCHEMA) and isinstance(held, dict) and all(
-        isinstance(v, list) and len(v) == 3 and v[1] + v[2] <= table.num_rows
-        for v in held.values())
+        isinstance(v, list) and len(v) == 3 and all(isinstance(n, int) for n in v[1:])
+        and v[1] + v[2] <= table.num_rows for v in held.values())
     return (table, held) if ok else (None, {})
 
 
