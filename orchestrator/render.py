@@ -170,6 +170,7 @@ def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,
         "container": None,
         "packed": packed,
         "srun_options": slurm_options.srun_options(slurm_job(run, run_dir), partition, packed),
+        "agent_binding": " ".join(slurm_options.binding_options(partition, agent=True)),
     }
     if env.container is not None:
         data = [run.data] if getattr(run, "data", None) else []

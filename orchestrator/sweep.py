@@ -313,6 +313,7 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
                         f"{MAX_TASKS_PER_CORE * part.cpus_per_node} ranks per node")
     _check_gpus_per_task(site, part, per_node, tasks_per_node, where)
     launcher = _launcher(spec.launcher, site, part.launcher, mode, where)
+    _check_agent_binding(site, part, launcher)
     for opts in option_sets(spec, mode):
         for name, value, cpu_choice in NEEDS_GPUS:
             if opts.get(name) == value and not part.gpus_per_node:
@@ -352,6 +353,20 @@ def _check_gpus_per_task(site: Site, part: Partition, per_node: int,
                     f"a rank × {per_node} ranks a node ({ranks}) needs {each * per_node} GPUs, "
                     f"but partition '{part.name}' has {part.gpus_per_node} (gpus_per_node); use "
                     f"{flag} {fits} or a smaller gpus_per_task")
+
+
+def _check_agent_binding(site: Site, part: Partition, launcher: str) -> None:
+    """A per-node agent (torchrun) is one srun task that starts its node's ranks, and they
+    inherit its binding: a cpu_bind that lists CPUs task by task (map_cpu:, mask_cpu:, …)
+    would bind every rank of the node to the list's first entry (the local site binds
+    nothing by cpu_bind)."""
+    if not (backends.launcher(launcher).per_node and backends.scheduler(site.scheduler).allocation):
+        return
+    if part.cpu_bind and ":" in part.cpu_bind:
+        raise UserError(f"{_partition_field(site, part, 'cpu_bind')}: {part.cpu_bind} lists "
+                        f"CPUs task by task, but launcher '{launcher}' starts each node's ranks "
+                        f"from one task, which would bind them all to the first entry; use a "
+                        f"keyword (cores, sockets, none) or --launcher srun")
 
 
 def _partition_field(site: Site, part: Partition, field: str) -> str:

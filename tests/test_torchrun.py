@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from orchestrator import backends, modes, protocol
+from orchestrator import site as sitemod
 from orchestrator.errors import UserError
 from orchestrator.protocol import rank_logs, read_rank_log
 from orchestrator.rankside import devmetrics as dm
@@ -23,6 +24,7 @@ from orchestrator.render import render_run
 from orchestrator.site import Container, load
 from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
+from orchestrator.verdict import first_failure
 
 from .conftest import check_golden, orch, rendered, run_orch
 
@@ -69,6 +71,72 @@ def test_local_site_starts_one_agent_per_virtual_node(local):
     assert "srun --" not in r.job_script
 
 
+def test_local_site_golden_pins_each_agent_to_its_nodes_block():
+    """On the local site each agent runs under taskset on its virtual node's block of cores,
+    as the local launcher places a node's tasks (its ranks inherit the agent's cores)."""
+    _, r = rendered("local", "local", "torch-ddp", tasks_per_node=(2,), launcher="torchrun")
+    check_golden("torch-ddp.local.local.torchrun.job.sbatch", r.job_script)
+    assert "task_nodes=(0 0 1 1)" in r.job_script
+    assert 'start=(taskset -c "${node_cpus[node]}" "${start[@]}")' in r.job_script
+
+
+def test_agent_srun_line_takes_the_partitions_cpu_bind_only(monkeypatch):
+    """The agent's srun line binds its CPUs as the partition says (its ranks inherit them); the
+    GPU binding, one task a rank, stays off it (each rank takes its GPU by LOCAL_RANK)."""
+    site = load("example-gpu-cluster")[0]
+    parts = [p.model_copy(update={"gpus_per_task": "1", "gpu_bind": "closest",
+                                  "cpu_bind": "verbose,cores"}) for p in site.partitions]
+    site = site.model_copy(update={"partitions": parts})
+    monkeypatch.setattr("orchestrator.site.load", lambda name, *a, **k: (site, None))
+    _, r = rendered("example-gpu-cluster", "gpu-ib", "torch-ddp", launcher="torchrun")
+    (line,) = [ln for ln in r.job_script.splitlines() if ln.startswith("srun ")]
+    assert line.endswith("--ntasks-per-node=1 --cpus-per-task=\"$SLURM_CPUS_ON_NODE\" "
+                         "--cpu-bind=verbose,cores --kill-on-bad-exit=1 \\"), line
+    assert "--gpu-bind" not in r.job_script and "--gpus-per-task" not in r.job_script
+
+
+def test_a_cpu_list_binding_is_refused_for_per_node_agents(tmp_path):
+    """map_cpu: names a CPU per task; torchrun's one task a node would pin every rank of the
+    node to the first: one located line, exit 2."""
+    text = (sitemod.site_dir() / "example-gpu-cluster.yaml").read_text()
+    path = tmp_path / "gpus.yaml"
+    path.write_text(text.replace("name: example-gpu-cluster", "name: gpus").replace(
+        "    # cpu_bind: cores", "    cpu_bind: map_cpu:0,16", 1))
+    args = ("sweep", "--site", path, "--partition", "gpu-ib", "--mode", "torch-ddp",
+            "--dry-run", "--out", tmp_path / "x")
+    code, _, err = orch(*args, "--launcher", "torchrun")
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"orch: error: {path}:") and "].cpu_bind: map_cpu:0,16 lists CPUs " \
+        "task by task, but launcher 'torchrun'" in line, line
+    code, _, err = orch(*args, "--launcher", "srun")  # one task a rank: the list is right
+    assert code == 0, err
+
+
+@pytest.mark.parametrize(("exits", "want"), [
+    (["exit 3", "exit 1"], (1, "exited with status 3")),
+    (["kill -KILL $$", "exit 1"], (1, "killed by SIGKILL")),
+    (["exit 0"], None),
+])
+def test_the_first_rank_to_fail_records_itself(tmp_path, exits, want):
+    """The rank command the agents start (rendered) runs launch.sh and, where it exits non-zero
+    and no rank has yet, writes ranks/first-failure: here rank 1 fails first, rank 0 after it
+    (stopped by torchrun, say), and the verdict names rank 1."""
+    import subprocess
+
+    _, r = rendered("local", "local", "torch-ddp", tasks_per_node=(2,), launcher="torchrun")
+    lines = r.job_script.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("rank_command=("))
+    end = next(i for i in range(start, len(lines)) if lines[i].endswith(")"))
+    (tmp_path / "ranks").mkdir()
+    for rank, body in zip((1, 0), exits, strict=False):
+        (tmp_path / "launch.sh").write_text(body + "\n")
+        script = "\n".join([*lines[start:end + 1], '"${rank_command[@]}"'])
+        subprocess.run(["bash", "-c", script], env={"PATH": "/usr/bin:/bin", "RANK": str(rank),
+                                                    "RUN_DIR": str(tmp_path)})
+    assert first_failure(tmp_path, 2) == want
+
+
 def test_in_a_container_the_ranks_run_the_images_python(local):
     """torchrun runs in the container (ORCH_PYTHON is its wrapper); the ranks it starts are
     in it already, so they run the image's Python, and find their run directory by its path
@@ -82,7 +150,8 @@ def test_in_a_container_the_ranks_run_the_images_python(local):
     r = render_run(ResolvedRun(run, site, site.partition("local"), env, modes.get(run.mode)),
                    rdir, Path("/scratch/runs/.orch/lib-0123456789ab"))
     python = env.container.python
-    assert f"rank_command=(env ORCH_PYTHON={python} bash {rdir}/launch.sh)" in r.job_script
+    assert f"rank_command=(env ORCH_PYTHON={python} bash -c 'bash \"$1/launch.sh\" " in r.job_script
+    assert f"exit \"$status\"' rank {rdir})" in r.job_script  # its launch.sh, by path
     assert 'export ORCH_PYTHON="$RUN_DIR/container-python"' in r.job_script
     assert f"exec >{rdir}/ranks/rank-" in r.launch_script and "$RUN_DIR" not in \
         r.launch_script

@@ -79,6 +79,11 @@ def cpus_per_task(job: SlurmJob, cpus_per_node: int) -> int:
 # srun options taken from the partition's binding fields, in the order the srun line shows them.
 _BINDING = (("gpus-per-task", "gpus_per_task"), ("gpu-bind", "gpu_bind"),
             ("cpu-bind", "cpu_bind"))
+# Of those, what binds a per-node agent (torchrun: one task per node that starts the node's
+# ranks, which inherit its binding): the CPUs only. --gpus-per-task and --gpu-bind would give
+# all the node's ranks one task's GPUs; the agent keeps the node's GPUs (a step's default) and
+# each rank takes its own by LOCAL_RANK.
+AGENT_BINDING = ("cpu_bind",)
 
 
 def srun_options(job: SlurmJob, partition: Any, packed: bool = False) -> str:
@@ -95,11 +100,14 @@ def srun_options(job: SlurmJob, partition: Any, packed: bool = False) -> str:
     cpt = str(cpus_per_task(job, partition.cpus_per_node))
     words = ['--cpus-per-task="${SRUN_CPUS_PER_TASK:-' + cpt + '}"' if packed
              else f"--cpus-per-task={cpt}"]
-    for option, field in _BINDING:
-        value = getattr(partition, field, None)
-        if value:
-            words.append(shlex.quote(f"--{option}={value}"))
-    return " ".join(words)
+    return " ".join(words + binding_options(partition))
+
+
+def binding_options(partition: Any, agent: bool = False) -> list[str]:
+    """The partition's binding as srun words, each quoted; ``agent``: only what binds a
+    per-node agent (``AGENT_BINDING``)."""
+    return [shlex.quote(f"--{option}={getattr(partition, field)}") for option, field in _BINDING
+            if getattr(partition, field, None) and (not agent or field in AGENT_BINDING)]
 
 
 def _site_options(partition: Any) -> dict[str, str | bool]:
