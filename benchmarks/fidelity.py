@@ -60,6 +60,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -266,7 +267,7 @@ def summarize(rounds: dict[tuple[str, str], list[Round]]) -> list[dict]:
     return rows
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modes", default=None, help="comma-separated; default: every mode with "
                    "a native script")
@@ -283,46 +284,105 @@ def main() -> None:
                    "the rank argument it becomes), e.g. precision=bf16; repeatable")
     p.add_argument("--record-to", type=Path, default=record.RESULTS, help="folder of the "
                    "result file (default benchmarks/results; a GPU check writes under its $OUT)")
+    p.add_argument("--from-log", type=Path, default=None, help="run nothing: read the rounds "
+                   "a stopped run printed (its output) and record them; give the same "
+                   "--nodes/--batch/--site/--dataset/--option as that run")
     p.add_argument("--bare-native", action="store_true", help="native scripts without orch's "
                    "rank modules imported (by default they import them, unused: a step's time "
                    "depends on the process's memory layout; benchmarks/native/_common.py)")
     p.add_argument("--out", type=Path, default=None, help="default: a fresh temporary folder")
-    a = p.parse_args()
+    return p
+
+
+class Stopped(Exception):
+    """SIGTERM (a time limit's ``timeout``): the rounds measured so far are still recorded."""
+
+
+def _stop(signum, frame):
+    raise Stopped()
+
+
+def main() -> None:
+    a = parser().parse_args()
+    if a.from_log is not None:
+        rounds = rounds_from_log(a.from_log.read_text())
+        report(rounds, a, [], [], f"read from {a.from_log}")
+        return
     wanted = a.modes.split(",") if a.modes else trained_modes()
     missing = [m for m in wanted if not (NATIVE_DIR / f"{package_of(m)}.py").exists()]
-    todo = [m for m in wanted if m not in missing]
     base = a.out or Path(f"/tmp/orch-fidelity-{int(time.time())}")
     base.mkdir(parents=True, exist_ok=True)
     rounds: dict[tuple[str, str], list[Round]] = {}
     failures: list[str] = []
-    for model in a.models.split(","):
-        for mode in todo:
-            twin = None
-            for k in range(a.rounds):
-                try:
-                    # Alternate who goes first (orch, native | native, orch | ...).
-                    if twin is None or k % 2 == 0:
-                        o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
-                        twin = twin or make_twin(rdir, mode, base / "native" / f"{mode}-{model}",
-                                                 a.bare_native)
-                        n, n_step = run_native(twin, a.site)
-                    else:
-                        n, n_step = run_native(twin, a.site)
-                        o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
-                except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
-                    lines = [x for x in str(exc).splitlines() if x.strip()] or [repr(exc)]
-                    why = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1].strip()}"
-                    failures.append(f"{mode}/{model} round {k}: {why}")
-                    print(f"  {failures[-1]}", flush=True)
-                    break
-                x = Round(o, n, orch_step(rdir), n_step, os.getloadavg()[0])
-                rounds.setdefault((mode, model), []).append(x)
-                step = f"{x.step_ratio:.3f}" if x.step_ratio is not None else "  -  "
-                print(f"  {mode:14} {model:9} round {k}: orch {o:9.1f}  native {n:9.1f}  "
-                      f"ratio {o / n:.3f}  by median step {step}  load {x.load:.1f}",
-                      flush=True)
+    signal.signal(signal.SIGTERM, _stop)  # subprocess.run kills its child as this unwinds
+    try:
+        for model in a.models.split(","):
+            for mode in (m for m in wanted if m not in missing):
+                run_rounds(mode, model, a, base, rounds, failures)
+    except Stopped:
+        done = sum(len(rs) for rs in rounds.values())
+        failures.append(f"stopped by SIGTERM after {done} round(s), recorded here")
+        print(f"  {failures[-1]}", flush=True)
+    report(rounds, a, missing, failures, str(base))
+
+
+def run_rounds(mode: str, model: str, a: argparse.Namespace, base: Path,
+               rounds: dict[tuple[str, str], list[Round]], failures: list[str]) -> None:
+    """``a.rounds`` alternated rounds of one mode and model, each printed as it ends."""
+    twin = None
+    for k in range(a.rounds):
+        try:
+            # Alternate who goes first (orch, native | native, orch | ...).
+            if twin is None or k % 2 == 0:
+                o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
+                twin = twin or make_twin(rdir, mode, base / "native" / f"{mode}-{model}",
+                                         a.bare_native)
+                n, n_step = run_native(twin, a.site)
+            else:
+                n, n_step = run_native(twin, a.site)
+                o, rdir = run_orch(mode, model, a, base / "orch" / f"{mode}-{model}-{k}")
+        except (RuntimeError, FileNotFoundError, subprocess.TimeoutExpired) as exc:
+            lines = [x for x in str(exc).splitlines() if x.strip()] or [repr(exc)]
+            why = lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1].strip()}"
+            failures.append(f"{mode}/{model} round {k}: {why}")
+            print(f"  {failures[-1]}", flush=True)
+            return
+        x = Round(o, n, orch_step(rdir), n_step, os.getloadavg()[0])
+        rounds.setdefault((mode, model), []).append(x)
+        print(round_line(mode, model, k, x), flush=True)
+
+
+def round_line(mode: str, model: str, k: int, x: Round) -> str:
+    """A round as printed when it ends (rounds_from_log reads it back)."""
+    step = f"{x.step_ratio:.3f}" if x.step_ratio is not None else "  -  "
+    return (f"  {mode:14} {model:9} round {k}: orch {x.orch:9.1f}  native {x.native:9.1f}  "
+            f"ratio {x.orch / x.native:.3f}  by median step {step}  load {x.load:.1f}")
+
+
+ROUND_LINE = re.compile(r"^\s+(?P<mode>\S+)\s+(?P<model>\S+)\s+round \d+: orch\s+(?P<o>[\d.]+)"
+                        r"\s+native\s+(?P<n>[\d.]+)\s+ratio [\d.]+\s+by median step\s+"
+                        r"(?P<step>[\d.]+|-)\s+load\s+(?P<load>[\d.]+)$")
+
+
+def rounds_from_log(text: str) -> dict[tuple[str, str], list[Round]]:
+    """The rounds a run printed (run_rounds' lines), as it measured them. A round's median
+    steps are not printed, only their ratio: it is kept as native_step over an orch_step of 1."""
+    rounds: dict[tuple[str, str], list[Round]] = {}
+    for line in text.splitlines():
+        m = ROUND_LINE.match(line)
+        if m:
+            step = None if m["step"] == "-" else float(m["step"])
+            rounds.setdefault((m["mode"], m["model"]), []).append(
+                Round(float(m["o"]), float(m["n"]), 1.0 if step else None, step,
+                      float(m["load"])))
+    return rounds
+
+
+def report(rounds: dict[tuple[str, str], list[Round]], a: argparse.Namespace,
+           missing: list[str], failures: list[str], where: str) -> None:
+    """The summary table on stdout, then the result file."""
     print(f"\nfidelity, {a.nodes} ranks, batch {a.batch}/rank, site {a.site}{setting(a)} "
-          f"({base}):")
+          f"({where}):")
     print(f"{'mode':14} {'model':9} {'orch':>9} {'native':>9} {'ratio':>6}  spread       "
           f"median's interval  {'step':>5}  load       goal >= {GOAL} (ratio)")
     for r in summarize(rounds):
@@ -336,7 +396,8 @@ def main() -> None:
         print(f"{m:14} no native script (benchmarks/native/{package_of(m)}.py)")
     for f in failures:
         print(f"failed: {f}")
-    write_result(summarize(rounds), a, failures)
+    if rounds:
+        write_result(summarize(rounds), a, failures)
 
 
 def write_result(rows: list[dict], a: argparse.Namespace, failures: list[str]) -> None:

@@ -69,3 +69,19 @@ def test_precision_sets_scaler_and_tf32_as_orch_does(precision, scaled, tf32):
     assert torch.backends.cudnn.allow_tf32 is tf32
     assert torch.backends.cuda.matmul.allow_tf32 is tf32
     assert recipe.pin is False  # pinning is for copies to a GPU
+
+
+def test_a_stopped_fidelity_run_is_recorded_from_the_rounds_it_printed():
+    from benchmarks import fidelity
+
+    printed = [fidelity.round_line("torch-ddp", "resnet50", k, fidelity.Round(o, n, 0.02, s, 0.7))
+               for k, (o, n, s) in enumerate([(3052.6, 3463.2, 0.0176), (3652.0, 3799.2, None),
+                                              (3913.9, 3530.4, 0.023)])]
+    rounds = fidelity.rounds_from_log("\n".join(["=== fidelity", *printed, "=== dims"]))
+    got = rounds[("torch-ddp", "resnet50")]
+    assert [(r.orch, r.native, r.load) for r in got] == [(3052.6, 3463.2, 0.7),
+                                                         (3652.0, 3799.2, 0.7),
+                                                         (3913.9, 3530.4, 0.7)]
+    assert [r.step_ratio for r in got] == [0.88, None, 1.15]  # as printed: 3 decimals
+    (row,) = fidelity.summarize(rounds)
+    assert row["ratio"] == pytest.approx(3652.0 / 3799.2)
