@@ -239,10 +239,14 @@ def median_interval(values: list[float], level: float = 0.9) -> tuple[float, flo
     return xs[k - 1], xs[n - k], coverage(k)
 
 
-def verdict(ratio: float, low: float, high: float, goal: float = GOAL) -> str:
+def verdict(ratio: float, low: float, high: float, goal: float = GOAL,
+            rounds: int = 3) -> str:
     """The goal read with the median's interval (median_interval): met or not by the median,
-    as the goal is stated, and whether the interval says so too or spans the goal."""
+    as the goal is stated, and whether the interval says so too or spans the goal (under 3
+    rounds there is no interval to read: 2 rounds cover the median with 50 %, 1 with none)."""
     said = "met" if ratio >= goal else "NOT met"
+    if rounds < 3:
+        return f"{said} (too few rounds for an interval)"
     if low >= goal or high < goal:
         return f"{said} (interval wholly {'above' if low >= goal else 'under'} {goal})"
     return f"{said} (interval spans {goal}: within the noise)"
@@ -391,7 +395,8 @@ def report(rounds: dict[tuple[str, str], list[Round]], a: argparse.Namespace,
               f"{r['ratio']:6.3f}  {r['min']:.3f}-{r['max']:.3f}  "
               f"{r['low']:.3f}-{r['high']:.3f} ({r['coverage']:.0%})  {step}  "
               f"{r['load'][0]:4.1f}-{r['load'][1]:<4.1f}  "
-              f"{verdict(r['ratio'], r['low'], r['high'])}, {r['rounds']} rounds")
+              f"{verdict(r['ratio'], r['low'], r['high'], rounds=r['rounds'])}, "
+              f"{r['rounds']} rounds")
     for m in missing:
         print(f"{m:14} no native script (benchmarks/native/{package_of(m)}.py)")
     for f in failures:

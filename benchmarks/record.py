@@ -66,6 +66,12 @@ def this_machine() -> str:
         f"Python {platform.python_version()}")
 
 
+def this_commit() -> str | None:
+    """``$ORCH_BENCH_COMMIT`` (the commit a copy without its .git ran, a GPU machine's), else
+    this checkout's HEAD."""
+    return os.environ.get("ORCH_BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or None
+
+
 def this_command(benchmark: str) -> str:
     """The command line that ran: ``python -m benchmarks.<module>`` and its arguments."""
     return shlex.join(["python", "-m", f"benchmarks.{benchmark}", *sys.argv[1:]])
@@ -94,9 +100,11 @@ def write(benchmark: str, summary: str, figures: dict[str, Any], *,
     """Record a run of ``benchmark`` that just ended on this machine, at this checkout."""
     result = Result(
         benchmark=benchmark, date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
-        # $ORCH_BENCH_COMMIT: a copy of the checkout without its .git (a GPU machine's)
-        commit=os.environ.get("ORCH_BENCH_COMMIT") or _git("rev-parse", "--short", "HEAD") or None,
-        dirty=bool(_git("status", "--porcelain", "--untracked-files=no")),
+        commit=this_commit(),
+        # A copy run at $ORCH_BENCH_COMMIT was that commit (git archive); this checkout's
+        # state says nothing of it.
+        dirty=not os.environ.get("ORCH_BENCH_COMMIT") and bool(
+            _git("status", "--porcelain", "--untracked-files=no")),
         machine=this_machine(), command=this_command(benchmark), summary=summary,
         figures=figures, tables=tables or [], notes=notes)
     path = save(result, root)
@@ -153,34 +161,43 @@ def _cell(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def gpu_check_result(out: Path) -> Result:
-    """scripts/gpu-check's ``$OUT`` (machine.txt, results.json) as a result of ``gpu-check``."""
+def gpu_check_result(out: Path, summary: str = "", notes: str = "",
+                     command: str = "scripts/gpu-check") -> Result:
+    """scripts/gpu-check's ``$OUT`` (machine.txt, results.json) as a result of ``gpu-check``;
+    ``summary`` and ``notes``: the figures as read (default: how many runs completed)."""
     machine_txt = (out / "machine.txt").read_text()
     rows = json.loads((out / "results.json").read_text())
     columns = [c for c in GPU_COLUMNS if any(_value(r, c) is not None for r in rows)]
     table = Table(columns=columns, rows=[[_cell(_value(r, c)) for c in columns] for r in rows])
     done = sum(str(r.get("state", "")).upper() == "COMPLETED" for r in rows)
     gpu = machine_txt.splitlines()[2].split(",")[0] if machine_txt.count("\n") > 2 else ""
+    gpu = gpu.removeprefix("NVIDIA ").split(" ")[0]  # "NVIDIA H100 80GB HBM3": machines.json's H100
     return Result(
         benchmark="gpu-check",
         date=check_day(machine_txt) or dt.datetime.now(dt.timezone.utc).date().isoformat(),
-        commit=_git("rev-parse", "--short", "HEAD") or None,
-        machine=gpu or this_machine(), command="scripts/gpu-check",
-        summary=f"{done} of {len(rows)} runs completed", tables=[table],
-        figures={"runs": len(rows), "completed": done})
+        commit=this_commit(), machine=gpu or this_machine(), command=command,
+        summary=summary or f"{done} of {len(rows)} runs completed", tables=[table],
+        figures={"runs": len(rows), "completed": done}, notes=notes)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "gpu-check":
-        print("usage: python -m benchmarks.record gpu-check OUT_DIR", file=sys.stderr)
-        return 2
-    out = Path(argv[1])
-    missing = [f for f in ("machine.txt", "results.json") if not (out / f).is_file()]
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.record",
+                                description="record scripts/gpu-check's $OUT as result files")
+    p.add_argument("what", choices=["gpu-check"])
+    p.add_argument("out", type=Path, help="scripts/gpu-check's $OUT")
+    p.add_argument("--summary", default="", help="the figures as read, one line")
+    p.add_argument("--notes", type=Path, default=None, help="a Markdown file: what they mean")
+    p.add_argument("--command", default="scripts/gpu-check", help="the command(s) that ran")
+    a = p.parse_args(argv)
+    missing = [f for f in ("machine.txt", "results.json") if not (a.out / f).is_file()]
     if missing:
-        print(f"{out}: no {', '.join(missing)}: give scripts/gpu-check's $OUT", file=sys.stderr)
+        print(f"{a.out}: no {', '.join(missing)}: give scripts/gpu-check's $OUT", file=sys.stderr)
         return 2
-    print(f"result written: {save(gpu_check_result(out))}")
-    for path in sorted(out.glob("results/*/*.json")):  # the check's own benchmarks (fidelity)
+    notes = a.notes.read_text() if a.notes else ""
+    print(f"result written: {save(gpu_check_result(a.out, a.summary, notes, a.command))}")
+    for path in sorted(a.out.glob("results/*/*.json")):  # the check's own benchmarks (fidelity)
         print(f"result written: {save(Result.model_validate_json(path.read_text()))}")
     return 0
 

@@ -92,7 +92,7 @@ def test_gpu_check_output_as_a_result(tmp_path):
     proc = run_orch("results", out, "--format", "json", check=True)
     (out / "results.json").write_text(proc.stdout)
     result = record.gpu_check_result(out)
-    assert (result.date, result.machine) == ("2026-11-26", "NVIDIA H200")
+    assert (result.date, result.machine) == ("2026-11-26", "H200")  # machines.json's name
     table = result.tables[0]
     assert {"precision", "memory_format", "samples_per_s"} <= set(table.columns)
     assert len(table.rows) == result.figures["runs"] == 14

@@ -102,3 +102,62 @@ def test_rank_device_on_a_machine_without_cuda():
     assert rank_device(3) == torch.device("cpu")
     with pytest.raises(RuntimeError, match=r"backend nccl needs a GPU.*backend=gloo"):
         rank_device(0, needs_gpu=True)
+
+
+# ``tests/fixtures/gpu-h200-metrics``: the run dimensions with what the GPU did, recorded on one
+# NVIDIA H200 on 2026-11-27 by ``scripts/gpu-check`` (its default steps, then
+# ``KEEP=1 STEPS="dims-more dims-fsdp"`` for the steps the first call's budget left out):
+# torch-ddp ResNet-50 and ResNet-18 (ImageNet-shaped batches of 128, 20 measured steps) over
+# precision fp32,bf16 x memory_format nchw,nhwc; ResNet-50 in tf32 and fp16, with
+# pin_memory=no, with cudnn_benchmark=yes and under torchrun; torch-fsdp in bf16 + nhwc.
+METRICS = Path(__file__).parent / "fixtures" / "gpu-h200-metrics"
+
+
+@pytest.fixture(scope="module")
+def metric_rows(tmp_path_factory):
+    sweep = tmp_path_factory.mktemp("gpu-metrics") / "gpu-check"
+    shutil.copytree(METRICS, sweep)
+    rows = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
+    return {(r["mode"], r["model"], r["launcher"], r["precision"], r["memory_format"],
+             r["pin_memory"], r["cudnn_benchmark"]): r for r in rows}
+
+
+def test_recorded_dimension_runs_say_what_the_gpu_did(metric_rows):
+    assert len(metric_rows) == 15
+    for r in metric_rows.values():
+        assert r["state"] == "COMPLETED" and r["device_source"] == "nvml"
+        assert (r["gpu_indices"], r["cuda_visible_devices"]) == ("0:0", "0:0")
+        assert r["gpu_pci_bus_ids"] and r["gpu_reason"] is None
+        assert 0 < r["gpu_util_mean"] <= 100 and r["power_mean_w"] <= r["power_max_w"]
+        assert r["sm_clock_mean_mhz"] > 0 and not r["throttle_reasons"]
+        # Energy from the driver's counter at the window's edges; a window shorter than the
+        # sampling interval (ResNet-18 bf16 NHWC: 20 steps in 0.27 s) has none, and says so.
+        if r["energy_per_sample_j"] is None:
+            assert "shorter than the sampling interval" in r["energy_reason"]
+            assert (r["model"], r["precision"], r["memory_format"]) == (
+                "resnet18", "bf16", "nhwc")
+        else:
+            assert r["energy_basis"] == "counter" and r["energy_reason"] is None
+
+
+def _r50(rows, precision="bf16", fmt="nhwc", launcher="local", pin="yes", bench="no"):
+    return rows[("torch-ddp", "resnet50", launcher, precision, fmt, pin, bench)]
+
+
+def test_recorded_precisions_computed_as_asked_and_cost_less_energy(metric_rows):
+    dtypes = {p: _r50(metric_rows, p)["activation_dtype"] for p in ("fp32", "tf32", "bf16",
+                                                                     "fp16")}
+    assert dtypes == {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16",
+                      "fp16": "float16"}
+    fp32, bf16 = _r50(metric_rows, "fp32", "nchw"), _r50(metric_rows, "bf16", "nchw")
+    # as measured: 0.667 J a sample in fp32, 0.177 in bf16; half the device memory
+    assert bf16["energy_per_sample_j"] < fp32["energy_per_sample_j"] / 2
+    assert bf16["peak_device_bytes"] < 0.6 * fp32["peak_device_bytes"]
+
+
+def test_recorded_pageable_copies_and_torchrun(metric_rows):
+    pinned, pageable = _r50(metric_rows), _r50(metric_rows, pin="no")
+    # a 77 MB batch: 1.6 ms from pinned memory with non_blocking, 9.8 ms from pageable
+    assert pageable["t_h2d"] > 3 * pinned["t_h2d"]
+    torchrun = _r50(metric_rows, launcher="torchrun")
+    assert torchrun["state"] == "COMPLETED" and torchrun["gpu_indices"] == "0:0"
