@@ -9,6 +9,7 @@ that says why, and no bar in the figure.
 from __future__ import annotations
 
 import json
+import textwrap
 
 import pandas as pd
 
@@ -213,7 +214,8 @@ def timeline(runs: pd.DataFrame, iters: pd.DataFrame, samples: pd.DataFrame | No
     for col, (label, run_id) in enumerate(picked):
         _draw_panel(grid[:, col], chosen[chosen["run_id"] == run_id],
                     window_edges(iters, run_id), rows)
-        grid[0, col].set_title(f"{label}\n{run_id}", fontsize=8)
+        # A configuration's label runs long (every option): wrapped to its panel's width.
+        grid[0, col].set_title(f"{textwrap.fill(label, 48)}\n{run_id}", fontsize=8)
     legend: dict = {}  # name -> handle, each name once over every panel
     for ax in grid.flat:
         for handle, name in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -221,6 +223,9 @@ def timeline(runs: pd.DataFrame, iters: pd.DataFrame, samples: pd.DataFrame | No
     fig.legend(list(legend.values()), list(legend), loc="outside lower center",
                ncol=min(6, len(legend)), fontsize=7)
     if rest:
-        fig.suptitle(f"one run per configuration (its median by throughput); not shown "
-                     f"({len(rest)}): " + "; ".join(rest)[:300], fontsize=7)
+        names = "; ".join(rest)
+        names = names if len(names) <= 400 else names[:400].rsplit(";", 1)[0] + "; …"
+        fig.suptitle(textwrap.fill(f"one run per configuration (its median by throughput); not "
+                                   f"shown ({len(rest)}): {names}", 60 * len(picked)),
+                     fontsize=7)
     return _png(fig)
