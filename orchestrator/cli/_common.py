@@ -169,11 +169,15 @@ def print_runs(recs: list[dict]) -> None:
     retried = any("→" in str(r.get("attempts") or "") for r in recs)
     # Any run that shared a node with another (--pack-shared): how many, beside its numbers.
     shared = any(co_tenant_ids(r.get("co_tenants")) for r in recs)
-    for c in (*sizes, "samples/s", "speedup", "efficiency", *tail, "fabric", "state",
+    # samples/s without input I/O (DLE's compute_ips) beside the total, where a run has it.
+    compute = any(r.get("samples_per_s_compute") is not None for r in recs)
+    for c in (*sizes, "samples/s", *(("compute samples/s",) if compute else ()), "speedup",
+              "efficiency", *tail, "fabric", "state",
               *(("attempts",) if retried else ()), *(("shared with",) if shared else ()),
               "run"):
         table.add_column(c, justify="right" if c in ("nodes", "tasks/node", "ranks",
-                                                    "samples/s", "speedup", "efficiency",
+                                                    "samples/s", "compute samples/s",
+                                                    "speedup", "efficiency",
                                                     "baseline") else "left")
     for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["ranks"],
                                          r["nodes"])):
@@ -186,7 +190,9 @@ def print_runs(recs: list[dict]) -> None:
                                                         r[c].items()) for c in cols if c in multi]
         base = r.get("baseline_ranks")
         row += [str(r["nodes"]), *([str(r.get("tasks_per_node"))] if per_node else []),
-                str(r["ranks"]), rate_s, fmt(r.get("speedup"), ".2f"),
+                str(r["ranks"]), rate_s,
+                *([fmt(r.get("samples_per_s_compute"), ",.0f")] if compute else []),
+                fmt(r.get("speedup"), ".2f"),
                 fmt(r.get("efficiency"), ".0%"),
                 *([f"{int(base)} rank{'s' if base != 1 else ''}" if base is not None
                    else "-"] if per_node else []),

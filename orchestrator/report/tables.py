@@ -84,20 +84,29 @@ def _baseline_words(done: pd.DataFrame) -> str:
 
 
 def throughput_table(done: pd.DataFrame) -> Table:
-    """samples/s per size; a figure from an epoch run's training steps (``throughput_from``:
-    epoch steps) is marked, as it has no breakdown window behind it."""
+    """samples/s per size, with the compute rate beside it where there is one; a figure from an
+    epoch run's training steps (``throughput_from``: epoch steps) is marked, as it has no
+    breakdown window behind it."""
     def cell(r: pd.Series) -> str:
         if as_float(r["samples_per_s"]) is None:
             return "-"
         mark = " (epochs)" if r.get("throughput_from") == analyze.FROM_EPOCHS else ""
+        compute = as_float(r.get("samples_per_s_compute"))
+        mark += f" (compute {compute:,.0f})" if compute is not None else ""
         return f"{r['samples_per_s']:,.0f} ± {r['samples_per_s_std']:,.0f}{mark}"
 
-    epochs = "throughput_from" in done.columns and \
-        (done["throughput_from"] == analyze.FROM_EPOCHS).any()
+    notes = []
+    if "samples_per_s_compute" in done.columns and done["samples_per_s_compute"].notna().any():
+        notes.append("compute: samples/s without input I/O, the breakdown window's samples over "
+                     "its slowest rank's t_iter − t_io (DeepLearningExamples' compute_ips; the "
+                     "first figure is their total_ips)")
+    if "throughput_from" in done.columns and \
+            (done["throughput_from"] == analyze.FROM_EPOCHS).any():
+        notes.append("(epochs): an epoch run's figure, from the training steps of its epochs "
+                     "(first epoch's warm-up steps and held-out evaluation left out); it has no "
+                     "phase breakdown")
     return _pivot(done, cell, "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
-                  "throughput", "(epochs): an epoch run's figure, from the training steps of its "
-                  "epochs (first epoch's warm-up steps and held-out evaluation left out); it has "
-                  "no phase breakdown" if epochs else "")
+                  "throughput", "; ".join(notes))
 
 
 def speedup_table(done: pd.DataFrame) -> Table:

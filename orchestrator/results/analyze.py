@@ -6,6 +6,13 @@ Definitions (docs/measurements.md, from the source papers):
   iteration to the end of its last), each on its own clock so node clock skew cannot distort it.
 - Its spread (``samples_per_s_std``) is the standard deviation of the per-iteration global rate:
   the global batch of iteration k over the slowest rank's time for k.
+- The compute rate (``samples_per_s_compute``) is NVIDIA DeepLearningExamples' ``compute_ips``
+  (``samples_per_s`` is their ``total_ips``): the breakdown window's samples per iteration (all
+  ranks) over the mean of the slowest rank's ``t_iter - t_io`` per iteration, i.e. samples/s
+  without waiting for input. ``t_h2d`` stays in compute: orch copies each batch as its own
+  synchronous step (no prefetcher overlaps it, which is why DLE's data time holds the copy),
+  and the model's ``t_gpu`` counts it. None without a breakdown window or without ``t_io``.
+  It is the breakdown window's, so compare it with that window's rate, not the native one's.
 - Phase means and standard deviations are over every measured (rank, iteration).
 - Speedup S(N) = throughput(N) / throughput(baseline) of the same configuration, the baseline
   being its run(s) with the fewest ranks (the papers' one-GPU run: 1 node x 1 task when the
@@ -51,9 +58,10 @@ GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "la
 
 
 # Every column run_metrics can fill: a run with no measured iteration has them all as None.
-METRICS = ("iterations_measured", "samples_per_s", "samples_per_s_std", "t_iter", "t_iter_std",
-           "hosts", "distinct_hosts", *PHASES, *(f"{p}_std" for p in PHASES), "t_comm_total",
-           "t_unaccounted", "throughput_window", "t_iter_native", "t_iter_native_std",
+METRICS = ("iterations_measured", "samples_per_s", "samples_per_s_std", "samples_per_s_compute",
+           "t_iter", "t_iter_std", "hosts", "distinct_hosts", *PHASES,
+           *(f"{p}_std" for p in PHASES), "t_comm_total", "t_unaccounted", "throughput_window",
+           "t_iter_native", "t_iter_native_std",
            "instrumentation_overhead", "phase_gap", "t_comm_hidden", "comm_exceeds_total")
 
 
@@ -211,6 +219,7 @@ def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
     for p in PHASES:
         out[p] = _mean(m[p])
         out[f"{p}_std"] = _std(m[p]) if n > 1 else 0.0
+    out["samples_per_s_compute"] = _compute_rate(m, iter_of, len(iter_ids), samples)
     seen = ~np.isnan(m["t_comm_total"])
     out["t_comm_total"] = _mean(m["t_comm_total"][seen]) if seen.any() else None
     # Phases should account for the iteration; the rest is loop overhead we did not time.
@@ -221,6 +230,20 @@ def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
     out["comm_exceeds_total"] = int(
         (m["t_comm"][seen] > m["t_comm_total"][seen] + TIMER_TOLERANCE).sum())
     return out
+
+
+def _compute_rate(m: dict, iter_of: np.ndarray, n_iters: int, samples: int) -> float | None:
+    """DLE's ``compute_ips`` of a breakdown window's measured rows ``m`` (module docstring):
+    all ranks' samples over the sum, per iteration, of the slowest rank's ``t_iter - t_io``
+    (a synchronous step waits for its slowest rank). None where no sample moved or a row has
+    no ``t_io`` (a partial figure would pass for a whole one)."""
+    io = m["t_io"]
+    if samples <= 0 or np.isnan(io).any():
+        return None
+    busy = np.full(n_iters, -np.inf)
+    np.maximum.at(busy, iter_of, m["t_iter"] - io)
+    total = float(busy.sum())
+    return samples / total if total > 0 else None
 
 
 def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
