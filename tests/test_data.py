@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from .conftest import built_python, orch, run_orch
@@ -39,6 +40,12 @@ def test_sweep_reads_from_disk_with_and_without_prefetch(dataset, tmp_path):
         assert r["state"] == "COMPLETED" and r["data"] == str(dataset)
     no_prefetch = next(r for r in recs if not r["prefetch"])
     assert no_prefetch["t_io"] > 0  # reading and decoding are in the training loop
+    # The compute rate leaves t_io out: above the breakdown window's total rate (samples over
+    # each iteration's slowest t_iter) by construction, with input waited for.
+    iters = pd.read_parquet(out / "results" / "iterations.parquet")
+    rows = iters[(iters["run_id"] == no_prefetch["run_id"]) & (iters["window"] == "breakdown")
+                 & ~iters["warmup_iter"]].groupby("iter").agg({"samples": "sum", "t_iter": "max"})
+    assert no_prefetch["samples_per_s_compute"] > rows["samples"].sum() / rows["t_iter"].sum()
     header = json.loads((out / no_prefetch["run_id"] / "ranks" / "rank-0.jsonl")
                         .read_text().splitlines()[0])
     assert header["argv"][-4:] == ["--data", f"{dataset}/raw", "--prefetch", "no"]
