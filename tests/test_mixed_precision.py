@@ -7,25 +7,27 @@ TensorFlow pieces on real tensors (the policy's dtypes, the autocast model's gra
 LossScaleOptimizer and the skipped non-finite step), and one short real local sweep of
 tf-allreduce, tf-ps and mxnet-kvstore in bf16, which both frameworks run on a CPU (MXNet
 through its oneDNN operators); MXNet's fp16 needs a GPU, and a CPU rank says so in one line.
+One epoch of the digits in fp16 runs both TensorFlow modes' epoch steps with their loss scale.
 Nothing about speed is asserted.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 import pandas as pd
 import pytest
 
-from orchestrator import modes
+from orchestrator import modes, protocol
 from orchestrator.modes.tf_options import PRECISION
 from orchestrator.modes.torch_options import RUN_DIMENSIONS as TORCH_DIMENSIONS
 from orchestrator.rankside import harness
 from orchestrator.site import load
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import ROOT, built_python, run_orch
+from .conftest import ROOT, built_python, rank0_log, run_orch
 
 TF_MODES = ("tf-allreduce", "tf-ps")
 BF16_MODES = (*TF_MODES, "mxnet-kvstore")
@@ -136,6 +138,23 @@ grads, lr, mom = mixed.skip_if_not_finite(tf, [tf.constant([1.0, 1.0])],
                                           tf.constant(0.01), tf.constant(0.9))
 out["applied"] = [float(lr), float(mom)]
 out["unscaled"] = mixed.unscaled(tf, tf.constant(4.0), [tf.constant([8.0])])[0].numpy().tolist()
+
+# The epoch runs' scale moves by Keras' rule: halved by a non-finite step (its count of good
+# steps restarted), counted by a finite one, doubled by the dynamic_growth_steps-th.
+scaler = mixed.loss_scaler(tf, tf.distribute.get_strategy(), "fp16")
+state = lambda: [float(scaler.dynamic_scale.numpy()), int(scaler.step_counter.numpy())]
+moves = [state()]
+scaler.step_counter.assign(7)
+mixed.rescaler(tf, scaler)([tf.constant([1.0]), tf.constant([float("nan")])])
+moves.append(state())
+mixed.rescale(tf, scaler, tf.constant(True))
+moves.append(state())
+scaler.step_counter.assign(scaler.dynamic_growth_steps - 1)
+mixed.rescale(tf, scaler, tf.constant(True))
+moves.append(state())
+out["rescaled"] = moves
+out["scalers"] = [mixed.loss_scaler(tf, tf.distribute.get_strategy(), p) is None
+                  for p in ("fp32", "bf16")] + [mixed.rescaler(tf, None) is None]
 print(json.dumps(out))
 """
 
@@ -161,6 +180,8 @@ def test_tensorflow_pieces_on_real_tensors():
     assert out["skipped"] == [[1.0, 2.0], [0.5, 0.5]]
     assert out["applied"] == pytest.approx([0.01, 0.9])
     assert out["unscaled"] == [2.0]
+    assert out["rescaled"] == [[32768.0, 0], [16384.0, 0], [16384.0, 1], [32768.0, 0]]
+    assert out["scalers"] == [True, True, True]
 
 
 @pytest.mark.ranks
@@ -180,6 +201,32 @@ def test_bf16_runs_on_the_cpu_in_tf_and_mxnet(tmp_path):
         assert row["activation_dtype"] == "bfloat16"  # what the ranks' forward computed in
     for mode in ("tf-allreduce", "mxnet-kvstore"):  # synchronous: equal parameters
         assert bool(runs.loc[mode, "checksums_agree"])
+
+
+@pytest.mark.ranks
+def test_fp16_epochs_scale_the_loss_in_tf_allreduce_and_tf_ps(tmp_path):
+    """One epoch of the digits in fp16 (TensorFlow computes float16 on a CPU, through Eigen):
+    both modes' epoch steps keep a dynamic loss scale, which their footers record, and learn
+    something finite. Which scale a run ends with depends on its overflows: only that there is
+    one, a power of two no larger than Keras' first, is asserted."""
+    built_python("tensorflow")
+    data, out = tmp_path / "digits", tmp_path / "fp16"
+    run_orch("data", "make", "--out", data, "--from", "digits", "--format", "raw,tfrecord",
+             check=True)
+    run_orch("sweep", "--mode", ",".join(TF_MODES), "--model", "lenet5", "--nodes", "2",
+             "--batch-size", "64", "--epochs", "1", "--data", data, "-o", "precision=fp16",
+             "--warmup", WARMUP, "--out", out, check=True, timeout=600)
+    runs = pd.read_parquet(out / "results" / "runs.parquet").set_index("mode")
+    epochs = pd.read_parquet(out / "results" / "epochs.parquet")
+    for mode in TF_MODES:
+        row = runs.loc[mode]
+        assert row["state"] == "COMPLETED", row["reason"]
+        assert row["activation_dtype"] == "float16"
+        assert math.isfinite(row["final_test_acc"]) and 0 <= row["final_test_acc"] <= 1
+        assert epochs[epochs["mode"] == mode]["train_loss"].map(math.isfinite).all()
+        footer = protocol.read_rank_log(rank0_log(out / row["run_id"]), raw_iters=True).footer
+        scale = footer["loss_scale"]
+        assert 0 < scale <= 2.0**15 and math.log2(scale).is_integer(), (mode, scale)
 
 
 @pytest.mark.ranks

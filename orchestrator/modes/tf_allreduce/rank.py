@@ -191,8 +191,9 @@ def main(argv=None) -> None:
         if args.epochs:  # time to accuracy: tf.data shard + per-epoch reshuffle
             from orchestrator.rankside.tf import epochs as epochs_tf
 
-            epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params, slots)
-            s.footer.update(mixed.footer_facts(model, optimizer))
+            scaler = epochs_tf.train_allreduce(s, args, info, tf, strategy, comm, model, params,
+                                               slots)
+            s.footer.update(mixed.footer_facts(model, scaler))
             finish(s, tf, strategy, params, total)
             return
         shape = models_tf.input_shape(args.dataset)

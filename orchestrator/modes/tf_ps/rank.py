@@ -272,9 +272,9 @@ def coordinate(s, args) -> None:
     from orchestrator.rankside.tf import epochs as epochs_tf
 
     if args.epochs:  # whole epochs of scheduled steps, the chief evaluates after each
-        epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params, slots,
-                           workers)
-        s.footer.update(mixed.footer_facts(model, None))
+        scaler = epochs_tf.train_ps(s, args, s.info, tf, strategy, coordinator, model, params,
+                                    slots, workers)
+        s.footer.update(mixed.footer_facts(model, scaler))
         finish(s, tf, params)
         return
     if args.data:  # TFRecord: the per-worker datasets read it

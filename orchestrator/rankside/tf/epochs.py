@@ -18,12 +18,21 @@ partition of the split (exactly-once visitation would need the tf.data service),
 worker's shuffle is its own: tf-ps's data order is not reproducible — it is asynchronous anyway.
 Each worker applies its own gradients on the ps tasks (ResourceApplyMomentum). Held-out: the
 chief evaluates the whole split on the ps-held parameters.
+
+fp16 (``precision``): both scale the loss as the iteration runs' breakdown steps do
+(:mod:`.precision`: the loss times the scale, the gradients divided back, a step with
+non-finite ones skipped), by a dynamic scale that moves as Keras' LossScaleOptimizer moves
+its own (halved on a skipped step, doubled after 2,000 good ones): a whole run of epochs has
+no native window to set it. tf-allreduce moves it after the all-reduce, every worker alike;
+tf-ps on the ps, each worker's step in turn. Each returns the scaler, whose scale the footer
+records (``precision.footer_facts``).
 """
 
 from __future__ import annotations
 
 from orchestrator.rankside.common import epochs as epochs_common
 from orchestrator.rankside.tf import common as tf_common
+from orchestrator.rankside.tf import precision as mixed
 
 EVAL_BATCH = 256
 
@@ -40,8 +49,9 @@ def _counts(tf, logits, y):
                                  tf.float32))
 
 
-def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> None:
-    """tf-allreduce: ``--epochs`` epochs of the training split, held-out accuracy after each."""
+def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots):
+    """tf-allreduce: ``--epochs`` epochs of the training split, held-out accuracy after each;
+    returns the fp16 loss scaler (None in other precisions)."""
     from orchestrator.rankside.tf import models as models_tf
 
     shape = models_tf.input_shape(args.dataset)
@@ -50,6 +60,8 @@ def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> 
     world, rank = info.world_size, info.rank
     steps = epochs_common.steps(n, world, args.batch_size)
     mean = tf.distribute.ReduceOp.MEAN
+    scaler = mixed.loss_scaler(tf, strategy, args.precision)
+    scale = mixed.loss_scale(scaler)
 
     @tf.function
     def compute(x, y):
@@ -57,14 +69,18 @@ def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> 
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 loss = tf_common.loss_fn(tf, logits, y)
-            grads = tape.gradient(loss, params)
+                scaled = mixed.scaled(scaler, loss)
+            grads = mixed.unscaled(tf, scale, tape.gradient(scaled, params))
             ctx = tf.distribute.get_replica_context()
             grads = ctx.all_reduce(mean, [tf.identity(g) for g in grads], options=comm)
             return loss, _counts(tf, logits, y), grads
 
         return strategy.run(replica, args=(x, y))
 
-    update = tf_common.momentum_update(tf, params, slots)  # the mode's own update
+    # the mode's own update; fp16: a step with non-finite gradients skipped, then the scale
+    # moved by them (all-reduced: the same on every worker)
+    update = tf_common.momentum_update(tf, params, slots, skip_not_finite=scale is not None)
+    after = mixed.rescaler(tf, scaler)
     summed = tf_common.summed(tf, strategy, comm)
 
     def train_epoch(epoch, steps_iter):
@@ -79,6 +95,8 @@ def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> 
             with strategy.scope():
                 loss, right, grads = compute(x, y)
                 update(grads)
+                if after is not None:
+                    after(grads)
             loss_sum += float(loss) * args.batch_size
             correct += int(right)
             seen += args.batch_size
@@ -94,6 +112,7 @@ def train_allreduce(s, args, info, tf, strategy, comm, model, params, slots) -> 
         return float(counts[0] / counts[1]) if counts[1] else 0.0
 
     epochs_common.run_epochs(s, args, info, n, train_epoch, evaluate)
+    return scaler
 
 
 def ps_dataset_fn(tf, args, shape):
@@ -110,8 +129,9 @@ def ps_dataset_fn(tf, args, shape):
     return dataset_fn
 
 
-def train_ps(s, args, info, tf, strategy, coordinator, model, params, slots, workers) -> None:
-    """tf-ps: the chief schedules ``--epochs`` epochs of steps and evaluates after each."""
+def train_ps(s, args, info, tf, strategy, coordinator, model, params, slots, workers):
+    """tf-ps: the chief schedules ``--epochs`` epochs of steps and evaluates after each;
+    returns the fp16 loss scaler (None in other precisions)."""
     from orchestrator.rankside.tf import models as models_tf
 
     shape = models_tf.input_shape(args.dataset)
@@ -119,6 +139,8 @@ def train_ps(s, args, info, tf, strategy, coordinator, model, params, slots, wor
     test, _ = _split(tf, f"{args.data}/test", shape)
     iterator = iter(coordinator.create_per_worker_dataset(ps_dataset_fn(tf, args, shape)))
     lr, momentum = tf.constant(tf_common.LEARNING_RATE), tf.constant(tf_common.MOMENTUM)
+    scaler = mixed.loss_scaler(tf, strategy, args.precision)  # its variables on a ps
+    scale = mixed.loss_scale(scaler)
 
     @tf.function
     def step(iterator):
@@ -128,12 +150,18 @@ def train_ps(s, args, info, tf, strategy, coordinator, model, params, slots, wor
             with tf.GradientTape() as tape:
                 logits = model(x, training=True)
                 loss = tf_common.loss_fn(tf, logits, y)
-            grads = tape.gradient(loss, params)
-            updates = []
+                scaled = mixed.scaled(scaler, loss)
+            grads = mixed.unscaled(tf, scale, tape.gradient(scaled, params))
+            step_lr, step_momentum, updates = lr, momentum, []
+            if scale is not None:  # fp16: skip a non-finite step, move the scale by it
+                updates += mixed.rescale(tf, scaler, mixed.all_finite(tf, grads))
+                grads, step_lr, step_momentum = mixed.skip_if_not_finite(tf, grads, lr,
+                                                                         momentum)
             for v, m, g in zip(params, slots, grads, strict=True):
                 with tf.device(v.device):  # applied on the variable's ps
                     updates.append(tf.raw_ops.ResourceApplyMomentum(
-                        var=v.handle, accum=m.handle, lr=lr, grad=g, momentum=momentum))
+                        var=v.handle, accum=m.handle, lr=step_lr, grad=g,
+                        momentum=step_momentum))
             with tf.control_dependencies(updates):
                 return tf.identity(loss), _counts(tf, logits, y)
 
@@ -165,6 +193,7 @@ def train_ps(s, args, info, tf, strategy, coordinator, model, params, slots, wor
     # One chief iteration is a round of one step per worker: its global samples, as in the
     # iteration runs; and steps() counts rounds per epoch over "world" = workers.
     epochs_common.run_epochs(s, args, _Workers(info, workers), n, train_epoch, evaluate)
+    return scaler
 
 
 class _Workers:

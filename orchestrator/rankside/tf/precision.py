@@ -13,7 +13,9 @@ offset in float32, as Keras' BatchNormalization does. The dtypes come from Keras
 fp16 scales the loss: the native step's optimizer is Keras' ``LossScaleOptimizer`` (dynamic
 scale: halved on a step with non-finite gradients, which it skips, doubled after 2,000 good
 ones); the breakdown steps scale by the scale the native window ended with and skip a step
-whose gradients are not finite, the same way (:func:`skip_if_not_finite`).
+whose gradients are not finite, the same way (:func:`skip_if_not_finite`). The epoch runs
+step with orch's own update, so they keep a LossScaleOptimizer only for its dynamic scale
+(:func:`loss_scaler`) and move that scale by Keras' rule themselves (:func:`rescale`).
 
 TensorFlow is passed in (``tf``), as in :mod:`.common`.
 """
@@ -94,11 +96,54 @@ def unscaled(tf, scale, grads):
     return [g * inverse for g in grads]
 
 
+def loss_scaler(tf, strategy, precision: str):
+    """fp16: a LossScaleOptimizer made in ``strategy``'s scope for its dynamic loss scale
+    alone (its scale and its count of good steps; no slot of any variable), for a step whose
+    update is orch's own; None otherwise. Its scale starts where Keras starts it."""
+    if precision != "fp16":
+        return None
+    with strategy.scope():
+        opt = optimizer(tf, precision, tf.keras.optimizers.SGD())
+        opt.build([])
+    return opt
+
+
+def all_finite(tf, grads):
+    """Whether every gradient is finite (a boolean tensor)."""
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+
+
+def rescale(tf, opt, finite) -> list:
+    """Keras' dynamic loss-scale rule, applied to ``opt``'s (a LossScaleOptimizer's) own
+    variables after a step whose gradients were all finite or not (``finite``): halved, its
+    count of good steps restarted, after a non-finite step; doubled after
+    ``dynamic_growth_steps`` finite steps in a row. Returns the two assignments."""
+    scale, count = opt.dynamic_scale, opt.step_counter
+    grow = tf.logical_and(finite, tf.equal(count, opt.dynamic_growth_steps - 1))
+    new_scale = tf.where(finite, tf.where(grow, scale * 2.0, scale * 1.0), scale * 0.5)
+    new_count = tf.where(tf.logical_and(finite, tf.logical_not(grow)), count + 1, count * 0)
+    return [scale.assign(new_scale), count.assign(new_count)]
+
+
+def rescaler(tf, opt):
+    """``after(grads)``: :func:`rescale` of ``opt`` by a step's gradients, as one
+    ``tf.function`` (run where the variables may be assigned: outside ``strategy.run`` for
+    a mirrored scale); None without a loss scale."""
+    if loss_scale(opt) is None:
+        return None
+
+    @tf.function
+    def after(grads):
+        rescale(tf, opt, all_finite(tf, grads))
+
+    return after
+
+
 def skip_if_not_finite(tf, grads, lr, momentum):
     """``(grads, lr, momentum)`` for a momentum update that leaves the variables and their
     momentum as they are when a gradient is not finite (inf/NaN from fp16 overflow), as
     LossScaleOptimizer skips such a step: gradient 0, momentum 1, learning rate 0."""
-    finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+    finite = all_finite(tf, grads)
     grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
     return (grads, tf.where(finite, lr, tf.zeros_like(lr)),
             tf.where(finite, momentum, tf.ones_like(momentum)))
