@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from orchestrator import modes, protocol
+from orchestrator.modes.base import PRECISIONS, precision_option
 from orchestrator.modes.tf_options import PRECISION
 from orchestrator.modes.torch_options import RUN_DIMENSIONS as TORCH_DIMENSIONS
 from orchestrator.rankside import harness
@@ -44,6 +45,21 @@ def test_tf_modes_take_the_one_declaration(name):
     # One column of the runs table holds both: the same name, values and default.
     assert (PRECISION.choices, PRECISION.default) == (torch_precision.choices,
                                                       torch_precision.default)
+
+
+def test_every_precision_option_comes_from_the_one_factory():
+    """torch's, TensorFlow's and MXNet's precision differ only in the values a framework
+    leaves out and in their help: one column, fp32 left out of a run's options."""
+    found = {name: o for name, m in modes.registry().items() for o in m.options
+             if o.name == "precision"}
+    assert {"torch-ddp", "tf-allreduce", "mxnet-kvstore"} <= set(found)
+    for name, o in found.items():
+        assert (o.default, o.omit_default) == ("fp32", True), name
+        assert o.choices == tuple(p for p in PRECISIONS if p in o.choices), name
+    assert found["mxnet-kvstore"].choices == ("fp32", "bf16", "fp16")
+    assert found["torch-ddp"].choices == found["tf-allreduce"].choices == PRECISIONS
+    with pytest.raises(ValueError, match="int8"):
+        precision_option(help="", exclude=("int8",))
 
 
 def test_fp32_keeps_the_run_ids_of_before():

@@ -71,6 +71,18 @@ class Option:
         return str(int(value))
 
 
+def precision_option(*, help, exclude=()):
+    """A mode's ``precision`` option: :data:`PRECISIONS` less those its framework cannot run
+    (``exclude``), fp32 by default and left out of a run's options at fp32 (runs from before
+    the option keep their ids); ``help`` says how the framework applies each. One
+    declaration, so every mode's precision is one column with one meaning."""
+    unknown = [p for p in exclude if p not in PRECISIONS]
+    if unknown:
+        raise ValueError(f"precision_option: {unknown} not in {PRECISIONS}")
+    return Option(name="precision", choices=[p for p in PRECISIONS if p not in exclude],
+                  default="fp32", omit_default=True, help=help)
+
+
 class Task:
     """One process of a job: its role (worker, ps, chief, scheduler, server), its index within
     the role, and the node (0-based) it must run on. Task k is SLURM_PROCID k."""

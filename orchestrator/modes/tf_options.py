@@ -14,13 +14,9 @@ before the option existed. Kept valid Python 3.6 like :mod:`.base` (the registry
 mode descriptor).
 """
 
-from .base import PRECISIONS, Option
+from .base import precision_option
 
-PRECISION = Option(
-    name="precision",
-    choices=PRECISIONS,
-    default="fp32",
-    omit_default=True,
+PRECISION = precision_option(
     help="fp32 (TF32 off); tf32 (TF32 matmuls/convolutions on GPUs, fp32 on CPUs); bf16 or "
     "fp16: Keras' mixed_bfloat16 / mixed_float16 policy (fp16 with a LossScaleOptimizer)",
 )

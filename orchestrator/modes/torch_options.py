@@ -23,14 +23,10 @@ the one it had before these options existed. Imported by the control plane only,
 valid Python 3.6 like :mod:`.base` (the registry loads every mode descriptor).
 """
 
-from .base import PRECISIONS, Option
+from .base import Option, precision_option
 
 RUN_DIMENSIONS = (
-    Option(
-        name="precision",
-        choices=PRECISIONS,
-        default="fp32",
-        omit_default=True,
+    precision_option(
         help="fp32; tf32 (TF32 matmuls/convolutions on GPUs, fp32 on CPUs); bf16 or fp16 "
         "automatic mixed precision (torch.autocast; fp16 with a GradScaler)",
     ),

@@ -20,7 +20,7 @@ dist_sync defaults to ``worker``.
 """
 
 from ...errors import UserError
-from ..base import PRECISIONS, Mode, Option, Task, one_server_count, server_nodes
+from ..base import Mode, Option, Task, one_server_count, precision_option, server_nodes
 
 KVSTORES = ("dist_sync", "dist_async")
 
@@ -81,11 +81,10 @@ MODE = Mode(
                     "servers_per_node; a sweep dimension: servers=1,2)"),
         # MXNet's AMP (rankside/mxnet/precision.py): bf16 on oneDNN builds (CPUs), fp16 on
         # GPUs; a node or build without it stops the run in one line naming the mode.
-        Option(name="precision", choices=tuple(p for p in PRECISIONS if p != "tf32"),
-               default="fp32",
-               omit_default=True,
-               help="fp32; bf16 or fp16: MXNet AMP (mxnet.contrib.amp; fp16 with its dynamic "
-                    "loss scaling, on GPUs and with update=worker; bf16 on oneDNN builds)"),
+        precision_option(exclude=("tf32",),
+                         help="fp32; bf16 or fp16: MXNet AMP (mxnet.contrib.amp; fp16 with its "
+                              "dynamic loss scaling, on GPUs and with update=worker; bf16 on "
+                              "oneDNN builds)"),
     ),
     placement=placement,
     resolve=resolve,
