@@ -97,8 +97,8 @@ def throughput_table(done: pd.DataFrame) -> Table:
 
     notes = []
     if "samples_per_s_compute" in done.columns and done["samples_per_s_compute"].notna().any():
-        notes.append("compute: samples/s without input I/O, the breakdown window's samples over "
-                     "its slowest rank's t_iter − t_io (DeepLearningExamples' compute_ips; the "
+        notes.append("compute: samples/s without input I/O, the rate with the breakdown "
+                     "window's share of t_io taken out (DeepLearningExamples' compute_ips; the "
                      "first figure is their total_ips)")
     if "throughput_from" in done.columns and \
             (done["throughput_from"] == analyze.FROM_EPOCHS).any():

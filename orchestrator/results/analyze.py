@@ -7,12 +7,15 @@ Definitions (docs/measurements.md, from the source papers):
 - Its spread (``samples_per_s_std``) is the standard deviation of the per-iteration global rate:
   the global batch of iteration k over the slowest rank's time for k.
 - The compute rate (``samples_per_s_compute``) is NVIDIA DeepLearningExamples' ``compute_ips``
-  (``samples_per_s`` is their ``total_ips``): the breakdown window's samples per iteration (all
-  ranks) over the mean of the slowest rank's ``t_iter - t_io`` per iteration, i.e. samples/s
-  without waiting for input. ``t_h2d`` stays in compute: orch copies each batch as its own
+  (``samples_per_s`` is their ``total_ips``): samples/s without waiting for input,
+  ``samples_per_s`` times the breakdown window's sum over iterations of the slowest rank's
+  ``t_iter`` over that of its ``t_iter - t_io``. The input share is measured where phases are
+  timed (the breakdown window) and applied to the run's reported rate (the native window's
+  where it has one), so the compute rate is never below ``samples_per_s``, equal where no time
+  went to input; the phase timers' own cost, which a breakdown window's rate includes, is not
+  mistaken for compute. ``t_h2d`` stays in compute: orch copies each batch as its own
   synchronous step (no prefetcher overlaps it, which is why DLE's data time holds the copy),
   and the model's ``t_gpu`` counts it. None without a breakdown window or without ``t_io``.
-  It is the breakdown window's, so compare it with that window's rate, not the native one's.
 - Phase means and standard deviations are over every measured (rank, iteration).
 - Speedup S(N) = throughput(N) / throughput(baseline) of the same configuration, the baseline
   being its run(s) with the fewest ranks (the papers' one-GPU run: 1 node x 1 task when the
@@ -89,6 +92,9 @@ def run_metrics(iters: pd.DataFrame) -> dict:
     out.update(t_iter_native=None, t_iter_native_std=None, instrumentation_overhead=None)
     if (native & ~cols["warmup_iter"]).any():
         rates = _window_metrics(cols, native, phases=False)
+        if out["samples_per_s_compute"] is not None and rates["samples_per_s"] is not None:
+            # the breakdown window's input share, applied to the rate reported (docstring)
+            out["samples_per_s_compute"] *= rates["samples_per_s"] / out["samples_per_s"]
         out.update(samples_per_s=rates["samples_per_s"],
                    samples_per_s_std=rates["samples_per_s_std"],
                    throughput_window=protocol.WINDOW_NATIVE if rates["samples_per_s"]
@@ -219,7 +225,8 @@ def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
     for p in PHASES:
         out[p] = _mean(m[p])
         out[f"{p}_std"] = _std(m[p]) if n > 1 else 0.0
-    out["samples_per_s_compute"] = _compute_rate(m, iter_of, len(iter_ids), samples)
+    out["samples_per_s_compute"] = _compute_rate(m, iter_of, len(iter_ids),
+                                                 out["samples_per_s"])
     seen = ~np.isnan(m["t_comm_total"])
     out["t_comm_total"] = _mean(m["t_comm_total"][seen]) if seen.any() else None
     # Phases should account for the iteration; the rest is loop overhead we did not time.
@@ -232,18 +239,20 @@ def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
     return out
 
 
-def _compute_rate(m: dict, iter_of: np.ndarray, n_iters: int, samples: int) -> float | None:
-    """DLE's ``compute_ips`` of a breakdown window's measured rows ``m`` (module docstring):
-    all ranks' samples over the sum, per iteration, of the slowest rank's ``t_iter - t_io``
-    (a synchronous step waits for its slowest rank). None where no sample moved or a row has
-    no ``t_io`` (a partial figure would pass for a whole one)."""
+def _compute_rate(m: dict, iter_of: np.ndarray, n_iters: int,
+                  rate: float | None) -> float | None:
+    """DLE's ``compute_ips`` of a window's measured rows ``m`` whose rate is ``rate`` (module
+    docstring): the rate times the sum, per iteration, of the slowest rank's ``t_iter`` over
+    that of its ``t_iter - t_io`` (a synchronous step waits for its slowest rank). None where
+    no sample moved or a row has no ``t_io`` (a partial figure would pass for a whole one)."""
     io = m["t_io"]
-    if samples <= 0 or np.isnan(io).any():
+    if rate is None or np.isnan(io).any():
         return None
+    slowest = np.full(n_iters, -np.inf)
     busy = np.full(n_iters, -np.inf)
+    np.maximum.at(slowest, iter_of, m["t_iter"])
     np.maximum.at(busy, iter_of, m["t_iter"] - io)
-    total = float(busy.sum())
-    return samples / total if total > 0 else None
+    return rate * float(slowest.sum()) / float(busy.sum()) if busy.sum() > 0 else None
 
 
 def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
