@@ -76,3 +76,18 @@ def test_predictions_come_only_from_smaller_finished_runs_by_hand():
     # no pre-flight for the partition: said, not guessed
     _, notes = predictions.predict_runs(runs, {"n2"}, {}, now=5.0)
     assert notes and "no pre-flight network for partition p" in notes[0]
+
+
+def test_measured_t_iter_takes_the_runs_tables_rows():
+    """The rows of one run the runs table's t_iter comes from: the breakdown window (a row
+    without a window is one, as the merge reads it), warm-up left out."""
+    import pandas as pd
+
+    rows = pd.DataFrame({
+        "run_id": ["a", "a", "a", "a", "a", "b"],
+        "window": ["native", "breakdown", None, "breakdown", "breakdown", "breakdown"],
+        "warmup_iter": [False, True, False, False, None, False],
+        "t_iter": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]})
+    assert predictions.measured_t_iter(rows, "a").tolist() == [3.0, 4.0, 5.0]
+    assert predictions.measured_t_iter(rows.drop(columns=["window", "warmup_iter"]),
+                                       "a").tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]

@@ -29,6 +29,7 @@ import pandas as pd
 from .. import __version__, modes, protocol, rundir
 from ..errors import UserError
 from ..report.select import config_of, training_runs
+from ..results import analyze
 from . import interval, validity
 from .comm import PATTERN_MODELS, Network, pattern_comm_time
 from .inputs import ModelInputError, gradient_bytes, overlap_of, run_options
@@ -301,12 +302,10 @@ def read_iterations(path: Path | None, run_ids: list[str]) -> pd.DataFrame | Non
 def measured_t_iter(iterations: pd.DataFrame, run_id: str) -> pd.Series:
     """One run's measured ``t_iter`` rows, every rank's: the rows the runs table's ``t_iter``
     and ``t_iter_std`` are taken from (the breakdown window, warm-up left out)."""
-    rows = iterations["run_id"] == run_id
-    if "warmup_iter" in iterations.columns:
-        rows &= ~iterations["warmup_iter"].fillna(False).astype(bool)
-    if "window" in iterations.columns:
-        rows &= iterations["window"].fillna(protocol.WINDOW_BREAKDOWN) != protocol.WINDOW_NATIVE
-    return pd.to_numeric(iterations.loc[rows, T_ITER], errors="coerce")
+    _, rows = analyze.split_windows(iterations[iterations["run_id"] == run_id])
+    if "warmup_iter" in rows.columns:
+        rows = rows[~rows["warmup_iter"].fillna(False).astype(bool)]
+    return pd.to_numeric(rows[T_ITER], errors="coerce")
 
 
 def iteration_spread(base: pd.DataFrame, iterations: pd.DataFrame | None) -> interval.Spread:
