@@ -249,8 +249,18 @@ def test_mpi_modes_have_no_local_launcher(tmp_path):
 @pytest.mark.slurm
 def test_cluster_sweep(slurm_cluster, cntk_env, chainer_env, tmp_path):
     out = tmp_path / "cluster"
-    sweep("--site", slurm_cluster, "--mode", "cntk,chainermn,torch-ddp", "--nodes", "1,2,4",
-          "--no-preflight", out=out)  # about launchers: test_preflight covers predictions
+    args = ("--site", slurm_cluster, "--mode", "cntk,chainermn,torch-ddp", "--nodes", "1,2,4",
+            "--no-preflight")  # about launchers: test_preflight covers predictions
+    if sweep(*args, out=out, check=False).returncode != 0:
+        # CNTK 2.7's process now and then dies of SIGSEGV as a rank of a 4-node job starts,
+        # before its first step (seen in 2 of 9 CI logs kept on one machine: "Signal:
+        # Segmentation fault (11)" in the rank's output, no frame of Python's). orch records it
+        # as the crash it is (no footer: no exception of orch's rank code), and a user submits
+        # the run again with --retry-failed, as here, once; any other failure fails the test.
+        failed = [r for r in results(out) if r["state"] != "COMPLETED"]
+        assert failed and all(r["mode"] == "cntk" and "log ends without a footer" in
+                              (r["reason"] or "") for r in failed), failed
+        sweep(*args, "--retry-failed", out=out)
     recs = results(out)
     assert sorted((r["mode"], r["nodes"]) for r in recs) == sorted(
         (m, n) for m in ("chainermn", "cntk", "torch-ddp") for n in (1, 2, 4))
