@@ -225,8 +225,7 @@ def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
     for p in PHASES:
         out[p] = _mean(m[p])
         out[f"{p}_std"] = _std(m[p]) if n > 1 else 0.0
-    out["samples_per_s_compute"] = _compute_rate(m, iter_of, len(iter_ids),
-                                                 out["samples_per_s"])
+    out["samples_per_s_compute"] = _compute_rate(m, iter_of, slowest, out["samples_per_s"])
     seen = ~np.isnan(m["t_comm_total"])
     out["t_comm_total"] = _mean(m["t_comm_total"][seen]) if seen.any() else None
     # Phases should account for the iteration; the rest is loop overhead we did not time.
@@ -239,18 +238,17 @@ def _window_metrics(cols: dict, rows: np.ndarray, phases: bool = True) -> dict:
     return out
 
 
-def _compute_rate(m: dict, iter_of: np.ndarray, n_iters: int,
+def _compute_rate(m: dict, iter_of: np.ndarray, slowest: np.ndarray,
                   rate: float | None) -> float | None:
     """DLE's ``compute_ips`` of a window's measured rows ``m`` whose rate is ``rate`` (module
-    docstring): the rate times the sum, per iteration, of the slowest rank's ``t_iter`` over
-    that of its ``t_iter - t_io`` (a synchronous step waits for its slowest rank). None where
-    no sample moved or a row has no ``t_io`` (a partial figure would pass for a whole one)."""
+    docstring): the rate times the sum of ``slowest`` (per iteration, the slowest rank's
+    ``t_iter``) over that of the slowest rank's ``t_iter - t_io`` (a synchronous step waits for
+    its slowest rank). None where no sample moved or a row has no ``t_io`` (a partial figure
+    would pass for a whole one)."""
     io = m["t_io"]
     if rate is None or np.isnan(io).any():
         return None
-    slowest = np.full(n_iters, -np.inf)
-    busy = np.full(n_iters, -np.inf)
-    np.maximum.at(slowest, iter_of, m["t_iter"])
+    busy = np.full(len(slowest), -np.inf)
     np.maximum.at(busy, iter_of, m["t_iter"] - io)
     return rate * float(slowest.sum()) / float(busy.sum()) if busy.sum() > 0 else None
 
