@@ -71,25 +71,31 @@ def file_token(path: Path) -> Token | None:
     return (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
-def inputs_key(rdir: Path) -> str | None:
-    """What a run's rows and metrics depend on: run.json, and each rank log's identity; None
-    for a run whose log changed in the last ``RACY_S`` seconds.
+def files_key(paths, seed: bytes = b"") -> str | None:
+    """A key of ``seed`` and each file's identity (name, size, mtime, inode); None where a file
+    is missing or was written in the last ``RACY_S`` seconds.
 
-    A file's mtime has the resolution of the kernel's clock tick, not 1 ns: a log rewritten
+    A file's mtime has the resolution of the kernel's clock tick, not 1 ns: a file rewritten
     with the same size within one tick would keep its key. So, as git does with its index, such
-    a run has no key: it is read again next time, and cached once its logs have been still for
-    a while.
+    a file gives no key: what depends on it is read again next time, and kept once the file
+    has been still for a while.
     """
-    digest = hashlib.sha256(f"v{CACHE_VERSION}\n".encode())
-    digest.update((rdir / protocol.RUN_FILE).read_bytes())
+    digest = hashlib.sha256(seed)
     racy = time.time_ns() - int(RACY_S * 1e9)
-    for _, path in protocol.rank_logs(rdir / protocol.RANKS_DIR):
-        st = os.stat(path)
-        if st.st_mtime_ns >= racy:
+    for path in paths:
+        token = file_token(Path(path))
+        if token is None or token[1] >= racy:
             return None
-        digest.update(f"\n{os.path.basename(path)} {st.st_size} {st.st_mtime_ns} "
-                      f"{st.st_ino}".encode())
+        size, mtime, inode = token
+        digest.update(f"\n{os.path.basename(path)} {size} {mtime} {inode}".encode())
     return digest.hexdigest()
+
+
+def inputs_key(rdir: Path) -> str | None:
+    """What a run's rows and metrics depend on: run.json, and each rank log's identity
+    (:func:`files_key`); None for a run whose log changed in the last ``RACY_S`` seconds."""
+    seed = f"v{CACHE_VERSION}\n".encode() + (rdir / protocol.RUN_FILE).read_bytes()
+    return files_key((path for _, path in protocol.rank_logs(rdir / protocol.RANKS_DIR)), seed)
 
 
 def read_entry(cache: Path, run_id: str, key: str | None,

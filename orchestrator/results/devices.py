@@ -11,10 +11,8 @@ device is (node, ``device_id``), read from its lowest task, so its energy is cou
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -233,17 +231,10 @@ HELD_KEY = b"orch.device_logs"
 
 
 def logs_key(ranks_dir: Path) -> str | None:
-    """What a run's device rows depend on: each device log's name, size, mtime and inode;
-    None while one was written in the last cache.RACY_S seconds (it may change again within
-    its mtime's resolution: read again next time, as the merge's cache does)."""
-    digest = hashlib.sha256()
-    racy = time.time_ns() - int(cache.RACY_S * 1e9)
-    for path in sorted(ranks_dir.glob("device-*.jsonl")):
-        token = cache.file_token(path)
-        if token is None or token[1] >= racy:
-            return None
-        digest.update(f"{path.name} {token}\n".encode())
-    return digest.hexdigest()
+    """What a run's device rows depend on: each device log's identity (cache.files_key); None
+    while one was written in the last cache.RACY_S seconds (read again next time, as the
+    merge's cache does)."""
+    return cache.files_key(sorted(ranks_dir.glob("device-*.jsonl")))
 
 
 def _held(path: Path) -> tuple[pa.Table | None, dict[str, list]]:
