@@ -86,6 +86,7 @@ FABRIC = "fabric"  # the footer field holding a rank's fabric evidence
 DEVICE_METRICS = "device_metrics"
 DEVICE_METRICS_REASON = "device_metrics_reason"
 BINDING = "binding"  # the header field: CUDA_VISIBLE_DEVICES, GPU, CPU affinity, NUMA nodes
+CPU_SHARE = "cpu_share"  # the header field: the cores a rank may use (cgroup quota, affinity)
 STATUS_ERROR = "error"
 # The footer field of a rank that failed on an exception: its own line (type: message), what
 # a person reads first; the footer's ``error`` keeps the traceback's last lines, and the

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from orchestrator import protocol
 from orchestrator.protocol import LOG_SCHEMA, PHASES
-from orchestrator.rankside import devmetrics, fabric
+from orchestrator.rankside import cpushare, devmetrics, fabric
 
 # Environment variables worth keeping beside every measurement: they change what is measured.
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
@@ -504,6 +504,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
         "container": container_facts(),
         protocol.BINDING: devmetrics.process_probe(info.local_rank).binding,
+        protocol.CPU_SHARE: cpushare.safe_probe(),
     }
     log.write(header)
     start_heartbeat(os.path.join(args.log_dir, protocol.heartbeat_name(info.task)))
