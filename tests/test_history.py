@@ -264,11 +264,12 @@ def test_the_same_sweep_is_recorded_once(tmp_path):
 
 def test_adding_rewrites_nothing(tmp_path):
     store.add(tmp_path, with_meta(1), Path("/s1"))
-    before = {p: p.read_bytes() for p in (tmp_path / "entries").iterdir()}
-    index = (tmp_path / "index.jsonl").read_bytes()
+    before = {p: (p.read_bytes(), p.stat().st_ino) for folder in ("entries", "records")
+              for p in (tmp_path / folder).iterdir()}
     store.add(tmp_path, with_meta(2), Path("/s2"))
-    assert all(p.read_bytes() == data for p, data in before.items())
-    assert (tmp_path / "index.jsonl").read_bytes().startswith(index)
+    assert all((p.read_bytes(), p.stat().st_ino) == was for p, was in before.items())
+    # each entry's record under its table's name and its sweep's
+    assert len(list((tmp_path / "records").iterdir())) == 4
 
 
 def _add_in_process(root: str, seed: int) -> None:
@@ -296,7 +297,7 @@ def test_a_truncated_index_line_loses_no_other_entry(tmp_path):
     e3 = store.add(tmp_path, with_meta(3), Path("/s3"))
     found, damaged = store.entries(tmp_path)
     assert [e.id for e in found] == [e1.id, e3.id] and damaged == 1
-    assert "1 damaged line" in store.select(tmp_path)[2][0]
+    assert "1 damaged record" in store.select(tmp_path)[2][0]
 
 
 def test_a_truncated_entry_file_loses_no_other_entry(tmp_path):
@@ -413,7 +414,7 @@ def test_orch_history_list_show_and_compare_a_selection(tmp_path):
                                       "--history", str(root)])
     assert result.exit_code == 0, result.output
     assert "no measured change" in result.output
-    assert json.loads((root / "index.jsonl").read_text())["id"] == e.id
+    assert {json.loads(p.read_text())["id"] for p in (root / "records").iterdir()} == {e.id}
 
 
 def test_a_change_of_one_window_alone_is_no_measured_change():

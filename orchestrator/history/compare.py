@@ -356,20 +356,70 @@ def detail(c: Comparison) -> list[str]:
     return rows
 
 
-def what_differs(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
-    """What A and B ran with that differs: orch commit, image digest, each framework version
-    ('torch 2.13.0 → 2.14.0'); empty where a side does not say (a result set alone)."""
+# What a run ran with, as the history records it (store.with_provenance): the column, its
+# name in a line, and how many characters of a value to show (None: all).
+FACTS = (("commit", "orch commit", 12), ("image_digest", "image digest", 19),
+         ("site_sha256", "site config", 12), ("partition", "partition", None),
+         ("hosts", "nodes", None))
+
+
+def what_differs(a: pd.DataFrame, b: pd.DataFrame, options: bool = False) -> list[str]:
+    """What A and B ran with that differs: orch commit, image digest, site config (and the
+    settings that differ in it), partition, nodes, each framework version ('torch 2.13.0 →
+    2.14.0'), and with ``options`` the mode options (one configuration's runs, matched with
+    --ignore-option); empty where a side does not say (a result set alone)."""
     out = []
-    for column, name in (("commit", "orch commit"), ("image_digest", "image digest")):
+    for column, name, width in FACTS:
         va, vb = _values(a, column), _values(b, column)
         if va and vb and va != vb:
-            out.append(f"{name} {', '.join(v[:12] for v in va)} → "
-                       f"{', '.join(v[:12] for v in vb)}")
+            out.append(f"{name} {', '.join(v[:width] for v in va)} → "
+                       f"{', '.join(v[:width] for v in vb)}" + (
+                           _settings(a, b) if column == "site_sha256" else ""))
     versions = [_versions(side) for side in (a, b)]
     for lib in sorted(set(versions[0]) & set(versions[1])):
         if versions[0][lib] != versions[1][lib]:
             out.append(f"{lib} {', '.join(versions[0][lib])} → {', '.join(versions[1][lib])}")
+    for lib in sorted(set(versions[0]) ^ set(versions[1])):
+        side = "B" if lib in versions[1] else "A"
+        out.append(f"{lib} {', '.join((versions[1] if side == 'B' else versions[0])[lib])} "
+                   f"only in {side}")
+    if options:
+        out += _options_differ(_values(a, "options"), _values(b, "options"))
     return out
+
+
+def _settings(a: pd.DataFrame, b: pd.DataFrame, most: int = 4) -> str:
+    """' (sbatch.time 00:10:00 → 00:20:00, …)': the settings that differ between the site
+    configs A and B ran with (one config a side), the first ``most`` of them."""
+    configs = [_values(side, "site_config") for side in (a, b)]
+    if not all(len(c) == 1 for c in configs):
+        return ""
+    flat = [_flat(json.loads(c[0])) for c in configs]
+    differ = [f"{k} {flat[0].get(k, '(none)')} → {flat[1].get(k, '(none)')}"
+              for k in sorted(set(flat[0]) | set(flat[1])) if flat[0].get(k) != flat[1].get(k)]
+    more = f", {len(differ) - most} more" if len(differ) > most else ""
+    return f" ({', '.join(differ[:most])}{more})" if differ else ""
+
+
+def _flat(data, prefix: str = "") -> dict[str, str]:
+    """A JSON value's leaves by path ('partitions[0].sbatch.time': '00:10:00')."""
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items()
+                for k, v in _flat(value, f"{prefix}.{key}" if prefix else str(key)).items()}
+    if isinstance(data, list):
+        return {k: v for i, value in enumerate(data)
+                for k, v in _flat(value, f"{prefix}[{i}]").items()}
+    return {prefix: json.dumps(data) if not isinstance(data, str) else data}
+
+
+def _options_differ(a: list[str], b: list[str]) -> list[str]:
+    """'options comm_delay_ms (unset) → 30' for each mode option that differs (one set of
+    options a side: a configuration's runs)."""
+    if len(a) != 1 or len(b) != 1:
+        return []
+    oa, ob = json.loads(a[0] or "{}"), json.loads(b[0] or "{}")
+    return [f"option {k} {oa.get(k, '(unset)')} → {ob.get(k, '(unset)')}"
+            for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)]
 
 
 def _values(frame: pd.DataFrame, column: str) -> list[str]:

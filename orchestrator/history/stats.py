@@ -184,6 +184,21 @@ def yuen_welch(a: np.ndarray, b: np.ndarray, confidence: float = 0.95,
     return _t_difference(diff, se2, df, confidence)
 
 
+def student(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> Difference:
+    """Student's two-sample t-test, variances pooled: B's mean minus A's, on ``len(a) +
+    len(b) - 2`` degrees of freedom (each side one value or more, three or more in all).
+    What a change point's split is tested with (:mod:`.changes`): the entries of a series
+    on either side of it, whose spread one pooled variance describes better than two small
+    samples' own."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    df = len(a) + len(b) - 2
+    diff = float(b.mean() - a.mean())
+    if df < 1:
+        return Difference(diff, -math.inf, math.inf, 0.5, 0.5, 0.0)
+    pooled = (float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / df
+    return _t_difference(diff, pooled * (1.0 / len(a) + 1.0 / len(b)), df, confidence)
+
+
 def _t_difference(diff: float, se2: float, df: float, confidence: float) -> Difference:
     """A difference ``diff`` with squared standard error ``se2`` on ``df`` degrees of freedom:
     its interval at ``confidence`` and one-sided p-values from the t distribution; exact where

@@ -1,0 +1,579 @@
+"""``orch history changes``: where each configuration's metrics moved to a new level over the
+recorded sweeps, by how much, which phases moved, and what changed at that entry.
+
+**The method is Apache Otava's** (Hunter: Fleming et al., ICPE 2023, the successor of
+MongoDB's E-divisive means, Daly et al., ICPE 2020), on the log of each entry's level:
+
+1. *split*: sliding windows of ``window`` entries (half overlapping); in each, E-divisive's
+   energy statistic Q̂ (Matteson and James 2014, α = 1) proposes the split of an interval
+   that best separates two distributions, and a split is kept while Student's t-test of the
+   entries on its two sides gives p ≤ 10 × ``max_p`` (weak change points);
+2. *merge*: the weakest change point (highest p, then smallest shift) is dropped and its
+   neighbours tested again against their new sides, until every one has p ≤ ``max_p``, a
+   shift of at least ``min_magnitude`` and ``min_segment`` entries on each side.
+
+Why Otava's and not E-divisive's permutation test: the answer must be the same every time a
+CI job asks (a permutation test draws at random, and its alerts would come and go between
+two runs on the same history), and it must be quick over thousands of entries (a permutation
+test recomputes the statistic hundreds of times per candidate); a t-test per split is both.
+orch's adaptations, each measured in ``benchmarks/changepoints.py``: values are logs (a shift
+is a ratio, the same whichever way it goes), a point is one entry (the trimmed mean of its
+runs' trimmed means: runs of one sweep share its moment of the machine, so they are not
+independent points), and a segment must hold ``min_segment`` entries (a level is never one
+sweep).
+
+Each change point is then said as ``orch compare`` says a change: the runs of the entries
+before it (back to the previous change point of the configuration) against those after it
+(up to the next), with its verdict, the phases that moved and where to look, and what the
+runs of the entry ran with that the entry before did not (versions, image, orch commit, site
+config, nodes, options).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import store
+from .compare import PRIMARY, Comparison, compare, group_codes, run_means, what_differs
+from .samples import BY_NAME, Metric, key_columns, with_mode_defaults, without_options
+from .settings import Settings
+from .stats import Trimmed, student, t_cdf, t_ppf
+from .store import Entry
+
+# Each run's facts that say what it ran with (store.with_provenance), kept beside its levels.
+FACTS = ("commit", "dirty", "image_digest", "versions", "hosts", "site_sha256", "site_config",
+         "measured_at")
+
+
+# --- the detection, on one series of log values ---------------------------------------------
+
+def _prefix(x: np.ndarray) -> np.ndarray:
+    """P[a, b] = the sum of |x_i - x_j| over i < a, j < b (P[0, :] = P[:, 0] = 0)."""
+    d = np.abs(x[:, None] - x[None, :])
+    p = np.zeros((len(x) + 1, len(x) + 1))
+    p[1:, 1:] = d.cumsum(0).cumsum(1)
+    return p
+
+
+def _block(p: np.ndarray, a, b, c, d):
+    """The sum of |x_i - x_j| over a <= i < b, c <= j < d, from the prefix sums."""
+    return p[b, d] - p[a, d] - p[b, c] + p[a, c]
+
+
+def candidate(p: np.ndarray, lo: int, hi: int, min_segment: int) -> tuple[int, float] | None:
+    """The split τ of ``[lo, hi)`` that E-divisive chooses, and its Q̂: the largest
+    Q̂(x[lo:τ], x[τ:κ]) over lo < τ < κ <= hi, each side ``min_segment`` long or more."""
+    taus = np.arange(lo + min_segment, hi - min_segment + 1)
+    if len(taus) == 0:
+        return None
+    tau = taus[:, None]
+    kap = np.arange(lo + 2 * min_segment, hi + 1)[None, :]
+    a = (tau - lo).astype(float)
+    b = (kap - tau).astype(float)
+    between = _block(p, lo, tau, tau, kap)
+    left = _block(p, lo, tau, lo, tau) / 2
+    right = _block(p, tau, kap, tau, kap) / 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = 2 * between / (a * b) - left / (a * (a - 1) / 2) - right / (b * (b - 1) / 2)
+        q = np.where(b >= min_segment, a * b / (a + b) * e, -np.inf)
+    i, k = np.unravel_index(int(np.argmax(q)), q.shape)
+    return (int(taus[i]), float(q[i, k])) if np.isfinite(q[i, k]) else None
+
+
+def p_value(x: np.ndarray, lo: int, at: int, hi: int) -> float:
+    """Two-sided p of Student's t-test of x[lo:at] against x[at:hi]."""
+    a, b = x[lo:at], x[at:hi]
+    df = len(a) + len(b) - 2
+    if df < 1:
+        return 1.0
+    pooled = (float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / df
+    se = math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
+    diff = abs(float(b.mean() - a.mean()))
+    if se == 0.0:
+        return 0.0 if diff > 0 else 1.0
+    return min(1.0, 2.0 * t_cdf(-diff / se, df))
+
+
+def _magnitude(x: np.ndarray, lo: int, at: int, hi: int) -> float:
+    """The shift as a fraction, the same either way (exp |Δ log| - 1)."""
+    return math.expm1(abs(float(x[at:hi].mean() - x[lo:at].mean())))
+
+
+def _window_points(x: np.ndarray, start: int, end: int, weak_p: float, min_segment: int
+                   ) -> list[int]:
+    """E-divisive in x[start:end]: the candidate of largest Q̂ over the intervals between the
+    points found so far, kept while its t-test against its sides passes ``weak_p``."""
+    p = _prefix(x[start:end])
+    found: list[int] = []
+    while True:
+        bounds = [0, *found, end - start]
+        best = None
+        for lo, hi in itertools.pairwise(bounds):
+            c = candidate(p, lo, hi, min_segment)
+            if c is not None and (best is None or c[1] > best[1]):
+                best = (c[0], c[1], lo, hi)
+        if best is None or p_value(x[start:end], best[2], best[0], best[3]) > weak_p:
+            return [start + f for f in found]
+        found = sorted([*found, best[0]])
+
+
+def split(x: np.ndarray, settings: Settings) -> list[int]:
+    """Otava's split step: weak change points of sliding, half-overlapping windows."""
+    weak_p = settings.max_p * 10 if settings.max_p < 0.05 else min(1.0, settings.max_p * 2)
+    found: set[int] = set()
+    start, step = 0, max(1, settings.window // 2)
+    while start < len(x):
+        end = min(start + settings.window, len(x))
+        local = _window_points(x, start, end, weak_p, settings.min_segment)
+        found.update(local)
+        if end == len(x):
+            break
+        start = max(max(local, default=0), start + step)
+    return sorted(found)
+
+
+def merge(x: np.ndarray, points: list[int], settings: Settings) -> list[int]:
+    """Otava's merge step: drop the weakest change point (a side shorter than min_segment,
+    else the highest p above max_p, else the smallest shift below min_magnitude) until none
+    is weak; each test reads the entries between a point's neighbours (and is computed again
+    only where a neighbour went)."""
+    points = sorted(points)
+    tested: dict[tuple[int, int, int], float] = {}
+    while points:
+        bounds = [0, *points, len(x)]
+        sides = list(zip(bounds[:-2], points, bounds[2:], strict=True))
+        for side in sides:
+            if side not in tested:
+                tested[side] = p_value(x, *side)
+        ps = [tested[side] for side in sides]
+        short = [i for i, (lo, at, hi) in enumerate(sides)
+                 if min(at - lo, hi - at) < settings.min_segment]
+        if short:
+            weakest = max(short, key=lambda i: ps[i])
+        elif max(ps) > settings.max_p:
+            weakest = int(np.argmax(ps))
+        else:
+            sizes = [_magnitude(x, *side) for side in sides]
+            weakest = int(np.argmin(sizes))
+            if sizes[weakest] >= settings.min_magnitude:
+                return points
+        del points[weakest]
+    return points
+
+
+def change_points(x: np.ndarray, settings: Settings = Settings()) -> list[int]:
+    """The indexes where a new level starts in the series ``x`` (log values)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2 * settings.min_segment:
+        return []
+    return merge(x, split(x, settings), settings)
+
+
+# --- the history's series -------------------------------------------------------------------
+
+def run_levels(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, metric) of a sample table with ``entry``: the run's 10 % trimmed
+    mean of its values' logs (``mean``), its configuration's key and the facts it ran with
+    (FACTS). What the series are made of, a thousandth of the samples."""
+    if table.empty:
+        return pd.DataFrame(columns=["entry", "run_id", "metric", "mean"])
+    means = run_means(table, ["metric"])
+    heads = table.drop_duplicates("run_id")
+    columns = ["run_id", "entry", *key_columns(table), *(f for f in FACTS if f in table)]
+    return means.merge(heads[columns], on="run_id", how="left")
+
+
+# The levels of every entry read so far, one file (a history of thousands of entries is as
+# many files to open): its name says the version of what it holds.
+CACHE_FILE = "levels-1.parquet"
+
+
+def load_levels(root: Path, entries: list[Entry]) -> tuple[pd.DataFrame, list[str]]:
+    """The run levels (:func:`run_levels`) of the given entries, and the problems met
+    (an entry file missing or damaged: skipped). Entries are never rewritten, so their
+    levels are computed once and kept in the history's cache, which any reader extends
+    (written whole beside its place and renamed: two readers extending it at once both
+    write a complete file, and the last rename wins); where the history is read-only, they
+    are computed each time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = root / store.CACHE / CACHE_FILE
+    try:
+        cached = pq.read_table(path).to_pandas()
+    except (OSError, ValueError, pa.ArrowException):  # none yet, or damaged: rebuilt
+        cached = pd.DataFrame(columns=["entry"])
+    known = set(cached["entry"])
+    fresh, problems = [], []
+    for entry in (e for e in entries if e.id not in known):
+        table = store.load(root, entry)
+        if table is None:
+            problems.append(f"{root / entry.file}: missing or damaged, entry {entry.id} skipped")
+            continue
+        fresh.append(run_levels(table))
+    if fresh:
+        cached = pd.concat([cached, *fresh], ignore_index=True) if len(cached) else \
+            pd.concat(fresh, ignore_index=True)
+        _keep(path, cached)
+    wanted = {e.id for e in entries}
+    return cached[cached["entry"].isin(wanted)].reset_index(drop=True), problems
+
+
+def _keep(path: Path, levels: pd.DataFrame) -> None:
+    """Write the cache; a history this user cannot write to is read without one."""
+    try:
+        store.make_dir(path.parent)
+        store.write_new(path, lambda tmp: levels.to_parquet(tmp, index=False))
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class Series:
+    """One configuration's metric over the entries that measured it, oldest first."""
+
+    key: dict
+    metric: Metric
+    entries: list[Entry]
+    values: np.ndarray  # each entry's level: the trimmed mean of its runs' log means
+    points: list[int] = field(default_factory=list)  # where a new level starts
+
+
+def series(levels: pd.DataFrame, entries: list[Entry], settings: Settings,
+           ignore_options: tuple[str, ...] = ()) -> list[Series]:
+    """Every (configuration, metric) series of the levels, with its change points."""
+    if levels.empty:
+        return []
+    levels = _keyed(levels, ignore_options)
+    keys = key_columns(levels)
+    order = {e.id: i for i, e in enumerate(sorted(entries, key=lambda e: (e.measured_at,
+                                                                         e.added_at, e.id)))}
+    by_id = {e.id: e for e in entries}
+    levels = levels[levels["entry"].isin(order)].assign(
+        config=lambda f: group_codes(f, keys) if len(f) else [],
+        at=lambda f: f["entry"].map(order))
+    out = []
+    for (_code, metric), g in levels.groupby(["config", "metric"], sort=True):
+        if metric not in BY_NAME:
+            continue
+        per_entry = _entry_levels(g)
+        values = per_entry["level"].to_numpy(float)
+        key = {k: _plain(g[k].iloc[0]) for k in keys}
+        ordered = [by_id[e] for e in per_entry["entry"]]
+        out.append(Series(key, BY_NAME[metric], ordered, values,
+                          change_points(values, settings)))
+    return out
+
+
+def _entry_levels(g: pd.DataFrame) -> pd.DataFrame:
+    """Each entry's level of one series, in the entries' order: the mean of its runs' log
+    means, trimmed 10 % at each end where it has 10 runs or more (as Trimmed.of)."""
+    grouped = g.groupby("at", sort=True)
+    level = grouped["mean"].mean()
+    big = grouped["mean"].size()
+    for at in big[big >= 10].index:
+        level[at] = Trimmed.of(g.loc[g["at"] == at, "mean"].to_numpy()).mean
+    return pd.DataFrame({"entry": grouped["entry"].first(), "level": level}).reset_index(
+        drop=True)
+
+
+def _keyed(levels: pd.DataFrame, ignore: tuple[str, ...]) -> pd.DataFrame:
+    """Runs keyed as ``orch compare`` keys them (mode defaults, --ignore-option), their
+    options as they ran kept in ``options_ran``: what changed at an entry names them."""
+    levels = with_mode_defaults(levels)
+    if "options" not in levels.columns:
+        return levels
+    levels = levels.assign(options_ran=levels["options"])
+    if ignore:
+        levels["options"] = levels["options"].map(lambda o: without_options(o, ignore))
+    return levels
+
+
+def _plain(value):
+    return value.item() if isinstance(value, np.generic) else value
+
+
+# --- change points said as orch compare says a change ---------------------------------------
+
+@dataclass(frozen=True)
+class Shift:
+    """One metric's change point: its level before and after (in the metric's unit, from
+    the entries between the neighbouring change points), after/before with its 95 %
+    interval, Student's p, and the band one entry of the level before fell in (95 %)."""
+
+    metric: Metric
+    before: float
+    after: float
+    ratio: float
+    low: float
+    high: float
+    p: float
+    entries_before: int
+    entries_after: int
+    band: tuple[float, float]
+
+    @property
+    def moved(self) -> str:
+        """'worse' or 'better', as the metric is declared."""
+        return "better" if (self.ratio > 1) == self.metric.higher_is_better else "worse"
+
+    @property
+    def percent(self) -> tuple[float, float, float]:
+        return ((self.ratio - 1) * 100, (self.low - 1) * 100, (self.high - 1) * 100)
+
+
+def shift(s: Series, at: int) -> Shift:
+    """The change point of ``s`` at index ``at`` (one of its points), measured."""
+    bounds = [0, *s.points, len(s.values)]
+    i = bounds.index(at)
+    before, after = s.values[bounds[i - 1]:at], s.values[at:bounds[i + 1]]
+    d = student(before, after)
+    return Shift(s.metric, math.exp(before.mean()), math.exp(after.mean()), math.exp(d.diff),
+                 math.exp(d.low), math.exp(d.high), min(1.0, 2 * min(d.p_less, d.p_greater)),
+                 len(before), len(after), _band(before))
+
+
+def _band(values: np.ndarray) -> tuple[float, float]:
+    """Where one more entry of this level falls 95 % of the time (a prediction interval)."""
+    n = len(values)
+    if n < 2:
+        return (math.exp(values.mean()),) * 2
+    half = t_ppf(0.975, n - 1) * float(values.std(ddof=1)) * math.sqrt(1 + 1 / n)
+    return math.exp(values.mean() - half), math.exp(values.mean() + half)
+
+
+@dataclass(frozen=True)
+class ChangePoint:
+    """Where a configuration's level changed: the entry it starts at (and the one before),
+    each metric's shift there, ``orch compare`` of the runs before against those after, and
+    what changed at the entry."""
+
+    key: dict
+    entry: Entry
+    previous: Entry
+    shifts: dict[str, Shift]
+    comparison: Comparison | None
+    changed: list[str]
+
+    @property
+    def verdict(self) -> str:
+        return self.comparison.verdict if self.comparison else "not comparable"
+
+
+def find(levels: pd.DataFrame, entries: list[Entry], settings: Settings = Settings(),
+         ignore_options: tuple[str, ...] = ()) -> tuple[list[ChangePoint], list[Series]]:
+    """Every change point of every configuration, oldest first by configuration, and the
+    series they were found in."""
+    found = series(levels, entries, settings, ignore_options)
+    keyed = _keyed(levels, ignore_options) if not levels.empty else levels
+    out = []
+    by_config: dict[str, list[Series]] = {}
+    for s in found:
+        by_config.setdefault(json.dumps(s.key, sort_keys=True, default=str), []).append(s)
+    for group in by_config.values():
+        out += _config_points(keyed, group, settings)
+    return out, found
+
+
+def _config_points(levels: pd.DataFrame, group: list[Series], settings: Settings
+                   ) -> list[ChangePoint]:
+    """One configuration's change points, one per entry where any metric has one."""
+    key = group[0].key
+    mine = levels
+    for k, v in key.items():
+        mine = mine[mine[k].astype(str) == str(v)]
+    timeline = _timeline(group)
+    where = {e.id: i for i, e in enumerate(timeline)}
+    starts = sorted({where[s.entries[i].id] for s in group for i in s.points})
+    out = []
+    for n, at in enumerate(starts):
+        entry_id = timeline[at].id
+        shifts = {s.metric.name: shift(s, i) for s in group for i in s.points
+                  if s.entries[i].id == entry_id}
+        lo, hi = (starts[n - 1] if n else 0), (starts[n + 1] if n + 1 < len(starts)
+                                               else len(timeline))
+        before, after = (mine[mine["entry"].isin({e.id for e in timeline[a:b]})]
+                         for a, b in ((lo, at), (at, hi)))
+        previous, now = (mine[mine["entry"] == timeline[i].id] for i in (at - 1, at))
+        out.append(ChangePoint(key, timeline[at], timeline[at - 1], shifts,
+                               _compared(before, after, settings),
+                               what_differs(_facts(previous), _facts(now), options=True)))
+    return out
+
+
+def _timeline(group: list[Series]) -> list[Entry]:
+    """The entries of a configuration's series together, oldest first."""
+    seen = {e.id: e for s in group for e in s.entries}
+    return sorted(seen.values(), key=lambda e: (e.measured_at, e.added_at, e.id))
+
+
+def _facts(runs: pd.DataFrame) -> pd.DataFrame:
+    """A configuration's runs of an entry, with the options they ran with as ``options``."""
+    if "options_ran" in runs.columns:
+        runs = runs.assign(options=runs["options_ran"])
+    return runs.drop_duplicates("run_id")
+
+
+def _compared(before: pd.DataFrame, after: pd.DataFrame, settings: Settings
+              ) -> Comparison | None:
+    """``orch compare`` of the runs before against those after: each run's level of each
+    metric is one value (its trimmed mean), so the test is the one of repeats."""
+    a, b = (side.assign(value=np.exp(side["mean"]), iter=-1) for side in (before, after))
+    found = compare(a, b, min_change=settings.min_magnitude)
+    return found[0] if found else None
+
+
+# --- what a change point says -----------------------------------------------------------------
+
+def headline(c: ChangePoint) -> str:
+    """'slower 78 % [70–84 %]: exposed communication +2400 % […], compute unchanged → look at
+    the fabric', from orch compare of the runs on either side."""
+    from .compare import headline as compare_headline
+
+    if c.comparison is None:
+        return "not comparable (no run measured the throughput nor the iteration time)"
+    text = compare_headline(c.comparison)
+    if c.comparison.attribution:
+        text += ": " + ", ".join(c.comparison.attribution)
+    if c.comparison.hint:
+        text += f" → {c.comparison.hint}"
+    if c.comparison.note:
+        text += f"; {c.comparison.note}"
+    return text
+
+
+def shift_line(s: Shift) -> str:
+    """'throughput 6,812 → 1,512 samples/s: ×0.22 [0.19–0.26], p 2e-05 (3 → 3 entries)'."""
+    return (f"{s.metric.label} {s.before:,.4g} → {s.after:,.4g} {s.metric.unit}: "
+            f"×{s.ratio:.3g} [{s.low:.3g}–{s.high:.3g}], p {s.p:.2g} "
+            f"({s.entries_before} → {s.entries_after} entries), {s.moved}")
+
+
+def as_json(c: ChangePoint) -> dict:
+    """A change point for ``--format json``."""
+    comp = c.comparison
+    return {
+        "configuration": c.key,
+        "entry": c.entry.id, "sweep": c.entry.sweep, "measured_at": c.entry.measured_at,
+        "previous_entry": c.previous.id, "previous_sweep": c.previous.sweep,
+        "verdict": c.verdict,
+        "headline": headline(c),
+        "attribution": comp.attribution if comp else [],
+        "hint": comp.hint if comp else "",
+        "changed": c.changed,
+        "shifts": {name: {"label": s.metric.label, "unit": s.metric.unit,
+                          "before": s.before, "after": s.after, "ratio": s.ratio,
+                          "interval": [s.low, s.high], "p": s.p, "moved": s.moved,
+                          "entries_before": s.entries_before,
+                          "entries_after": s.entries_after, "band_before": list(s.band)}
+                   for name, s in c.shifts.items()},
+    }
+
+
+def _date(seconds: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.gmtime(seconds))
+
+
+def settings_line(settings: Settings) -> str:
+    return (f"Apache Otava's method: Student's p ≤ {settings.max_p:g}, a shift of "
+            f"{settings.min_magnitude * 100:g} % or more, {settings.min_segment} entries or "
+            "more a level")
+
+
+def report_lines(root: Path, entries: list[Entry], settings: Settings,
+                 points: list[ChangePoint], found: list[Series]) -> list[str]:
+    """What ``orch history changes`` prints: per configuration, its change points (entry,
+    sweep, orch compare's verdict and attribution, what changed, each metric's shift)."""
+    from .compare import label
+
+    if not entries:
+        return [f"no recorded sweep matches in {root} (orch history list)"]
+    lines = []
+    counts: dict[str, int] = {}
+    for s in found:
+        counts[label(s.key)] = max(counts.get(label(s.key), 0), len(s.entries))
+    by_config: dict[str, list[ChangePoint]] = {}
+    for c in points:
+        by_config.setdefault(label(c.key), []).append(c)
+    for name in sorted(counts):
+        mine = by_config.get(name, [])
+        lines.append(f"{name}: {counts[name]} entries, "
+                     + (f"{len(mine)} change point(s)" if mine else "no change point"))
+        for c in mine:
+            lines.append(f"  {c.entry.id} ({_date(c.entry.measured_at)}, sweep "
+                         f"{c.entry.sweep}): {headline(c)}")
+            lines.append("    changed since " + c.previous.id + ": " + (
+                "; ".join(c.changed) if c.changed else NOTHING_CHANGED))
+            lines += [f"    {shift_line(sh)}" for sh in c.shifts.values()]
+    lines.append(f"{len(points)} change point(s) in {len(counts)} configuration(s) over "
+                 f"{len(entries)} recorded sweep(s) of {root} ({settings_line(settings)})")
+    return lines
+
+
+NOTHING_CHANGED = ("nothing the runs record (versions, image, orch commit, site config, "
+                   "nodes, options): look at what they do not (the machine's load, firmware, "
+                   "other jobs, the fabric's state)")
+
+
+def report_json(root: Path, entries: list[Entry], settings: Settings,
+                points: list[ChangePoint], found: list[Series]) -> dict:
+    """``--format json``: the change points, and every series with its change points."""
+    return {
+        "history": str(root), "entries": len(entries),
+        "method": settings_line(settings),
+        "settings": {"max_p": settings.max_p, "min_magnitude": settings.min_magnitude,
+                     "min_segment": settings.min_segment, "window": settings.window},
+        "change_points": [as_json(c) for c in points],
+        "series": [{"configuration": s.key, "metric": s.metric.name,
+                    "entries": [e.id for e in s.entries],
+                    "levels": [math.exp(v) for v in s.values],
+                    "change_points": [s.entries[i].id for i in s.points]} for s in found],
+    }
+
+
+def latest(s: Series) -> Shift | None:
+    """The shift of the series' latest change point (None: it has none): a metric whose
+    latest shift is worse has not come back."""
+    return shift(s, s.points[-1]) if s.points else None
+
+
+def slower_now(found: list[Series]) -> bool:
+    """Whether a configuration's throughput or iteration time is, since its latest change
+    point, at a worse level than before it."""
+    return any(s.metric.name in PRIMARY and (sh := latest(s)) is not None
+               and sh.moved == "worse" for s in found)
+
+
+def junit_cases(found: list[Series]):
+    """One JUnit test case per configuration and metric: failed where the metric's latest
+    change point moved it worse (its value now, the band of the level before, the change
+    and what changed at that entry)."""
+    from .compare import label
+    from .junit import Case
+
+    cases = []
+    for s in found:
+        sh = latest(s)
+        level = f"{math.exp(s.values[-1]):,.6g} {s.metric.unit}"
+        if sh is None or sh.moved != "worse":
+            cases.append(Case(label(s.key), s.metric.name, detail=(
+                f"{s.metric.label} {level} at the latest of {len(s.entries)} entries; "
+                + (f"latest change point: {shift_line(sh)}" if sh else "no change point"))))
+            continue
+        at = s.entries[s.points[-1]]
+        pct, low, high = sh.percent
+        message = (f"{s.metric.label} {sh.after:,.6g} {s.metric.unit} since entry {at.id}, "
+                   f"outside the band [{sh.band[0]:,.6g}, {sh.band[1]:,.6g}] of the "
+                   f"{sh.entries_before} entries before: {pct:+.1f} % [{low:+.1f}, "
+                   f"{high:+.1f} %]")
+        cases.append(Case(label(s.key), s.metric.name, message,
+                          f"{message}\nsweep {at.sweep}\n{shift_line(sh)}"))
+    return cases
