@@ -99,8 +99,9 @@ def gathered(directory: Path) -> list[str]:
                          f"{root} records it once that is fixed")
     if originals:
         table = _with_versions(sample_table(), runs)
+        spread = store.select(root)[0] if root is not None and root.is_dir() else None
         for run_id, src in sorted(originals.items()):
-            lines.append(_rerun_line(run_id, src, table[table["run_id"] == run_id]))
+            lines.append(_rerun_line(run_id, src, table[table["run_id"] == run_id], spread))
     return lines
 
 
@@ -136,7 +137,7 @@ def report_history(history: Path | None, references: Path | None, sweep: Path | 
                    refs_module.load(references) if references is not None else None)
 
 
-def _rerun_line(run_id: str, src: Path, rerun) -> str:
+def _rerun_line(run_id: str, src: Path, rerun, spread=None) -> str:
     from ..history import gathered as gathered_module
 
     merged = src.parent / "results" / "runs.parquet"
@@ -148,7 +149,8 @@ def _rerun_line(run_id: str, src: Path, rerun) -> str:
         original = _sweep_samples(src.parent, merged=ready)
     except UserError as exc:
         return f"rerun of {run_id}: its original's results cannot be read ({exc})"
-    return gathered_module.rerun_line(run_id, original[original["run_id"] == src.name], rerun)
+    return gathered_module.rerun_line(run_id, original[original["run_id"] == src.name], rerun,
+                                      spread)
 
 
 def _date(seconds: float) -> str:
@@ -248,12 +250,35 @@ def _side(text: str, history: Path | None, named: bool = False):
     return table, f"{text} ({len(used)} sweep(s){f' of {root}' if named else ''})"
 
 
+def _spread(a: str, b: str, history: Path | None):
+    """The history whose runs give the run-to-run spread where A and B (two sweep
+    directories) hold one run each of a configuration: --history, else the one B's site
+    config names, else the default one; (None, "") where there is none."""
+    if not (Path(a).is_dir() and Path(b).is_dir()):
+        return None, ""
+    from ..history import gathered, store  # a site's history: provenance, only here
+
+    root = history.expanduser() if history is not None else (
+        gathered.site_history(Path(b)) or store.default_root())
+    if not root.is_dir():
+        return None, ""
+    table, used, problems = store.select(root)
+    for problem in problems:
+        warn(problem)
+    return (table, f"history {root} ({len(used)} recorded sweep(s))") if len(used) else (
+        None, "")
+
+
 def compare_cmd(
     a: Annotated[str, typer.Argument(metavar="A", help="The reference: a sweep directory or "
                                      "a history selection (history:since=30d,mode=torch-ddp).")],
     b: Annotated[str, typer.Argument(metavar="B", help="Compared with A: a sweep directory or "
                                      "a history selection.")],
-    history: HistoryDir = None,
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="The history of history: selections, and whose runs give the "
+        "run-to-run spread where A and B hold one run each; default $ORCH_HISTORY, else "
+        "~/.local/share/orch/history (for the spread: the history B's site config names "
+        "first).")] = None,
     history_b: Annotated[Path | None, typer.Option(
         "--history-b", help="B's history, where B is a selection of another history than A's "
         "(two clusters, or a copy from before an update); default --history.")] = None,
@@ -276,11 +301,14 @@ def compare_cmd(
 
     two = history_b is not None
     (ta, name_a), (tb, name_b) = _side(a, history, two), _side(b, history_b or history, two)
-    found = compare.compare(ta, tb, alpha, min_change, tuple(ignore_option or ()))
+    spread, spread_from = _spread(a, b, history)
+    found = compare.compare(ta, tb, alpha, min_change, tuple(ignore_option or ()), spread)
     if not found:
         raise UserError(f"no configuration is in both {name_a} and {name_b} (a mode option "
                         "that differs on purpose: --ignore-option NAME)")
     typer.echo(f"A: {name_a}\nB: {name_b}")
+    if spread_from and any(c.primary and c.primary.spread_runs for c in found):
+        typer.echo(f"run-to-run spread: {spread_from}")
     for line in compare.what_differs(ta, tb):
         typer.echo(f"differs: {line}")
     for c in found:

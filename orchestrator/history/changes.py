@@ -32,7 +32,6 @@ config, nodes, options).
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -42,8 +41,8 @@ import numpy as np
 import pandas as pd
 
 from . import store
-from .compare import PRIMARY, Comparison, compare, group_codes, run_means, what_differs
-from .samples import BY_NAME, Metric, key_columns, with_mode_defaults, without_options
+from .compare import PRIMARY, Comparison, change, group_codes, judge, run_means, what_differs
+from .samples import BY_NAME, METRICS, Metric, key_columns, with_mode_defaults, without_options
 from .settings import Settings
 from .stats import Trimmed, student, t_cdf, t_ppf
 from .store import Entry
@@ -245,44 +244,47 @@ class Series:
     entries: list[Entry]
     values: np.ndarray  # each entry's level: the trimmed mean of its runs' log means
     points: list[int] = field(default_factory=list)  # where a new level starts
+    config: int = 0  # the configuration's code in the levels (:func:`prepared`)
 
 
-def series(levels: pd.DataFrame, entries: list[Entry], settings: Settings,
-           ignore_options: tuple[str, ...] = ()) -> list[Series]:
-    """Every (configuration, metric) series of the levels, with its change points."""
-    if levels.empty:
-        return []
-    levels = _keyed(levels, ignore_options)
-    keys = key_columns(levels)
+def prepared(levels: pd.DataFrame, entries: list[Entry], ignore_options: tuple[str, ...] = ()
+             ) -> pd.DataFrame:
+    """The levels of the given entries keyed as orch compare keys runs (:func:`_keyed`), with
+    each row's configuration code (``config``) and its entry's place in time (``at``)."""
     order = {e.id: i for i, e in enumerate(sorted(entries, key=lambda e: (e.measured_at,
                                                                          e.added_at, e.id)))}
-    by_id = {e.id: e for e in entries}
-    levels = levels[levels["entry"].isin(order)].assign(
-        config=lambda f: group_codes(f, keys) if len(f) else [],
-        at=lambda f: f["entry"].map(order))
+    levels = levels[levels["entry"].isin(order)]
+    if levels.empty:
+        return levels.assign(config=[], at=[])
+    levels = _keyed(levels, ignore_options)
+    return levels.assign(config=group_codes(levels, key_columns(levels)),
+                         at=levels["entry"].map(order).to_numpy())
+
+
+def series(levels: pd.DataFrame, entries: list[Entry], settings: Settings) -> list[Series]:
+    """Every (configuration, metric) series of prepared levels, with its change points.
+    Each entry's level is the mean of its runs' log means, trimmed 10 % at each end where
+    it has 10 runs or more (as Trimmed.of: fewer lose nothing to the trim)."""
+    if levels.empty:
+        return []
+    keys = key_columns(levels)
+    by_at = sorted(entries, key=lambda e: (e.measured_at, e.added_at, e.id))
+    per = levels.groupby(["config", "metric", "at"], sort=True)["mean"].agg(["mean", "size"])
+    for idx in per.index[per["size"] >= 10]:
+        c, m, at = idx
+        rows = levels[(levels["config"] == c) & (levels["metric"] == m) & (levels["at"] == at)]
+        per.loc[idx, "mean"] = Trimmed.of(rows["mean"].to_numpy()).mean
+    heads = levels.drop_duplicates("config").set_index("config")
     out = []
-    for (_code, metric), g in levels.groupby(["config", "metric"], sort=True):
+    for (code, metric), g in per.groupby(level=[0, 1], sort=True):
         if metric not in BY_NAME:
             continue
-        per_entry = _entry_levels(g)
-        values = per_entry["level"].to_numpy(float)
-        key = {k: _plain(g[k].iloc[0]) for k in keys}
-        ordered = [by_id[e] for e in per_entry["entry"]]
-        out.append(Series(key, BY_NAME[metric], ordered, values,
-                          change_points(values, settings)))
+        values = g["mean"].to_numpy(float)
+        ats = g.index.get_level_values(2)
+        key = {k: _plain(heads.at[code, k]) for k in keys}
+        out.append(Series(key, BY_NAME[metric], [by_at[a] for a in ats], values,
+                          change_points(values, settings), int(code)))
     return out
-
-
-def _entry_levels(g: pd.DataFrame) -> pd.DataFrame:
-    """Each entry's level of one series, in the entries' order: the mean of its runs' log
-    means, trimmed 10 % at each end where it has 10 runs or more (as Trimmed.of)."""
-    grouped = g.groupby("at", sort=True)
-    level = grouped["mean"].mean()
-    big = grouped["mean"].size()
-    for at in big[big >= 10].index:
-        level[at] = Trimmed.of(g.loc[g["at"] == at, "mean"].to_numpy()).mean
-    return pd.DataFrame({"entry": grouped["entry"].first(), "level": level}).reset_index(
-        drop=True)
 
 
 def _keyed(levels: pd.DataFrame, ignore: tuple[str, ...]) -> pd.DataFrame:
@@ -370,29 +372,41 @@ class ChangePoint:
 
 def find(levels: pd.DataFrame, entries: list[Entry], settings: Settings = Settings(),
          ignore_options: tuple[str, ...] = ()) -> tuple[list[ChangePoint], list[Series]]:
-    """Every change point of every configuration, oldest first by configuration, and the
+    """Every change point of every configuration, by configuration and then time, and the
     series they were found in."""
-    found = series(levels, entries, settings, ignore_options)
-    keyed = _keyed(levels, ignore_options) if not levels.empty else levels
-    out = []
-    by_config: dict[str, list[Series]] = {}
+    if levels.empty:
+        return [], []
+    ready = prepared(levels, entries, ignore_options)
+    found = series(ready, entries, settings)
+    by_config: dict[int, list[Series]] = {}
     for s in found:
-        by_config.setdefault(json.dumps(s.key, sort_keys=True, default=str), []).append(s)
-    for group in by_config.values():
-        out += _config_points(keyed, group, settings)
+        by_config.setdefault(s.config, []).append(s)
+    ready = ready.sort_values(["config", "at"], kind="stable")
+    codes = ready["config"].to_numpy()
+    out = []
+    for code, group in sorted(by_config.items()):
+        if any(s.points for s in group):
+            lo, hi = np.searchsorted(codes, [code, code + 1])
+            out += _config_points(ready.iloc[lo:hi], group, settings)
     return out, found
 
 
-def _config_points(levels: pd.DataFrame, group: list[Series], settings: Settings
+def _config_points(mine: pd.DataFrame, group: list[Series], settings: Settings
                    ) -> list[ChangePoint]:
-    """One configuration's change points, one per entry where any metric has one."""
-    key = group[0].key
-    mine = levels
-    for k, v in key.items():
-        mine = mine[mine[k].astype(str) == str(v)]
+    """One configuration's change points (``mine``: its levels, in time order), one per
+    entry where any metric has one."""
     timeline = _timeline(group)
     where = {e.id: i for i, e in enumerate(timeline)}
     starts = sorted({where[s.entries[i].id] for s in group for i in s.points})
+    at_of = dict(zip(mine["entry"], mine["at"], strict=True))
+    ats = mine["at"].to_numpy()
+
+    def rows(a: int, b: int) -> pd.DataFrame:  # the runs of timeline[a:b]
+        first = at_of[timeline[a].id]
+        last = at_of[timeline[b].id] if b < len(timeline) else ats[-1] + 1
+        i, j = np.searchsorted(ats, [first, last])
+        return mine.iloc[i:j]
+
     out = []
     for n, at in enumerate(starts):
         entry_id = timeline[at].id
@@ -400,12 +414,10 @@ def _config_points(levels: pd.DataFrame, group: list[Series], settings: Settings
                   if s.entries[i].id == entry_id}
         lo, hi = (starts[n - 1] if n else 0), (starts[n + 1] if n + 1 < len(starts)
                                                else len(timeline))
-        before, after = (mine[mine["entry"].isin({e.id for e in timeline[a:b]})]
-                         for a, b in ((lo, at), (at, hi)))
-        previous, now = (mine[mine["entry"] == timeline[i].id] for i in (at - 1, at))
-        out.append(ChangePoint(key, timeline[at], timeline[at - 1], shifts,
-                               _compared(before, after, settings),
-                               what_differs(_facts(previous), _facts(now), options=True)))
+        out.append(ChangePoint(group[0].key, timeline[at], timeline[at - 1], shifts,
+                               _compared(group[0].key, rows(lo, at), rows(at, hi), settings),
+                               what_differs(_facts(rows(at - 1, at)), _facts(rows(at, at + 1)),
+                                            options=True)))
     return out
 
 
@@ -422,13 +434,22 @@ def _facts(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.drop_duplicates("run_id")
 
 
-def _compared(before: pd.DataFrame, after: pd.DataFrame, settings: Settings
+def _compared(key: dict, before: pd.DataFrame, after: pd.DataFrame, settings: Settings
               ) -> Comparison | None:
     """``orch compare`` of the runs before against those after: each run's level of each
     metric is one value (its trimmed mean), so the test is the one of repeats."""
-    a, b = (side.assign(value=np.exp(side["mean"]), iter=-1) for side in (before, after))
-    found = compare(a, b, min_change=settings.min_magnitude)
-    return found[0] if found else None
+    sides = [{m: g["mean"].to_numpy(float) for m, g in side.groupby("metric")}
+             for side in (before, after)]
+    none = pd.DataFrame({"value": []})
+    found = {}
+    for metric in METRICS:
+        va, vb = sides[0].get(metric.name), sides[1].get(metric.name)
+        if va is None or vb is None:
+            continue
+        c = change(metric, none, none, min_change=settings.min_magnitude, means=(va, vb))
+        if c is not None:
+            found[metric.name] = c
+    return judge(key, found) if found else None
 
 
 # --- what a change point says -----------------------------------------------------------------

@@ -227,3 +227,14 @@ def against_spread(runs: np.ndarray, one: float, confidence: float = 0.95,
     sign = 1.0 if one_is_b else -1.0
     diff = sign * (one - t.mean)
     return _t_difference(diff, t.d + var_run, t.h - 1.0, confidence)
+
+
+def two_against_spread(a: float, b: float, runs: np.ndarray, confidence: float = 0.95
+                       ) -> Difference:
+    """One run a side (A's value ``a``, B's ``b``), tested against the spread of other runs
+    of the configuration (3 or more: a history): each run deviates from its level by one
+    run's deviation (the runs' winsorized variance, as :func:`against_spread`), so B − A has
+    twice that variance, on the runs' degrees of freedom."""
+    t = Trimmed.of(runs)
+    var_run = t.d * t.h * (t.h - 1) / (len(runs) - 1)
+    return _t_difference(b - a, 2.0 * var_run, t.h - 1.0, confidence)
