@@ -333,3 +333,27 @@ def test_six_real_sweeps_the_last_three_with_a_slow_fabric(tmp_path):
                     check=True).stdout
     assert f"  {entries[3].id} (" in text and "exposed communication" in text, text
     assert any(_cases(tmp_path / "c.xml").values())
+
+
+# --- what a GPU run records of its driver and libraries -------------------------------------
+
+def test_the_driver_and_cuda_libraries_are_in_a_ranks_versions(tmp_path, monkeypatch):
+    # The driver file as an H200's kernel module writes it; torch's CUDA faked (no GPU here)
+    import sys
+    import types
+
+    from orchestrator.rankside import harness
+
+    proc = tmp_path / "version"
+    proc.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu Oct 16 "
+                    "2025\nGCC version:  gcc version 13.3.0\n")
+    fake = types.SimpleNamespace(
+        cuda=types.SimpleNamespace(is_available=lambda: True,
+                                   nccl=types.SimpleNamespace(version=lambda: (2, 28, 9))),
+        version=types.SimpleNamespace(cuda="13.0"),
+        backends=types.SimpleNamespace(cudnn=types.SimpleNamespace(version=lambda: 91300)))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert harness.gpu_versions(str(proc)) == {"nvidia_driver": "580.159.04", "cuda": "13.0",
+                                               "cudnn": "91300", "nccl": "2.28.9"}
+    monkeypatch.delitem(sys.modules, "torch")
+    assert harness.gpu_versions(str(tmp_path / "none")) == {}

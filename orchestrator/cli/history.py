@@ -370,6 +370,9 @@ def changes_cmd(
                                                  "reported as a change point.")] = MIN_MAGNITUDE,
     min_segment: Annotated[int, typer.Option(min=2, help="Fewest entries a level holds on "
                                              "each side of a change point.")] = MIN_SEGMENT,
+    all_metrics: Annotated[bool, typer.Option(
+        "--all", help="Also the change points where only other metrics moved (a phase), "
+        "not the throughput nor the iteration time.")] = False,
     fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
     junit: JUnit = None,
     fail_if_slower: Annotated[bool, typer.Option(help="Exit 1 when a configuration's latest "
@@ -402,7 +405,8 @@ def changes_cmd(
         if value is not None and column in levels.columns:
             levels = levels[levels[column].astype(str) == value]
     settings = Settings(max_p, min_magnitude, min_segment)
-    points, series = changes.find(levels, chosen, settings, tuple(ignore_option or ()))
+    points, series = changes.find(levels, chosen, settings, tuple(ignore_option or ()),
+                                  None if all_metrics else changes.PRIMARY)
     if fmt == "json":
         typer.echo(json.dumps(changes.report_json(root, chosen, settings, points, series),
                               indent=2, default=str))

@@ -31,6 +31,7 @@ config, nodes, options).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -87,18 +88,37 @@ def candidate(p: np.ndarray, lo: int, hi: int, min_segment: int) -> tuple[int, f
     return (int(taus[i]), float(q[i, k])) if np.isfinite(q[i, k]) else None
 
 
-def p_value(x: np.ndarray, lo: int, at: int, hi: int) -> float:
-    """Two-sided p of Student's t-test of x[lo:at] against x[at:hi]."""
+def _t(x: np.ndarray, lo: int, at: int, hi: int) -> tuple[float, int]:
+    """|t| of Student's t-test of x[lo:at] against x[at:hi], and its degrees of freedom."""
     a, b = x[lo:at], x[at:hi]
     df = len(a) + len(b) - 2
     if df < 1:
-        return 1.0
+        return 0.0, 0
     pooled = (float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / df
     se = math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
     diff = abs(float(b.mean() - a.mean()))
     if se == 0.0:
-        return 0.0 if diff > 0 else 1.0
-    return min(1.0, 2.0 * t_cdf(-diff / se, df))
+        return (math.inf if diff > 0 else 0.0), df
+    return diff / se, df
+
+
+def p_value(x: np.ndarray, lo: int, at: int, hi: int) -> float:
+    """Two-sided p of Student's t-test of x[lo:at] against x[at:hi]."""
+    t, df = _t(x, lo, at, hi)
+    return 1.0 if df < 1 else min(1.0, 2.0 * t_cdf(-t, df))
+
+
+@functools.lru_cache(maxsize=4096)
+def _critical(p: float, df: int) -> float:
+    """The |t| a two-sided test at ``p`` must reach on ``df`` degrees of freedom."""
+    return t_ppf(1.0 - p / 2.0, df)
+
+
+def passes(x: np.ndarray, lo: int, at: int, hi: int, p: float) -> bool:
+    """Whether the split passes the t-test at ``p`` (its |t| against the critical value:
+    the split step asks this of every window, where a p-value each cost the most)."""
+    t, df = _t(x, lo, at, hi)
+    return df >= 1 and t >= _critical(p, df)
 
 
 def _magnitude(x: np.ndarray, lo: int, at: int, hi: int) -> float:
@@ -119,7 +139,7 @@ def _window_points(x: np.ndarray, start: int, end: int, weak_p: float, min_segme
             c = candidate(p, lo, hi, min_segment)
             if c is not None and (best is None or c[1] > best[1]):
                 best = (c[0], c[1], lo, hi)
-        if best is None or p_value(x[start:end], best[2], best[0], best[3]) > weak_p:
+        if best is None or not passes(x[start:end], best[2], best[0], best[3], weak_p):
             return [start + f for f in found]
         found = sorted([*found, best[0]])
 
@@ -371,9 +391,13 @@ class ChangePoint:
 
 
 def find(levels: pd.DataFrame, entries: list[Entry], settings: Settings = Settings(),
-         ignore_options: tuple[str, ...] = ()) -> tuple[list[ChangePoint], list[Series]]:
-    """Every change point of every configuration, by configuration and then time, and the
-    series they were found in."""
+         ignore_options: tuple[str, ...] = (), leading: tuple[str, ...] | None = PRIMARY
+         ) -> tuple[list[ChangePoint], list[Series]]:
+    """The change points of every configuration, by configuration and then time, and every
+    series with its own. A change point is an entry where a ``leading`` metric's level
+    changed (the throughput or the iteration time: the configuration got slower or faster;
+    None: any metric), with every metric that changed there: each metric alone would add its
+    own false alerts to the configuration's, ten metrics ten times as many."""
     if levels.empty:
         return [], []
     ready = prepared(levels, entries, ignore_options)
@@ -385,19 +409,20 @@ def find(levels: pd.DataFrame, entries: list[Entry], settings: Settings = Settin
     codes = ready["config"].to_numpy()
     out = []
     for code, group in sorted(by_config.items()):
-        if any(s.points for s in group):
+        if any(s.points for s in group if leading is None or s.metric.name in leading):
             lo, hi = np.searchsorted(codes, [code, code + 1])
-            out += _config_points(ready.iloc[lo:hi], group, settings)
+            out += _config_points(ready.iloc[lo:hi], group, settings, leading)
     return out, found
 
 
-def _config_points(mine: pd.DataFrame, group: list[Series], settings: Settings
-                   ) -> list[ChangePoint]:
+def _config_points(mine: pd.DataFrame, group: list[Series], settings: Settings,
+                   leading: tuple[str, ...] | None) -> list[ChangePoint]:
     """One configuration's change points (``mine``: its levels, in time order), one per
-    entry where any metric has one."""
+    entry where a leading metric has one."""
     timeline = _timeline(group)
     where = {e.id: i for i, e in enumerate(timeline)}
-    starts = sorted({where[s.entries[i].id] for s in group for i in s.points})
+    starts = sorted({where[s.entries[i].id] for s in group for i in s.points
+                     if leading is None or s.metric.name in leading})
     at_of = dict(zip(mine["entry"], mine["at"], strict=True))
     ats = mine["at"].to_numpy()
 
@@ -410,8 +435,8 @@ def _config_points(mine: pd.DataFrame, group: list[Series], settings: Settings
     out = []
     for n, at in enumerate(starts):
         entry_id = timeline[at].id
-        shifts = {s.metric.name: shift(s, i) for s in group for i in s.points
-                  if s.entries[i].id == entry_id}
+        shifts = {s.metric.name: shift(s, i) for s in sorted(group, key=_declared)
+                  for i in s.points if s.entries[i].id == entry_id}
         lo, hi = (starts[n - 1] if n else 0), (starts[n + 1] if n + 1 < len(starts)
                                                else len(timeline))
         out.append(ChangePoint(group[0].key, timeline[at], timeline[at - 1], shifts,
@@ -419,6 +444,11 @@ def _config_points(mine: pd.DataFrame, group: list[Series], settings: Settings
                                what_differs(_facts(rows(at - 1, at)), _facts(rows(at, at + 1)),
                                             options=True)))
     return out
+
+
+def _declared(s: Series) -> int:
+    """A series' metric's place in METRICS (shifts are said in that order)."""
+    return METRICS.index(s.metric)
 
 
 def _timeline(group: list[Series]) -> list[Entry]:
@@ -434,12 +464,20 @@ def _facts(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.drop_duplicates("run_id")
 
 
+def _by_metric(levels: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Each metric's run levels (log means) of a slice of the levels."""
+    codes, names = pd.factorize(levels["metric"])
+    means = levels["mean"].to_numpy(float)
+    order = np.argsort(codes, kind="stable")
+    cuts = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    return {name: means[order[cuts[i]:cuts[i + 1]]] for i, name in enumerate(names)}
+
+
 def _compared(key: dict, before: pd.DataFrame, after: pd.DataFrame, settings: Settings
               ) -> Comparison | None:
     """``orch compare`` of the runs before against those after: each run's level of each
     metric is one value (its trimmed mean), so the test is the one of repeats."""
-    sides = [{m: g["mean"].to_numpy(float) for m, g in side.groupby("metric")}
-             for side in (before, after)]
+    sides = [_by_metric(side) for side in (before, after)]
     none = pd.DataFrame({"value": []})
     found = {}
     for metric in METRICS:
@@ -534,9 +572,22 @@ def report_lines(root: Path, entries: list[Entry], settings: Settings,
             lines.append("    changed since " + c.previous.id + ": " + (
                 "; ".join(c.changed) if c.changed else NOTHING_CHANGED))
             lines += [f"    {shift_line(sh)}" for sh in c.shifts.values()]
+    alone = _alone(points, found)
+    if alone:
+        lines.append(f"{alone} change point(s) of other metrics alone (a phase that moved "
+                     "while the throughput and the iteration time did not): --all lists them")
     lines.append(f"{len(points)} change point(s) in {len(counts)} configuration(s) over "
                  f"{len(entries)} recorded sweep(s) of {root} ({settings_line(settings)})")
     return lines
+
+
+def _alone(points: list[ChangePoint], found: list[Series]) -> int:
+    """How many (configuration, entry) pairs have a change point of some metric but are not
+    among ``points``."""
+    from .compare import label
+
+    listed = {(label(c.key), c.entry.id) for c in points}
+    return len({(label(s.key), s.entries[i].id) for s in found for i in s.points} - listed)
 
 
 NOTHING_CHANGED = ("nothing the runs record (versions, image, orch commit, site config, "

@@ -302,13 +302,11 @@ def entries(root: Path) -> tuple[list[Entry], int]:
     lines = (root / INDEX).read_text(errors="replace").splitlines() if (
         root / INDEX).is_file() else []
     texts = [line for line in lines if line.strip()]
-    names = sorted(os.listdir(root / RECORDS)) if (root / RECORDS).is_dir() else []
-    for name in names:
-        if name.endswith(".json") and not name.startswith("."):
-            try:
-                texts.append((root / RECORDS / name).read_text(errors="replace"))
-            except FileNotFoundError:  # withdrawn meanwhile (a duplicate)
-                continue
+    for path in _record_files(root / RECORDS):
+        try:
+            texts.append(path.read_text(errors="replace"))
+        except FileNotFoundError:  # withdrawn meanwhile (a duplicate)
+            continue
     for text in texts:
         entry = Entry.from_line(text)
         if entry is None:
@@ -316,6 +314,19 @@ def entries(root: Path) -> tuple[list[Entry], int]:
         else:
             found.setdefault(entry.id, entry)
     return sorted(found.values(), key=lambda e: (e.added_at, e.id)), damaged
+
+
+def _record_files(folder: Path) -> list[Path]:
+    """One name of each record file in ``folder`` (an entry's names are links to one file:
+    its inode, which listing the folder gives without a stat, says which are the same)."""
+    if not folder.is_dir():
+        return []
+    seen: dict[int, Path] = {}
+    with os.scandir(folder) as found:
+        for item in found:
+            if item.name.endswith(".json") and not item.name.startswith("."):
+                seen.setdefault(item.inode(), Path(item.path))
+    return sorted(seen.values())
 
 
 def matches(entry: Entry, since: float | None = None, now: float | None = None,
