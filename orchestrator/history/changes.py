@@ -42,7 +42,16 @@ import numpy as np
 import pandas as pd
 
 from . import store
-from .compare import PRIMARY, Comparison, change, group_codes, judge, run_means, what_differs
+from .compare import (
+    ATTRIBUTED,
+    PRIMARY,
+    Comparison,
+    change,
+    group_codes,
+    judge,
+    run_means,
+    what_differs,
+)
 from .samples import BY_NAME, METRICS, Metric, key_columns, with_mode_defaults, without_options
 from .settings import Settings
 from .stats import Trimmed, student, t_cdf, t_ppf
@@ -63,46 +72,65 @@ def _prefix(x: np.ndarray) -> np.ndarray:
     return p
 
 
-def _block(p: np.ndarray, a, b, c, d):
-    """The sum of |x_i - x_j| over a <= i < b, c <= j < d, from the prefix sums."""
-    return p[b, d] - p[a, d] - p[b, c] + p[a, c]
-
-
 def candidate(p: np.ndarray, lo: int, hi: int, min_segment: int) -> tuple[int, float] | None:
     """The split τ of ``[lo, hi)`` that E-divisive chooses, and its Q̂: the largest
-    Q̂(x[lo:τ], x[τ:κ]) over lo < τ < κ <= hi, each side ``min_segment`` long or more."""
-    taus = np.arange(lo + min_segment, hi - min_segment + 1)
-    if len(taus) == 0:
+    Q̂(x[lo:τ], x[τ:κ]) over lo < τ < κ <= hi, each side ``min_segment`` long or more
+    (``p``: :func:`_prefix` of the series)."""
+    m = hi - lo
+    if m < 2 * min_segment:
         return None
-    tau = taus[:, None]
-    kap = np.arange(lo + 2 * min_segment, hi + 1)[None, :]
-    a = (tau - lo).astype(float)
-    b = (kap - tau).astype(float)
-    between = _block(p, lo, tau, tau, kap)
-    left = _block(p, lo, tau, lo, tau) / 2
-    right = _block(p, tau, kap, tau, kap) / 2
+    # the prefix sums of x[lo:hi] alone: P'[u, v] = the sum over lo <= i < lo+u, lo <= j < lo+v
+    local = p[lo:hi + 1, lo:hi + 1] - p[lo, lo:hi + 1][None, :] - p[lo:hi + 1, lo][:, None] \
+        + p[lo, lo]
+    diag = np.diag(local)
+    t0, t1, k0 = min_segment, m - min_segment + 1, 2 * min_segment
+    a = np.arange(t0, t1, dtype=float)[:, None]  # τ - lo
+    b = np.arange(k0, m + 1, dtype=float)[None, :] - a  # κ - τ
+    cross = local[t0:t1, k0:m + 1]
+    between = cross - diag[t0:t1, None]
+    left = diag[t0:t1, None] / 2
+    right = (diag[None, k0:m + 1] - 2 * cross + diag[t0:t1, None]) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
         e = 2 * between / (a * b) - left / (a * (a - 1) / 2) - right / (b * (b - 1) / 2)
         q = np.where(b >= min_segment, a * b / (a + b) * e, -np.inf)
     i, k = np.unravel_index(int(np.argmax(q)), q.shape)
-    return (int(taus[i]), float(q[i, k])) if np.isfinite(q[i, k]) else None
+    return (lo + t0 + int(i), float(q[i, k])) if np.isfinite(q[i, k]) else None
 
 
-def _t(x: np.ndarray, lo: int, at: int, hi: int) -> tuple[float, int]:
+class Sums:
+    """Prefix sums of a series (centred) and of its squares: any segment's mean and sum of
+    squared deviations in a few float operations, where the merge and split steps test
+    thousands of segments."""
+
+    def __init__(self, x: np.ndarray):
+        c = np.asarray(x, dtype=float)
+        c = c - c.mean() if len(c) else c
+        self.s = np.concatenate(([0.0], np.cumsum(c))).tolist()
+        self.q = np.concatenate(([0.0], np.cumsum(c * c))).tolist()
+
+    def mean(self, a: int, b: int) -> float:
+        return (self.s[b] - self.s[a]) / (b - a)
+
+    def squares(self, a: int, b: int) -> float:
+        total = self.s[b] - self.s[a]
+        return max(self.q[b] - self.q[a] - total * total / (b - a), 0.0)
+
+
+def _t(x: Sums, lo: int, at: int, hi: int) -> tuple[float, int]:
     """|t| of Student's t-test of x[lo:at] against x[at:hi], and its degrees of freedom."""
-    a, b = x[lo:at], x[at:hi]
-    df = len(a) + len(b) - 2
-    if df < 1:
+    na, nb = at - lo, hi - at
+    df = na + nb - 2
+    if df < 1 or na < 1 or nb < 1:
         return 0.0, 0
-    pooled = (float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / df
-    se = math.sqrt(pooled * (1 / len(a) + 1 / len(b)))
-    diff = abs(float(b.mean() - a.mean()))
-    if se == 0.0:
+    pooled = (x.squares(lo, at) + x.squares(at, hi)) / df
+    se = math.sqrt(pooled * (1 / na + 1 / nb))
+    diff = abs(x.mean(at, hi) - x.mean(lo, at))
+    if se <= 1e-12 * max(diff, 1e-300):  # no spread on either side: exact
         return (math.inf if diff > 0 else 0.0), df
     return diff / se, df
 
 
-def p_value(x: np.ndarray, lo: int, at: int, hi: int) -> float:
+def p_value(x: Sums, lo: int, at: int, hi: int) -> float:
     """Two-sided p of Student's t-test of x[lo:at] against x[at:hi]."""
     t, df = _t(x, lo, at, hi)
     return 1.0 if df < 1 else min(1.0, 2.0 * t_cdf(-t, df))
@@ -114,20 +142,20 @@ def _critical(p: float, df: int) -> float:
     return t_ppf(1.0 - p / 2.0, df)
 
 
-def passes(x: np.ndarray, lo: int, at: int, hi: int, p: float) -> bool:
+def passes(x: Sums, lo: int, at: int, hi: int, p: float) -> bool:
     """Whether the split passes the t-test at ``p`` (its |t| against the critical value:
     the split step asks this of every window, where a p-value each cost the most)."""
     t, df = _t(x, lo, at, hi)
     return df >= 1 and t >= _critical(p, df)
 
 
-def _magnitude(x: np.ndarray, lo: int, at: int, hi: int) -> float:
+def _magnitude(x: Sums, lo: int, at: int, hi: int) -> float:
     """The shift as a fraction, the same either way (exp |Δ log| - 1)."""
-    return math.expm1(abs(float(x[at:hi].mean() - x[lo:at].mean())))
+    return math.expm1(abs(x.mean(at, hi) - x.mean(lo, at)))
 
 
-def _window_points(x: np.ndarray, start: int, end: int, weak_p: float, min_segment: int
-                   ) -> list[int]:
+def _window_points(x: np.ndarray, sums: Sums, start: int, end: int, weak_p: float,
+                   min_segment: int) -> list[int]:
     """E-divisive in x[start:end]: the candidate of largest Q̂ over the intervals between the
     points found so far, kept while its t-test against its sides passes ``weak_p``."""
     p = _prefix(x[start:end])
@@ -139,7 +167,8 @@ def _window_points(x: np.ndarray, start: int, end: int, weak_p: float, min_segme
             c = candidate(p, lo, hi, min_segment)
             if c is not None and (best is None or c[1] > best[1]):
                 best = (c[0], c[1], lo, hi)
-        if best is None or not passes(x[start:end], best[2], best[0], best[3], weak_p):
+        if best is None or not passes(sums, start + best[2], start + best[0],
+                                      start + best[3], weak_p):
             return [start + f for f in found]
         found = sorted([*found, best[0]])
 
@@ -147,11 +176,12 @@ def _window_points(x: np.ndarray, start: int, end: int, weak_p: float, min_segme
 def split(x: np.ndarray, settings: Settings) -> list[int]:
     """Otava's split step: weak change points of sliding, half-overlapping windows."""
     weak_p = settings.max_p * 10 if settings.max_p < 0.05 else min(1.0, settings.max_p * 2)
+    sums = Sums(x)
     found: set[int] = set()
     start, step = 0, max(1, settings.window // 2)
     while start < len(x):
         end = min(start + settings.window, len(x))
-        local = _window_points(x, start, end, weak_p, settings.min_segment)
+        local = _window_points(x, sums, start, end, weak_p, settings.min_segment)
         found.update(local)
         if end == len(x):
             break
@@ -165,13 +195,14 @@ def merge(x: np.ndarray, points: list[int], settings: Settings) -> list[int]:
     is weak; each test reads the entries between a point's neighbours (and is computed again
     only where a neighbour went)."""
     points = sorted(points)
+    sums = Sums(x)
     tested: dict[tuple[int, int, int], float] = {}
     while points:
         bounds = [0, *points, len(x)]
         sides = list(zip(bounds[:-2], points, bounds[2:], strict=True))
         for side in sides:
             if side not in tested:
-                tested[side] = p_value(x, *side)
+                tested[side] = p_value(sums, *side)
         ps = [tested[side] for side in sides]
         short = [i for i, (lo, at, hi) in enumerate(sides)
                  if min(at - lo, hi - at) < settings.min_segment]
@@ -180,7 +211,7 @@ def merge(x: np.ndarray, points: list[int], settings: Settings) -> list[int]:
         elif max(ps) > settings.max_p:
             weakest = int(np.argmax(ps))
         else:
-            sizes = [_magnitude(x, *side) for side in sides]
+            sizes = [_magnitude(sums, *side) for side in sides]
             weakest = int(np.argmin(sizes))
             if sizes[weakest] >= settings.min_magnitude:
                 return points
@@ -476,11 +507,12 @@ def _by_metric(levels: pd.DataFrame) -> dict[str, np.ndarray]:
 def _compared(key: dict, before: pd.DataFrame, after: pd.DataFrame, settings: Settings
               ) -> Comparison | None:
     """``orch compare`` of the runs before against those after: each run's level of each
-    metric is one value (its trimmed mean), so the test is the one of repeats."""
+    metric is one value (its trimmed mean), so the test is the one of repeats; the metrics
+    its verdict and attribution read (the others are the shifts' to say)."""
     sides = [_by_metric(side) for side in (before, after)]
     none = pd.DataFrame({"value": []})
     found = {}
-    for metric in METRICS:
+    for metric in (m for m in METRICS if m.name in PRIMARY or m.name in ATTRIBUTED):
         va, vb = sides[0].get(metric.name), sides[1].get(metric.name)
         if va is None or vb is None:
             continue

@@ -24,6 +24,7 @@ known values (tests/test_history.py).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -108,6 +109,13 @@ def t_ppf(p: float, df: float) -> float:
             return nxt
         x = nxt
     return x
+
+
+@functools.lru_cache(maxsize=1024)
+def _quantile(p: float, df: float) -> float:
+    """t_ppf, kept: a history's change points ask it again and again on the same whole
+    degrees of freedom."""
+    return t_ppf(p, df)
 
 
 def lag1_autocorrelation(series: np.ndarray) -> float:
@@ -207,7 +215,7 @@ def _t_difference(diff: float, se2: float, df: float, confidence: float) -> Diff
         less, greater = (0.0, 1.0) if diff < 0 else (1.0, 0.0) if diff > 0 else (0.5, 0.5)
         return Difference(diff, diff, diff, less, greater, math.inf)
     se = math.sqrt(se2)
-    half = t_ppf(0.5 + confidence / 2.0, df) * se
+    half = _quantile(0.5 + confidence / 2.0, df) * se
     below = t_cdf(diff / se, df)
     return Difference(diff, diff - half, diff + half, below, 1.0 - below, df)
 
