@@ -571,7 +571,9 @@ def test_real_sweeps_compare_and_a_slow_fabric_is_found(site_sweep, tmp_path):
     slow_part = _part(tmp_path / "b", tmp_path / "b-slow", True)
     slow = run_orch("compare", sweep, slow_part, "--ignore-option", "comm_delay_ms",
                     "--history", tmp_path / "none", check=True)
-    assert f": {compare.UNMEASURED} (throughput B/A 0." in slow.stdout, slow.stdout
+    # never "slower" from its iterations; which of these two is the shared machine's to say
+    assert re.search(r": (spread not measured|no measured change) \(throughput B/A 0\.",
+                     slow.stdout), slow.stdout
     history = tmp_path / "h"  # the recorded identical runs: a 200 ms delay is far outside
     recorded = pd.read_parquet(RECORDED)
     for i in range(6):

@@ -46,9 +46,9 @@ from .compare import (
     ATTRIBUTED,
     PRIMARY,
     Comparison,
-    change,
     group_codes,
     judge,
+    of_difference,
     run_means,
     what_differs,
 )
@@ -278,11 +278,14 @@ def load_levels(root: Path, entries: list[Entry]) -> tuple[pd.DataFrame, list[st
 
 
 def _keep(path: Path, levels: pd.DataFrame) -> None:
-    """Write the cache; a history this user cannot write to is read without one."""
+    """Write the cache; a history this user cannot write to (or levels Arrow cannot hold
+    in one column, entries of several orch versions) is read without one."""
+    import pyarrow as pa
+
     try:
         store.make_dir(path.parent)
         store.write_new(path, lambda tmp: levels.to_parquet(tmp, index=False))
-    except OSError:
+    except (OSError, TypeError, ValueError, pa.ArrowException):
         pass
 
 
@@ -506,19 +509,19 @@ def _by_metric(levels: pd.DataFrame) -> dict[str, np.ndarray]:
 
 def _compared(key: dict, before: pd.DataFrame, after: pd.DataFrame, settings: Settings
               ) -> Comparison | None:
-    """``orch compare`` of the runs before against those after: each run's level of each
-    metric is one value (its trimmed mean), so the test is the one of repeats; the metrics
-    its verdict and attribution read (the others are the shifts' to say)."""
+    """The runs before against those after, said as ``orch compare`` says a change (its
+    verdict rule, attribution and hints: :func:`.compare.judge`), each run's level one
+    value, tested as the change point was (Student's t-test: a change point found at
+    p ≤ max_p is not then called unchanged by another test of the same runs); the metrics
+    the verdict and the attribution read (the others are the shifts' to say)."""
     sides = [_by_metric(side) for side in (before, after)]
-    none = pd.DataFrame({"value": []})
     found = {}
     for metric in (m for m in METRICS if m.name in PRIMARY or m.name in ATTRIBUTED):
         va, vb = sides[0].get(metric.name), sides[1].get(metric.name)
-        if va is None or vb is None:
+        if va is None or vb is None or len(va) + len(vb) < 3:
             continue
-        c = change(metric, none, none, min_change=settings.min_magnitude, means=(va, vb))
-        if c is not None:
-            found[metric.name] = c
+        found[metric.name] = of_difference(metric, student(va, vb), (va, vb), "repeat",
+                                           min_change=settings.min_magnitude)
     return judge(key, found) if found else None
 
 

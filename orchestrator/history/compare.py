@@ -120,6 +120,18 @@ def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPH
     if tested is None:
         return None
     d, (va, vb), unit = tested
+    spread_runs = len(spread) if spread is not None and unit == "repeat" and len(va) == 1 == len(
+        vb) else 0
+    return of_difference(metric, d, (va, vb), unit, alpha, min_change, spread_runs)
+
+
+def of_difference(metric: Metric, d: Difference, values: tuple[np.ndarray, np.ndarray],
+                  unit: str, alpha: float = ALPHA, min_change: float = MIN_CHANGE,
+                  spread_runs: int = 0) -> Change:
+    """The change a test's difference of log values says (``values``: the log values each
+    side held): moved when one one-sided test rejects at ``alpha / 2`` and the change is
+    ``min_change`` or more."""
+    va, vb = values
     ratio, low, high = math.exp(d.diff), math.exp(d.low), math.exp(d.high)
     worse, better = (d.p_less, d.p_greater) if metric.higher_is_better else (d.p_greater,
                                                                             d.p_less)
@@ -127,9 +139,7 @@ def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPH
     moved = ("worse" if worse < alpha / 2 and big else
              "better" if better < alpha / 2 and big else "")
     return Change(metric, ratio, low, high, worse, better, math.exp(Trimmed.of(va).mean),
-                  math.exp(Trimmed.of(vb).mean), len(va), len(vb), unit, moved,
-                  len(spread) if spread is not None and unit == "repeat" and len(va) == 1 == len(
-                      vb) else 0)
+                  math.exp(Trimmed.of(vb).mean), len(va), len(vb), unit, moved, spread_runs)
 
 
 def _run_means(side: pd.DataFrame) -> np.ndarray:
