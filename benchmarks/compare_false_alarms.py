@@ -9,10 +9,11 @@ and how small a real slowdown does it find?
 Runs ``--sweeps`` identical real local sweeps one after the other (torch-ddp, lenet5, 2 ranks,
 ``--iters`` measured iterations after 2 warm-up; ``--repeats`` runs of it per sweep, which makes
 each run's trimmed mean the compared value), then compares every pair of them as
-``orch compare`` does and counts the pairs whose verdict is not "no measured change": each is
-a false alarm, since nothing differs but the moment they ran; and compares each sweep with the
-others together (one run against a history of the rest, as a nightly job compares tonight's
-sweep with the last ones). Reported beside it:
+``orch compare`` does and counts the pairs called slower or faster: each is a false alarm,
+since nothing differs but the moment they ran (one run a side now gets no such verdict
+without a history's spread, so pairs of single runs measure what that rule spares); and
+compares each sweep with the others together (one run against a history of the rest, as a
+nightly job compares tonight's sweep with the last ones). Reported beside it:
 
 * the verdict of the throughput alone (without the instrumented window's confirmation), to
   show what that rule buys;
@@ -127,7 +128,8 @@ def tally(pairs: list[tuple[pd.DataFrame, pd.DataFrame]]) -> dict:
             metrics += len(c.changes)
     n = len(verdicts)
     return {"comparisons": n,
-            "false_alarms": sum(v != "no measured change" for v in verdicts),
+            # a verdict it cannot back is not given (compare.UNMEASURED): not an alarm
+            "false_alarms": sum(v in ("slower", "faster") for v in verdicts),
             "throughput_alone": sum(bool(m) for m in alone),
             "metric_rate": moved / metrics if metrics else float("nan"),
             "verdicts": pd.Series(verdicts).value_counts().to_dict()}

@@ -5,8 +5,8 @@ hostname and cgroup namespaces on this machine): a rank frozen by ``--inject-fai
 RANK@ITER:stop`` (it SIGSTOPs itself) is cancelled as HUNG naming its task and node, and retried
 elsewhere; a node set down mid-run is NODE_FAIL, retried with that node excluded; a node's ib0
 set down mid-run is HUNG at once, naming the node and the link, and retried without that node;
-an external scancel is CANCELLED, said to come from outside orch, not retried. The hang watch's rules run on written
-rank logs with a fake clock (no cluster, no waiting).
+an external scancel is CANCELLED, said to come from outside orch, not retried. The hang watch's
+rules run on written rank logs with a fake clock (no cluster, no waiting).
 """
 
 from __future__ import annotations

@@ -73,6 +73,11 @@ def table(seed: int, **kwargs) -> pd.DataFrame:
     return samples.samples(*result_set(seed, **kwargs))
 
 
+def repeats(seed: int, n: int = 3, **kwargs) -> pd.DataFrame:
+    """``n`` runs of one configuration (the run-to-run spread measured: a verdict)."""
+    return pd.concat([table(seed * 100 + i, **kwargs) for i in range(n)], ignore_index=True)
+
+
 # --- the statistics ---------------------------------------------------------------------
 
 @pytest.mark.parametrize(("t", "df", "expected"), [
@@ -175,8 +180,16 @@ def test_failed_runs_have_no_samples():
 
 
 def test_direction_is_declared_once_per_metric():
-    assert samples.BY_NAME["samples_per_s"].higher_is_better
-    assert not any(m.higher_is_better for m in samples.METRICS if m.name != "samples_per_s")
+    rates = {"samples_per_s", "samples_per_s_compute", "tokens_per_s", "mfu"}
+    assert all(samples.BY_NAME[m].higher_is_better for m in rates)
+    assert not any(m.higher_is_better for m in samples.METRICS if m.name not in rates)
+
+
+def test_run_level_metrics_join_where_the_runs_table_has_them():
+    runs, iters = result_set(1)
+    s = samples.samples(runs.assign(samples_per_s_compute=2000.0, tokens_per_s=5e4), iters)
+    per_run = s[s["iter"] == -1].set_index("metric")["value"]
+    assert per_run.to_dict() == {"samples_per_s_compute": 2000.0, "tokens_per_s": 5e4}
 
 
 # --- comparison -------------------------------------------------------------------------
@@ -188,7 +201,7 @@ def test_two_samples_of_one_distribution_show_no_measured_change():
 
 
 def test_slower_communication_is_found_and_attributed_to_the_fabric():
-    (c,) = compare.compare(table(1), table(2, scale={"t_comm": 2.0}))
+    (c,) = compare.compare(repeats(1), repeats(2, scale={"t_comm": 2.0}))
     assert c.verdict == "slower"
     assert any(w.startswith("exposed communication +") for w in c.attribution)
     assert "compute unchanged" in c.attribution
@@ -197,18 +210,18 @@ def test_slower_communication_is_found_and_attributed_to_the_fabric():
 
 
 def test_slower_compute_points_at_the_nodes():
-    (c,) = compare.compare(table(1), table(2, scale={"t_f": 1.5, "t_b": 1.5}))
+    (c,) = compare.compare(repeats(1), repeats(2, scale={"t_f": 1.5, "t_b": 1.5}))
     assert c.verdict == "slower" and c.hint.startswith("look at the nodes")
 
 
 def test_faster_is_said():
-    (c,) = compare.compare(table(1, scale={"t_comm": 2.0}), table(2))
+    (c,) = compare.compare(repeats(1, scale={"t_comm": 2.0}), repeats(2))
     assert c.verdict == "faster" and compare.headline(c).startswith("faster ")
 
 
 def test_a_change_below_min_change_is_no_measured_change():
-    slow = table(2, scale={"t_comm": 1.1})
-    assert compare.compare(table(1), slow, min_change=0.5)[0].verdict == "no measured change"
+    slow = repeats(2, scale={"t_comm": 1.1})
+    assert compare.compare(repeats(1), slow, min_change=0.5)[0].verdict == "no measured change"
 
 
 def test_only_configurations_in_both_are_compared():
@@ -264,11 +277,12 @@ def test_the_same_sweep_is_recorded_once(tmp_path):
 
 def test_adding_rewrites_nothing(tmp_path):
     store.add(tmp_path, with_meta(1), Path("/s1"))
-    before = {p: p.read_bytes() for p in (tmp_path / "entries").iterdir()}
-    index = (tmp_path / "index.jsonl").read_bytes()
+    before = {p: (p.read_bytes(), p.stat().st_ino) for folder in ("entries", "records")
+              for p in (tmp_path / folder).iterdir()}
     store.add(tmp_path, with_meta(2), Path("/s2"))
-    assert all(p.read_bytes() == data for p, data in before.items())
-    assert (tmp_path / "index.jsonl").read_bytes().startswith(index)
+    assert all((p.read_bytes(), p.stat().st_ino) == was for p, was in before.items())
+    # each entry's record under its table's name and its sweep's
+    assert len(list((tmp_path / "records").iterdir())) == 4
 
 
 def _add_in_process(root: str, seed: int) -> None:
@@ -296,7 +310,7 @@ def test_a_truncated_index_line_loses_no_other_entry(tmp_path):
     e3 = store.add(tmp_path, with_meta(3), Path("/s3"))
     found, damaged = store.entries(tmp_path)
     assert [e.id for e in found] == [e1.id, e3.id] and damaged == 1
-    assert "1 damaged line" in store.select(tmp_path)[2][0]
+    assert "1 damaged record" in store.select(tmp_path)[2][0]
 
 
 def test_a_truncated_entry_file_loses_no_other_entry(tmp_path):
@@ -385,12 +399,20 @@ def write_results(directory: Path, runs: pd.DataFrame, iters: pd.DataFrame) -> P
 def test_orch_compare_and_check(tmp_path):
     a = write_results(tmp_path / "a", *result_set(1))
     b = write_results(tmp_path / "b", *result_set(2, scale={"t_comm": 2.0}))
-    result = CliRunner().invoke(app, ["compare", str(a), str(b), "--detail"])
-    assert result.exit_code == 0, result.output
-    assert "slower" in result.output and "→ look at the fabric" in result.output
-    assert "p(worse)=" in result.output
-    failing = CliRunner().invoke(app, ["compare", str(a), str(b), "--fail-if-slower"])
-    assert failing.exit_code == 1
+    result = CliRunner().invoke(app, ["compare", str(a), str(b), "--detail",
+                                      "--fail-if-slower"])
+    assert result.exit_code == 0, result.output  # one run a side: no verdict it cannot back
+    assert f": {compare.UNMEASURED} (throughput B/A 0." in result.output
+    assert compare.NEEDS in result.output and "p(worse)=" in result.output
+    history = tmp_path / "h"  # three recorded runs of the configuration: their spread
+    for seed in (3, 4, 5):
+        store.add(history, with_meta(seed), Path(f"/s{seed}"))
+    failing = CliRunner().invoke(app, ["compare", str(a), str(b), "--fail-if-slower",
+                                       "--history", str(history)])
+    assert failing.exit_code == 1, failing.output
+    assert "slower" in failing.output and "→ look at the fabric" in failing.output
+    assert f"run-to-run spread: history {history} (3 recorded sweep(s))" in failing.output
+    assert "(1 vs 1 repeats, against the spread of 3 recorded runs)" in failing.output
     refs = tmp_path / "references.yaml"
     refs.write_text(REFS)
     held = CliRunner().invoke(app, ["check", str(a), "--references", str(refs)])
@@ -413,11 +435,11 @@ def test_orch_history_list_show_and_compare_a_selection(tmp_path):
                                       "--history", str(root)])
     assert result.exit_code == 0, result.output
     assert "no measured change" in result.output
-    assert json.loads((root / "index.jsonl").read_text())["id"] == e.id
+    assert {json.loads(p.read_text())["id"] for p in (root / "records").iterdir()} == {e.id}
 
 
 def test_a_change_of_one_window_alone_is_no_measured_change():
-    a, b = table(1), table(2)
+    a, b = repeats(1), repeats(2)
     slow = b["metric"] == "samples_per_s"
     b.loc[slow, "value"] = b.loc[slow, "value"] * 0.5  # the plain window alone got slower
     (c,) = compare.compare(a, b)
@@ -426,7 +448,7 @@ def test_a_change_of_one_window_alone_is_no_measured_change():
 
 
 def test_a_slowdown_no_phase_explains_says_so():
-    a, b = table(1), table(2)
+    a, b = repeats(1), repeats(2)
     for metric, factor in (("samples_per_s", 0.5), ("t_iter", 2.0)):  # untimed work
         rows = b["metric"] == metric
         b.loc[rows, "value"] = b.loc[rows, "value"] * factor
@@ -451,15 +473,25 @@ def test_recorded_identical_runs_each_against_the_others_show_no_measured_change
     assert {c.changes["samples_per_s"].unit for c in found.values()} == {"repeat"}
 
 
-def test_recorded_single_runs_against_each_other_say_the_spread_is_not_measured():
+def test_recorded_single_runs_against_each_other_give_no_verdict_they_cannot_back():
     # Runs of one configuration differ 13 to 24 times more than one run's iterations tell
-    # (docs/howto/compare.md): a verdict from one run a side says so.
+    # (docs/howto/compare.md): one run a side is never called slower or faster; it says
+    # what would tell, and a history's spread does.
     s = pd.read_parquet(RECORDED)
-    lines = [compare.line(c) for i in range(6) for j in range(i + 1, 6)
-             for c in compare.compare(s[s["sweep"] == i], s[s["sweep"] == j])]
-    changed = [line for line in lines if "no measured change" not in line]
-    assert len(lines) == 15 and changed
-    assert all(line.endswith(compare.ONE_RUN) for line in changed), changed
+    pairs = [(i, j) for i in range(6) for j in range(i + 1, 6)]
+    found = [c for i, j in pairs for c in compare.compare(s[s["sweep"] == i],
+                                                          s[s["sweep"] == j])]
+    assert len(found) == 15 and {c.verdict for c in found} == {
+        compare.UNMEASURED, "no measured change"}
+    unmeasured = [compare.line(c) for c in found if c.verdict == compare.UNMEASURED]
+    assert all("from one run a side's iterations" in line and line.endswith(compare.NEEDS)
+               for line in unmeasured), unmeasured
+    history = s[s["sweep"] >= 6]  # 15 other runs: their spread backs a verdict
+    judged = [c for i, j in pairs for c in compare.compare(
+        s[s["sweep"] == i], s[s["sweep"] == j], spread=history)]
+    assert {c.verdict for c in judged} <= {"no measured change", "slower", "faster"}
+    assert all(c.primary.spread_runs == 15 for c in judged)
+    assert "against the spread of 15 recorded runs" in compare.line(judged[0])
 
 
 # --- real sweeps ------------------------------------------------------------------------
@@ -505,7 +537,8 @@ def test_gather_records_the_site_history_once_and_rerun_tests_the_spread(site_sw
     rerun = run_orch("rerun", run_id, sweep, check=True, env=env)
     verdict = next(line for line in rerun.stderr.splitlines()
                    if line.startswith(f"rerun of {run_id}: "))
-    assert re.search(r": (inside|outside) the original's spread(, [a-z ]+ \d+ % \[.+\])?: "
+    # one run each, and the site's history holds one run: inside, or no verdict
+    assert re.search(r": (inside the original's spread|spread not measured \(.*\)): "
                      r"throughput rerun/original \d\.\d\d \[\d\.\d\d–\d+\.\d\d\] "
                      r"\(10 vs 10 iterations\)", verdict), verdict
     rerun_dir = Path(rerun.stdout.strip()).parent  # a gather of the rerun says it again
@@ -525,19 +558,32 @@ def test_gather_records_the_site_history_once_and_rerun_tests_the_spread(site_sw
 @pytest.mark.ranks
 def test_real_sweeps_compare_and_a_slow_fabric_is_found(site_sweep, tmp_path):
     # B: a clean run, then one whose every all-reduce completes 200 ms late (comm_delay_ms: a
-    # slow fabric, for real: ten times a lenet5 step here). Whether two clean runs of a shared
-    # machine differ is the machine's to say, so the clean pair is only required to compare;
-    # the no-change property is tested on recorded samples (test_recorded_identical_...).
+    # slow fabric, for real: ten times a lenet5 step here). One run a side: the slow one is
+    # far outside its iterations' spread, yet gets no verdict without a run-to-run spread
+    # (the change points of a history find it: tests/test_changes.py); a history whose
+    # runs of the configuration spread as identical runs do gives one.
     sweep = site_sweep[0]
     _orch_sweep(tmp_path / "b", "--option", "comm_delay_ms=0,200")
     clean = run_orch("compare", sweep, _part(tmp_path / "b", tmp_path / "b-clean", False),
                      "--ignore-option", "comm_delay_ms", check=True)
-    assert re.search(r"torch-ddp lenet5 local 2x1 b32 .*: (no measured change|slower|faster) .*"
-                     r"\(10 vs 10 iterations\)", clean.stdout), clean.stdout
-    slow = run_orch("compare", sweep, _part(tmp_path / "b", tmp_path / "b-slow", True),
-                    "--ignore-option", "comm_delay_ms", check=True)
-    assert ": slower " in slow.stdout and "iterations)" in slow.stdout, slow.stdout
-    assert "exposed communication +" in slow.stdout and "look at the fabric" in slow.stdout
+    assert re.search(r"torch-ddp lenet5 local 2x1 b32 .*: (no measured change|spread not "
+                     r"measured) .*\(10 vs 10 iterations\)", clean.stdout), clean.stdout
+    slow_part = _part(tmp_path / "b", tmp_path / "b-slow", True)
+    slow = run_orch("compare", sweep, slow_part, "--ignore-option", "comm_delay_ms",
+                    "--history", tmp_path / "none", check=True)
+    # never "slower" from its iterations; which of these two is the shared machine's to say
+    assert re.search(r": (spread not measured|no measured change) \(throughput B/A 0\.",
+                     slow.stdout), slow.stdout
+    history = tmp_path / "h"  # the recorded identical runs: a 200 ms delay is far outside
+    recorded = pd.read_parquet(RECORDED)
+    for i in range(6):
+        store.add(history, recorded[recorded["sweep"] == i].drop(columns="sweep"),
+                  Path(f"/recorded/{i}"))
+    judged = run_orch("compare", sweep, slow_part, "--ignore-option", "comm_delay_ms",
+                      "--history", history, check=True)
+    assert ": slower " in judged.stdout and "against the spread of 6" in judged.stdout, \
+        judged.stdout
+    assert "exposed communication +" in judged.stdout and "look at the fabric" in judged.stdout
 
 
 def test_orch_history_schema_is_the_references_model():

@@ -507,13 +507,14 @@ def history_view(root: Path, refs: references.References | None = None) -> trend
 
 
 def test_the_previous_sweep_is_the_latest_measured_before(tmp_path):
-    recorded_history(tmp_path, [3, 2, 1], scale={"t_comm": 3.0})  # the last one had a slow fabric
+    # the last of ten had a slow fabric; one run a sweep: the history's runs give the spread
+    recorded_history(tmp_path, list(range(10, 0, -1)), scale={"t_comm": 3.0})
     tables, figures, _ = trend.section(history_view(tmp_path), table(7), figures=False)
     (t,) = tables
     (row,) = t.rows
     assert row[0] == "torch-ddp lenet5 local 2x1 b32 backend=gloo"
     entries = store.entries(tmp_path)[0]
-    assert row[1].startswith(entries[2].id)  # the latest before this sweep
+    assert row[1].startswith(entries[-1].id)  # the latest before this sweep
     assert row[2].startswith("faster ")  # this sweep against the slow one
     assert "exposed communication" in row[4] and "fabric" in row[4]
     assert figures == {}
@@ -538,6 +539,20 @@ def test_trend_points_and_the_reference_band(tmp_path):
     assert len(values) == 4 and all(v > 0 for v in values)
     assert band == (1500 * 0.8, 1500 * 1.3)
     png = trend.figure(series)
+    assert png is not None and png.startswith(b"\x89PNG")
+
+
+def test_the_trend_marks_where_the_level_changed_and_what_changed(tmp_path):
+    for i in range(8):  # the fabric 3 times slower from the fifth recorded sweep on
+        t = table(100 + i, seed_id=100 + i, scale={"t_comm": 3.0} if i >= 4 else None)
+        store.add(tmp_path, t.assign(commit="abc" if i < 4 else "def", dirty=False,
+                                     image_digest="", measured_at=1.7e9 - (8 - i) * DAY),
+                  Path(f"/sweeps/{i}"))
+    v = history_view(tmp_path)
+    ((at, text),) = trend.change_marks(v)["torch-ddp lenet5 local 2x1 b32 backend=gloo"]
+    assert at == 1.7e9 - 4 * DAY
+    assert re.fullmatch(r"-\d\d %: orch commit abc → def", text), text
+    png = trend.figure(trend.trend_series(v, table(7), v.measured_at), trend.change_marks(v))
     assert png is not None and png.startswith(b"\x89PNG")
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from ..errors import UserError
+from ..history.settings import MAX_P, MIN_MAGNITUDE, MIN_SEGMENT
 from ._common import group, warn
 
 app = group("The results history: record gathered sweeps, list and show them; the schema "
@@ -18,6 +19,11 @@ app = group("The results history: record gathered sweeps, list and show them; th
 HistoryDir = Annotated[Path | None, typer.Option(
     "--history", help="The history's directory; default $ORCH_HISTORY, else "
     "~/.local/share/orch/history.")]
+
+
+JUnit = Annotated[Path | None, typer.Option(
+    "--junit", metavar="FILE", help="Also write a JUnit XML report (GitLab, Jenkins, GitHub "
+    "Actions): one test case per configuration and metric.")]
 
 
 def _root(history: Path | None) -> Path:
@@ -41,10 +47,11 @@ def _sweep_samples(directory: Path, with_provenance: bool = False, merged: bool 
 
 
 def _with_versions(table, runs):
-    """A sample table without provenance (a result set alone), its runs' versions still."""
-    if "versions" not in runs.columns:
-        return table
-    return table.merge(runs[["run_id", "versions"]], on="run_id", how="left")
+    """A sample table without provenance (a result set alone), its runs' versions and hosts
+    still."""
+    from ..history import store
+
+    return store.with_run_facts(table, runs)
 
 
 @app.command("add")
@@ -92,8 +99,9 @@ def gathered(directory: Path) -> list[str]:
                          f"{root} records it once that is fixed")
     if originals:
         table = _with_versions(sample_table(), runs)
+        spread = store.select(root)[0] if root is not None and root.is_dir() else None
         for run_id, src in sorted(originals.items()):
-            lines.append(_rerun_line(run_id, src, table[table["run_id"] == run_id]))
+            lines.append(_rerun_line(run_id, src, table[table["run_id"] == run_id], spread))
     return lines
 
 
@@ -129,7 +137,7 @@ def report_history(history: Path | None, references: Path | None, sweep: Path | 
                    refs_module.load(references) if references is not None else None)
 
 
-def _rerun_line(run_id: str, src: Path, rerun) -> str:
+def _rerun_line(run_id: str, src: Path, rerun, spread=None) -> str:
     from ..history import gathered as gathered_module
 
     merged = src.parent / "results" / "runs.parquet"
@@ -141,7 +149,8 @@ def _rerun_line(run_id: str, src: Path, rerun) -> str:
         original = _sweep_samples(src.parent, merged=ready)
     except UserError as exc:
         return f"rerun of {run_id}: its original's results cannot be read ({exc})"
-    return gathered_module.rerun_line(run_id, original[original["run_id"] == src.name], rerun)
+    return gathered_module.rerun_line(run_id, original[original["run_id"] == src.name], rerun,
+                                      spread)
 
 
 def _date(seconds: float) -> str:
@@ -162,7 +171,7 @@ def list_cmd(since: Annotated[str | None, typer.Option(help="Only sweeps measure
     root = _root(history)
     found, damaged = store.entries(root)
     if damaged:
-        warn(f"{root / store.INDEX}: {damaged} damaged line(s) skipped")
+        warn(f"{root}: {damaged} damaged record(s) skipped")
     age = store.parse_age(since) if since else None
     shown = [e for e in found if store.matches(e, age, site=site, partition=partition,
                                                mode=mode, model=model)]
@@ -241,12 +250,35 @@ def _side(text: str, history: Path | None, named: bool = False):
     return table, f"{text} ({len(used)} sweep(s){f' of {root}' if named else ''})"
 
 
+def _spread(a: str, b: str, history: Path | None):
+    """The history whose runs give the run-to-run spread where A and B (two sweep
+    directories) hold one run each of a configuration: --history, else the one B's site
+    config names, else the default one; (None, "") where there is none."""
+    if not (Path(a).is_dir() and Path(b).is_dir()):
+        return None, ""
+    from ..history import gathered, store  # a site's history: provenance, only here
+
+    root = history.expanduser() if history is not None else (
+        gathered.site_history(Path(b)) or store.default_root())
+    if not root.is_dir():
+        return None, ""
+    table, used, problems = store.select(root)
+    for problem in problems:
+        warn(problem)
+    return (table, f"history {root} ({len(used)} recorded sweep(s))") if len(used) else (
+        None, "")
+
+
 def compare_cmd(
     a: Annotated[str, typer.Argument(metavar="A", help="The reference: a sweep directory or "
                                      "a history selection (history:since=30d,mode=torch-ddp).")],
     b: Annotated[str, typer.Argument(metavar="B", help="Compared with A: a sweep directory or "
                                      "a history selection.")],
-    history: HistoryDir = None,
+    history: Annotated[Path | None, typer.Option(
+        "--history", help="The history of history: selections, and whose runs give the "
+        "run-to-run spread where A and B hold one run each; default $ORCH_HISTORY, else "
+        "~/.local/share/orch/history (for the spread: the history B's site config names "
+        "first).")] = None,
     history_b: Annotated[Path | None, typer.Option(
         "--history-b", help="B's history, where B is a selection of another history than A's "
         "(two clusters, or a copy from before an update); default --history.")] = None,
@@ -269,11 +301,14 @@ def compare_cmd(
 
     two = history_b is not None
     (ta, name_a), (tb, name_b) = _side(a, history, two), _side(b, history_b or history, two)
-    found = compare.compare(ta, tb, alpha, min_change, tuple(ignore_option or ()))
+    spread, spread_from = _spread(a, b, history)
+    found = compare.compare(ta, tb, alpha, min_change, tuple(ignore_option or ()), spread)
     if not found:
         raise UserError(f"no configuration is in both {name_a} and {name_b} (a mode option "
                         "that differs on purpose: --ignore-option NAME)")
     typer.echo(f"A: {name_a}\nB: {name_b}")
+    if spread_from and any(c.primary and c.primary.spread_runs for c in found):
+        typer.echo(f"run-to-run spread: {spread_from}")
     for line in compare.what_differs(ta, tb):
         typer.echo(f"differs: {line}")
     for c in found:
@@ -291,9 +326,11 @@ def check_cmd(
                                              "references.yaml.")],
     show_all: Annotated[bool, typer.Option("--all", help="Print the metrics that hold "
                                            "too.")] = False,
+    junit: JUnit = None,
 ) -> None:
     """Check a sweep against a site's references: print every failing metric, exit 1 when
     any fails (0 when all hold)."""
+    from ..history import junit as junit_module
     from ..history import references as refs_module
     from .resultset import load_result_set
 
@@ -302,10 +339,82 @@ def check_cmd(
     outcomes, unmatched = refs_module.check(refs, runs)
     for line in unmatched:
         warn(f"{references}: {line}")
+    if junit is not None:
+        junit_module.write(junit, f"orch check {sweep}",
+                           refs_module.junit_cases(outcomes, runs, unmatched))
     failed = [o for o in outcomes if not o.ok]
     for o in outcomes if show_all else failed:
         typer.echo(o.line())
     typer.echo(f"{len(outcomes) - len(failed)} of {len(outcomes)} metric(s) hold"
                + (f", {len(failed)} fail" if failed else ""))
     if failed:
+        raise typer.Exit(1)
+
+
+@app.command("changes")
+def changes_cmd(
+    since: Annotated[str | None, typer.Option(help="Only sweeps measured within this age: "
+                                              "30d, 12h, 2w.")] = None,
+    site: Annotated[str | None, typer.Option(help="Only this site.")] = None,
+    partition: Annotated[str | None, typer.Option(help="Only this partition.")] = None,
+    mode: Annotated[str | None, typer.Option(help="Only this mode.")] = None,
+    model: Annotated[str | None, typer.Option(help="Only this model.")] = None,
+    history: HistoryDir = None,
+    ignore_option: Annotated[list[str] | None, typer.Option(
+        help="Match configurations without this mode option (repeatable); what changed "
+        "still names it.")] = None,
+    max_p: Annotated[float, typer.Option(min=1e-6, max=0.5, help="Largest p-value of a "
+                                         "change point (Student's t-test of its sides).")
+                     ] = MAX_P,
+    min_magnitude: Annotated[float, typer.Option(min=0.0, help="Smallest shift (a fraction) "
+                                                 "reported as a change point.")] = MIN_MAGNITUDE,
+    min_segment: Annotated[int, typer.Option(min=2, help="Fewest entries a level holds on "
+                                             "each side of a change point.")] = MIN_SEGMENT,
+    all_metrics: Annotated[bool, typer.Option(
+        "--all", help="Also the change points where only other metrics moved (a phase), "
+        "not the throughput nor the iteration time.")] = False,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="text or json.")] = "text",
+    junit: JUnit = None,
+    fail_if_slower: Annotated[bool, typer.Option(help="Exit 1 when a configuration's latest "
+                                                 "change point made it slower.")] = False,
+) -> None:
+    """Change points of every configuration's metrics over the recorded sweeps: where a new
+    level starts, by how much, the phases that moved and what changed at that entry.
+
+    Apache Otava's method (E-divisive candidates, Student's t-test, p, magnitude and
+    segment minimums): docs/howto/compare.md.
+    """
+    import json
+
+    from ..history import changes, store
+    from ..history.settings import Settings
+
+    if fmt not in ("text", "json"):
+        raise UserError(f"--format {fmt}: valid: text, json")
+    root = _root(history)
+    found, damaged = store.entries(root)
+    if damaged:
+        warn(f"{root}: {damaged} damaged record(s) skipped")
+    age = store.parse_age(since) if since else None
+    filters = {"site": site, "partition": partition, "mode": mode, "model": model}
+    chosen = [e for e in found if store.matches(e, age, **filters)]
+    levels, problems = changes.load_levels(root, chosen)
+    for problem in problems:
+        warn(problem)
+    for column, value in filters.items():
+        if value is not None and column in levels.columns:
+            levels = levels[levels[column].astype(str) == value]
+    settings = Settings(max_p, min_magnitude, min_segment)
+    points, series = changes.find(levels, chosen, settings, tuple(ignore_option or ()),
+                                  None if all_metrics else changes.PRIMARY)
+    if fmt == "json":
+        typer.echo(json.dumps(changes.report_json(root, chosen, settings, points, series),
+                              indent=2, default=str))
+    else:
+        typer.echo("\n".join(changes.report_lines(root, chosen, settings, points, series)))
+    if junit is not None:
+        from ..history import junit as junit_module
+
+        junit_module.write(junit, f"orch history changes {root}", changes.junit_cases(series))
+    if fail_if_slower and changes.slower_now(series):
         raise typer.Exit(1)

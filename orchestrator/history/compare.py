@@ -22,7 +22,15 @@ import numpy as np
 import pandas as pd
 
 from .samples import BY_NAME, METRICS, Metric, key_columns, with_mode_defaults, without_options
-from .stats import TRIM, Difference, Trimmed, against_spread, inflation, yuen_welch
+from .stats import (
+    TRIM,
+    Difference,
+    Trimmed,
+    against_spread,
+    inflation,
+    two_against_spread,
+    yuen_welch,
+)
 
 ALPHA = 0.05
 MIN_CHANGE = 0.05
@@ -41,8 +49,14 @@ PRIMARY = ("samples_per_s", "t_iter")  # what a configuration's verdict is read 
 SPREAD_RUNS = 3
 # Said of a verdict from one run a side: runs of one configuration differ more than one run's
 # iterations tell (docs/howto/compare.md measures how much).
-ONE_RUN = ("one run a side: the run-to-run spread is not measured (compare with a history "
-           "of 3 runs or more, or --repeats, to tell)")
+# The verdict where one run a side moved beyond its iterations' spread: runs of one
+# configuration differ more than one run's iterations tell (single-run pairs of identical
+# sweeps were called slower or faster 24.8 % of the time: docs/howto/compare.md), so the
+# direction is said, never as a verdict.
+UNMEASURED = "spread not measured"
+NEEDS = ("to tell: --repeats 2 or more on both sides, or a history holding 3 runs or more "
+         "of this configuration (--history DIR, or the one the site config names), whose "
+         "run-to-run spread the two runs are tested against")
 
 
 @dataclass(frozen=True)
@@ -61,6 +75,7 @@ class Change:
     n_b: int
     unit: str  # "iteration" or "repeat": what one value of n is
     moved: str  # "worse", "better" or "" (no measured change)
+    spread_runs: int = 0  # one run a side tested against this many other runs' spread
 
     @property
     def percent(self) -> tuple[float, float, float]:
@@ -74,7 +89,7 @@ class Comparison:
 
     key: dict
     changes: dict[str, Change]
-    verdict: str  # "faster", "slower", "no measured change" or "not comparable"
+    verdict: str  # "faster", "slower", "no measured change", UNMEASURED or "not comparable"
     attribution: list[str] = field(default_factory=list)
     hint: str = ""
     note: str = ""  # why a change the throughput showed is not a verdict
@@ -88,14 +103,35 @@ class Comparison:
 
 def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
            min_change: float = MIN_CHANGE,
-           means: tuple[np.ndarray, np.ndarray] | None = None) -> Change | None:
+           means: tuple[np.ndarray, np.ndarray] | None = None,
+           spread: np.ndarray | None = None) -> Change | None:
     """The metric's change from A's samples to B's (None: too few values on a side).
-    ``means``: each side's run means (:func:`run_means`), where the caller has them."""
+    ``means``: each side's run means (:func:`run_means`), where the caller has them;
+    ``spread``: other runs' means of the configuration (a history), whose spread one run a
+    side is tested against."""
     a, b = a[a["value"] > 0], b[b["value"] > 0]
-    tested = _test(a, b, means or (_run_means(a), _run_means(b)))
+    means = means or (_run_means(a), _run_means(b))
+    if spread is not None and len(spread) >= SPREAD_RUNS and len(means[0]) == 1 == len(
+            means[1]):
+        tested = two_against_spread(float(means[0][0]), float(means[1][0]), spread), \
+            means, "repeat"
+    else:
+        tested = _test(a, b, means)
     if tested is None:
         return None
     d, (va, vb), unit = tested
+    spread_runs = len(spread) if spread is not None and unit == "repeat" and len(va) == 1 == len(
+        vb) else 0
+    return of_difference(metric, d, (va, vb), unit, alpha, min_change, spread_runs)
+
+
+def of_difference(metric: Metric, d: Difference, values: tuple[np.ndarray, np.ndarray],
+                  unit: str, alpha: float = ALPHA, min_change: float = MIN_CHANGE,
+                  spread_runs: int = 0) -> Change:
+    """The change a test's difference of log values says (``values``: the log values each
+    side held): moved when one one-sided test rejects at ``alpha / 2`` and the change is
+    ``min_change`` or more."""
+    va, vb = values
     ratio, low, high = math.exp(d.diff), math.exp(d.low), math.exp(d.high)
     worse, better = (d.p_less, d.p_greater) if metric.higher_is_better else (d.p_greater,
                                                                             d.p_less)
@@ -103,7 +139,7 @@ def change(metric: Metric, a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPH
     moved = ("worse" if worse < alpha / 2 and big else
              "better" if better < alpha / 2 and big else "")
     return Change(metric, ratio, low, high, worse, better, math.exp(Trimmed.of(va).mean),
-                  math.exp(Trimmed.of(vb).mean), len(va), len(vb), unit, moved)
+                  math.exp(Trimmed.of(vb).mean), len(va), len(vb), unit, moved, spread_runs)
 
 
 def _run_means(side: pd.DataFrame) -> np.ndarray:
@@ -170,10 +206,14 @@ def _test(a: pd.DataFrame, b: pd.DataFrame, means: tuple[np.ndarray, np.ndarray]
 
 
 def compare(a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
-            min_change: float = MIN_CHANGE, ignore_options: tuple[str, ...] = ()
-            ) -> list[Comparison]:
-    """Every configuration present in both sample tables (samples.samples), compared."""
+            min_change: float = MIN_CHANGE, ignore_options: tuple[str, ...] = (),
+            spread: pd.DataFrame | None = None) -> list[Comparison]:
+    """Every configuration present in both sample tables (samples.samples), compared.
+    ``spread``: a history's samples, whose runs of a configuration give the run-to-run
+    spread where A and B hold one run each of it."""
     a, b = _keyed(a, ignore_options), _keyed(b, ignore_options)
+    spreads = _spreads(_keyed(spread, ignore_options)) if spread is not None and len(
+        spread) else {}
     keys = [k for k in key_columns(a) if k in b.columns]
     if a.empty or b.empty:
         return []
@@ -185,17 +225,29 @@ def compare(a: pd.DataFrame, b: pd.DataFrame, alpha: float = ALPHA,
     out = []
     for code in sorted(set(config[:len(a)]) & set(config[len(a):])):
         changes = {}
+        key = {k: _plain(v) for k, v in labels.iloc[code].items()}
         for m, metric in enumerate(METRICS):
             found = [side.get((code, m)) for side in sides]
             if found[0] is None or found[1] is None:
                 continue
             c = change(metric, found[0][0], found[1][0], alpha, min_change,
-                       (found[0][1], found[1][1]))
+                       (found[0][1], found[1][1]), spreads.get((_spread_key(key), metric.name)))
             if c is not None:
                 changes[metric.name] = c
-        key = {k: _plain(v) for k, v in labels.iloc[code].items()}
         out.append(judge(key, changes))
     return out
+
+
+def _spread_key(key: dict) -> str:
+    return json.dumps({k: str(v) for k, v in key.items()}, sort_keys=True)
+
+
+def _spreads(history: pd.DataFrame) -> dict[tuple[str, str], np.ndarray]:
+    """Per (configuration, metric) of a history: its runs' trimmed means (log)."""
+    keys = key_columns(history)
+    means = run_means(history, [*keys, "metric"])
+    return {(_spread_key(dict(zip(keys, k[:-1], strict=True))), k[-1]): g["mean"].to_numpy()
+            for k, g in means.groupby([*keys, "metric"], dropna=False)}
 
 
 def _configs(a: pd.DataFrame, b: pd.DataFrame, keys: list[str], runs: list[np.ndarray]
@@ -268,6 +320,8 @@ def judge(key: dict, changes: dict[str, Change]) -> Comparison:
         return Comparison(key, changes, "not comparable")
     moved = found[0].moved
     note = ""
+    if moved and found[0].unit == "iteration":  # one run a side: no verdict (UNMEASURED)
+        return Comparison(key, changes, UNMEASURED, note=NEEDS)
     if moved and any(c.moved != moved for c in found[1:]):
         moved, note = "", (f"{found[0].metric.label} {found[0].moved}, "
                            f"{found[1].metric.label} not: the two windows disagree")
@@ -304,9 +358,10 @@ def headline(c: Comparison) -> str:
     primary = c.primary
     if primary is None:
         return c.verdict
-    if c.verdict == "no measured change":
-        return (f"no measured change ({primary.metric.label} B/A {primary.ratio:.2f} "
-                f"[{primary.low:.2f}–{primary.high:.2f}])")
+    if c.verdict in ("no measured change", UNMEASURED):
+        return (f"{c.verdict} ({primary.metric.label} B/A {primary.ratio:.2f} "
+                f"[{primary.low:.2f}–{primary.high:.2f}]"
+                + (" from one run a side's iterations)" if c.verdict == UNMEASURED else ")"))
     if primary.metric.higher_is_better:  # throughput: slower by 1 - B/A
         pct, low, high = ((1 - primary.ratio) * 100, (1 - primary.high) * 100,
                           (1 - primary.low) * 100)
@@ -332,7 +387,9 @@ def label(key: dict) -> str:
 def line(c: Comparison) -> str:
     """One line per configuration: verdict, interval, what moved, where to look."""
     primary = c.primary
-    n = f" ({primary.n_a} vs {primary.n_b} {primary.unit}s)" if primary else ""
+    n = f" ({primary.n_a} vs {primary.n_b} {primary.unit}s" + (
+        f", against the spread of {primary.spread_runs} recorded runs)" if primary.spread_runs
+        else ")") if primary else ""
     text = f"{label(c.key)}: {headline(c)}{n}"
     if c.attribution:
         text += ": " + ", ".join(c.attribution)
@@ -340,8 +397,6 @@ def line(c: Comparison) -> str:
         text += f" → {c.hint}"
     if c.note:
         text += f"; {c.note}"
-    if primary and primary.unit == "iteration" and c.verdict in ("slower", "faster"):
-        text += f"; {ONE_RUN}"
     return text
 
 
@@ -356,20 +411,70 @@ def detail(c: Comparison) -> list[str]:
     return rows
 
 
-def what_differs(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
-    """What A and B ran with that differs: orch commit, image digest, each framework version
-    ('torch 2.13.0 → 2.14.0'); empty where a side does not say (a result set alone)."""
+# What a run ran with, as the history records it (store.with_provenance): the column, its
+# name in a line, and how many characters of a value to show (None: all).
+FACTS = (("commit", "orch commit", 12), ("image_digest", "image digest", 19),
+         ("site_sha256", "site config", 12), ("partition", "partition", None),
+         ("hosts", "nodes", None))
+
+
+def what_differs(a: pd.DataFrame, b: pd.DataFrame, options: bool = False) -> list[str]:
+    """What A and B ran with that differs: orch commit, image digest, site config (and the
+    settings that differ in it), partition, nodes, each framework version ('torch 2.13.0 →
+    2.14.0'), and with ``options`` the mode options (one configuration's runs, matched with
+    --ignore-option); empty where a side does not say (a result set alone)."""
     out = []
-    for column, name in (("commit", "orch commit"), ("image_digest", "image digest")):
+    for column, name, width in FACTS:
         va, vb = _values(a, column), _values(b, column)
         if va and vb and va != vb:
-            out.append(f"{name} {', '.join(v[:12] for v in va)} → "
-                       f"{', '.join(v[:12] for v in vb)}")
+            out.append(f"{name} {', '.join(v[:width] for v in va)} → "
+                       f"{', '.join(v[:width] for v in vb)}" + (
+                           _settings(a, b) if column == "site_sha256" else ""))
     versions = [_versions(side) for side in (a, b)]
     for lib in sorted(set(versions[0]) & set(versions[1])):
         if versions[0][lib] != versions[1][lib]:
             out.append(f"{lib} {', '.join(versions[0][lib])} → {', '.join(versions[1][lib])}")
+    for lib in sorted(set(versions[0]) ^ set(versions[1])):
+        side = "B" if lib in versions[1] else "A"
+        out.append(f"{lib} {', '.join((versions[1] if side == 'B' else versions[0])[lib])} "
+                   f"only in {side}")
+    if options:
+        out += _options_differ(_values(a, "options"), _values(b, "options"))
     return out
+
+
+def _settings(a: pd.DataFrame, b: pd.DataFrame, most: int = 4) -> str:
+    """' (sbatch.time 00:10:00 → 00:20:00, …)': the settings that differ between the site
+    configs A and B ran with (one config a side), the first ``most`` of them."""
+    configs = [_values(side, "site_config") for side in (a, b)]
+    if not all(len(c) == 1 for c in configs):
+        return ""
+    flat = [_flat(json.loads(c[0])) for c in configs]
+    differ = [f"{k} {flat[0].get(k, '(none)')} → {flat[1].get(k, '(none)')}"
+              for k in sorted(set(flat[0]) | set(flat[1])) if flat[0].get(k) != flat[1].get(k)]
+    more = f", {len(differ) - most} more" if len(differ) > most else ""
+    return f" ({', '.join(differ[:most])}{more})" if differ else ""
+
+
+def _flat(data, prefix: str = "") -> dict[str, str]:
+    """A JSON value's leaves by path ('partitions[0].sbatch.time': '00:10:00')."""
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items()
+                for k, v in _flat(value, f"{prefix}.{key}" if prefix else str(key)).items()}
+    if isinstance(data, list):
+        return {k: v for i, value in enumerate(data)
+                for k, v in _flat(value, f"{prefix}[{i}]").items()}
+    return {prefix: json.dumps(data) if not isinstance(data, str) else data}
+
+
+def _options_differ(a: list[str], b: list[str]) -> list[str]:
+    """'options comm_delay_ms (unset) → 30' for each mode option that differs (one set of
+    options a side: a configuration's runs)."""
+    if len(a) != 1 or len(b) != 1:
+        return []
+    oa, ob = json.loads(a[0] or "{}"), json.loads(b[0] or "{}")
+    return [f"option {k} {oa.get(k, '(unset)')} → {ob.get(k, '(unset)')}"
+            for k in sorted(set(oa) | set(ob)) if oa.get(k) != ob.get(k)]
 
 
 def _values(frame: pd.DataFrame, column: str) -> list[str]:

@@ -76,10 +76,13 @@ def rerun_of(sweep: Path) -> dict[str, Path]:
     return out
 
 
-def rerun_line(run_id: str, original: pd.DataFrame, rerun: pd.DataFrame) -> str:
+def rerun_line(run_id: str, original: pd.DataFrame, rerun: pd.DataFrame,
+               spread: pd.DataFrame | None = None) -> str:
     """Whether a rerun's result falls inside the original run's spread: the verdict of
-    ``orch compare`` (original as A, rerun as B) with its ratio and interval."""
-    found = compare.compare(original, rerun)
+    ``orch compare`` (original as A, rerun as B) with its ratio and interval, the run-to-run
+    spread taken from ``spread`` (the site's history) where it holds 3 runs or more of the
+    configuration; without it, one run each gives no verdict, and the line says so."""
+    found = compare.compare(original, rerun, spread=spread)
     c = found[0] if found else None
     primary = c.primary if c is not None else None
     if primary is None:  # no throughput nor iteration time measured on one side
@@ -89,6 +92,9 @@ def rerun_line(run_id: str, original: pd.DataFrame, rerun: pd.DataFrame) -> str:
                 f"{primary.unit}s)")
     if c.verdict == "no measured change":
         return f"rerun of {run_id}: inside the original's spread: {interval}"
+    if c.verdict == compare.UNMEASURED:
+        return (f"rerun of {run_id}: {compare.headline(c)}: {interval}; one run each: "
+                f"{compare.NEEDS}")
     why = ": " + ", ".join(c.attribution) if c.attribution else ""
     hint = f" → {c.hint}" if c.hint else ""
     return (f"rerun of {run_id}: outside the original's spread, {compare.headline(c)}: "

@@ -93,6 +93,15 @@ class Outcome:
     high: float
     unit: str
     state: str = "COMPLETED"
+    reference: float | None = None  # the value the band is around
+
+    @property
+    def change(self) -> str:
+        """'-19 % from the reference 1000' (empty where not measured)."""
+        if self.measured is None or not self.reference:
+            return ""
+        return (f"{(self.measured / self.reference - 1) * 100:+.1f} % from the reference "
+                f"{self.reference:.6g}")
 
     @property
     def ok(self) -> bool:
@@ -104,7 +113,8 @@ class Outcome:
             return (f"FAIL {self.run_id}: {self.metric}: not measured (run {self.state}); "
                     f"expected {bounds}")
         word = "ok  " if self.ok else "FAIL"
-        return f"{word} {self.run_id}: {self.metric} {self.measured:.6g} {self.unit}, {bounds}"
+        return (f"{word} {self.run_id}: {self.metric} {self.measured:.6g} {self.unit}, {bounds}"
+                f" ({self.change})")
 
 
 def check(refs: References, runs: pd.DataFrame) -> tuple[list[Outcome], list[str]]:
@@ -145,7 +155,7 @@ def _outcomes(run: pd.Series, partition: str, case: Case) -> list[Outcome]:
         low, high = ref.value * (1 - ref.lower), ref.value * (1 + ref.upper)
         done = run["state"] == "COMPLETED"
         out.append(Outcome(run["run_id"], partition, name, _measured(run, name) if done
-                           else None, low, high, ref.unit, str(run["state"])))
+                           else None, low, high, ref.unit, str(run["state"]), ref.value))
     return out
 
 
@@ -169,3 +179,34 @@ def band(refs: References, key: dict, metric: str) -> tuple[float, float] | None
             if ref is not None and bool(_applies(row, refs.site, partition, case).iloc[0]):
                 return ref.value * (1 - ref.lower), ref.value * (1 + ref.upper)
     return None
+
+
+def junit_cases(outcomes: list[Outcome], runs: pd.DataFrame, unmatched: list[str]):
+    """The JUnit test cases of a check: one per configuration and metric (failed when any of
+    its runs fails, each named with its value, the band and the change from the reference),
+    and a skipped case per reference no run matched."""
+    from .compare import label
+    from .junit import Case
+    from .samples import key_columns
+
+    keys = key_columns(runs)
+    config = {r["run_id"]: label({k: r[k] for k in keys}) for _, r in runs.iterrows()}
+    grouped: dict[tuple[str, str], list[Outcome]] = {}
+    for o in outcomes:
+        grouped.setdefault((config.get(o.run_id, o.run_id), o.metric), []).append(o)
+    cases = []
+    for (name, metric), found in grouped.items():
+        failed = [o for o in found if not o.ok]
+        detail = "\n".join(o.line() for o in found)
+        message = None
+        if failed:
+            o = failed[0]
+            value = ("not measured (run " + o.state + ")" if o.measured is None
+                     else f"{o.measured:.6g} {o.unit}")
+            message = (f"{metric} {value}, outside [{o.low:.6g}, {o.high:.6g}] {o.unit}"
+                       + (f" ({o.change})" if o.change else "")
+                       + (f"; {len(failed)} of {len(found)} runs fail" if len(found) > 1
+                          else ""))
+        cases.append(Case(name, metric, message, detail))
+    cases += [Case("references", line.split(":")[0], skipped=line) for line in unmatched]
+    return cases

@@ -6,8 +6,8 @@ Each metric is declared once in :data:`METRICS`, with the direction that is bett
 Per-iteration values come from the iterations table after the warm-up, aggregated over the
 ranks of each iteration: the throughput is the step's samples over its slowest rank's time (a
 synchronous step is as slow as that rank); the iteration time and its phases are the ranks'
-mean, as in the runs table. Run-level metrics (energy per sample) have one value per run, at
-``iter`` -1.
+mean, as in the runs table. Run-level metrics (the compute throughput, tokens/s, MFU, energy
+per sample: those the runs table has) have one value per run, at ``iter`` -1.
 """
 
 from __future__ import annotations
@@ -44,6 +44,11 @@ METRICS: tuple[Metric, ...] = (
     Metric("compute", "compute", "s", False),
     Metric("t_comm", "exposed communication", "s", False),
     Metric("t_comm_total", "total communication", "s", False),
+    # Run-level figures of the runs table, one value per run, each taken where the runs
+    # table has its column: a metric a workload adds joins the history by a line here.
+    Metric("samples_per_s_compute", "compute throughput", "samples/s", True, per_run=True),
+    Metric("tokens_per_s", "tokens/s", "tokens/s", True, per_run=True),
+    Metric("mfu", "model FLOPs utilisation", "fraction", True, per_run=True),
     Metric("energy_per_sample_j", "energy per sample", "J/sample", False, per_run=True),
 )
 BY_NAME = {m.name: m for m in METRICS}

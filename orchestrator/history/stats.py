@@ -24,6 +24,7 @@ known values (tests/test_history.py).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -110,6 +111,13 @@ def t_ppf(p: float, df: float) -> float:
     return x
 
 
+@functools.lru_cache(maxsize=1024)
+def _quantile(p: float, df: float) -> float:
+    """t_ppf, kept: a history's change points ask it again and again on the same whole
+    degrees of freedom."""
+    return t_ppf(p, df)
+
+
 def lag1_autocorrelation(series: np.ndarray) -> float:
     """The lag-1 autocorrelation of a series in its order (0 for fewer than 3 values or none
     of spread). Winsorized at the trimmed ends first, so that one outlier does not decide it."""
@@ -184,6 +192,21 @@ def yuen_welch(a: np.ndarray, b: np.ndarray, confidence: float = 0.95,
     return _t_difference(diff, se2, df, confidence)
 
 
+def student(a: np.ndarray, b: np.ndarray, confidence: float = 0.95) -> Difference:
+    """Student's two-sample t-test, variances pooled: B's mean minus A's, on ``len(a) +
+    len(b) - 2`` degrees of freedom (each side one value or more, three or more in all).
+    What a change point's split is tested with (:mod:`.changes`): the entries of a series
+    on either side of it, whose spread one pooled variance describes better than two small
+    samples' own."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    df = len(a) + len(b) - 2
+    diff = float(b.mean() - a.mean())
+    if df < 1:
+        return Difference(diff, -math.inf, math.inf, 0.5, 0.5, 0.0)
+    pooled = (float(((a - a.mean()) ** 2).sum()) + float(((b - b.mean()) ** 2).sum())) / df
+    return _t_difference(diff, pooled * (1.0 / len(a) + 1.0 / len(b)), df, confidence)
+
+
 def _t_difference(diff: float, se2: float, df: float, confidence: float) -> Difference:
     """A difference ``diff`` with squared standard error ``se2`` on ``df`` degrees of freedom:
     its interval at ``confidence`` and one-sided p-values from the t distribution; exact where
@@ -192,7 +215,7 @@ def _t_difference(diff: float, se2: float, df: float, confidence: float) -> Diff
         less, greater = (0.0, 1.0) if diff < 0 else (1.0, 0.0) if diff > 0 else (0.5, 0.5)
         return Difference(diff, diff, diff, less, greater, math.inf)
     se = math.sqrt(se2)
-    half = t_ppf(0.5 + confidence / 2.0, df) * se
+    half = _quantile(0.5 + confidence / 2.0, df) * se
     below = t_cdf(diff / se, df)
     return Difference(diff, diff - half, diff + half, below, 1.0 - below, df)
 
@@ -212,3 +235,14 @@ def against_spread(runs: np.ndarray, one: float, confidence: float = 0.95,
     sign = 1.0 if one_is_b else -1.0
     diff = sign * (one - t.mean)
     return _t_difference(diff, t.d + var_run, t.h - 1.0, confidence)
+
+
+def two_against_spread(a: float, b: float, runs: np.ndarray, confidence: float = 0.95
+                       ) -> Difference:
+    """One run a side (A's value ``a``, B's ``b``), tested against the spread of other runs
+    of the configuration (3 or more: a history): each run deviates from its level by one
+    run's deviation (the runs' winsorized variance, as :func:`against_spread`), so B − A has
+    twice that variance, on the runs' degrees of freedom."""
+    t = Trimmed.of(runs)
+    var_run = t.d * t.h * (t.h - 1) / (len(runs) - 1)
+    return _t_difference(b - a, 2.0 * var_run, t.h - 1.0, confidence)

@@ -4,39 +4,61 @@ Layout of the store (``--history DIR``, ``$ORCH_HISTORY``, default
 ``~/.local/share/orch/history``)::
 
     entries/<id>.parquet   one file per recorded sweep: its sample table, with each run's
-                           orch commit, framework versions, image digest and date; written
-                           beside its place and renamed into it, never rewritten
-    index.jsonl            one JSON line per entry (what ``orch history list`` filters on),
-                           appended under an exclusive lock in one write
+                           orch commit, framework versions, image digest, site config, nodes
+                           and date; written beside its place and renamed into it, never
+                           rewritten
+    records/<key>.json     the entry's record (what ``orch history list`` filters on), under
+                           the names that make it unique: ``table-<sha256>`` (its samples) and,
+                           for a gathered sweep, ``sweep-<sha256 of its path>``; each name is
+                           a hard link to one complete file, made after the entry file
+    index.jsonl            the records of a history written by an orch before records/: read,
+                           never written
+    cache/                 what is derived from the entries (each run's level per metric, for
+                           ``orch history changes``): rebuilt when missing, never the only copy
+
+No lock anywhere. A history is shared by a team on a cluster's file system (a nightly account
+and the users, 64 array tasks gathering at once), where locks are least trusted: flock() is
+refused on a Lustre mounted without ``-o flock`` and SQLite's locks fail on NFS ("database is
+locked"). An entry is published by ``link(2)`` of its complete record under its unique name:
+a link never replaces a file, so of two sweeps recording the same table (or gathering the
+same sweep) one gets the name and the other learns it was recorded, on NFS and Lustre alike
+(a link whose reply NFS lost and retried reports EEXIST though it was made: the link count
+of the writer's own file says whose it is, as open(2) advises). A reader lists records/ and
+sees an entry whole or not at all: its parquet file was renamed into place before its
+record was linked.
+
+In a directory with the set-group-ID bit (``chmod 2775``: a team's history) every file and
+folder orch creates there is group-writable and folders keep the bit, whatever the writer's
+umask, so that the next member of the group can record into it.
 
 Parquet files, not SQLite: an entry is the sample table ``orch compare`` reads, in the format
-the result sets already use (pandas, DuckDB), and an append is a new file plus one line, so no
-write ever touches what is already there; SQLite would rewrite pages of a shared file, and a
-store on a cluster's NFS home is where its locking is least trusted. A damaged index line (a
-crash mid-append) or an unreadable entry file is skipped and reported, never fatal, and the
-entries before it stay readable.
+the result sets already use (pandas, DuckDB), and an append is new files, so no write ever
+touches what is already there. A damaged record or an unreadable entry file is skipped and
+reported, never fatal, and the other entries stay readable.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
+import socket
+import stat
 import time
-from collections.abc import Iterator
+import uuid
 from pathlib import Path
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .. import files
 from ..errors import UserError
 from .samples import key_columns
 
-INDEX = "index.jsonl"
+INDEX = "index.jsonl"  # an older orch's records, one JSON line each: read, never written
+RECORDS = "records"
 ENTRIES = "entries"
+CACHE = "cache"
 FILTERS = ("site", "partition", "mode", "model")  # index fields that are lists of values
 _AGE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -86,25 +108,40 @@ class Entry(BaseModel):
             return None
 
 
+# What the runs table says of each run that the history keeps beside its samples: the
+# framework and library versions (rank footers) and the hosts it ran on.
+RUN_FACTS = ("versions", "hosts")
+
+
 def with_provenance(table: pd.DataFrame, sweep: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """The sample table with each run's orch commit, versions, image digest and date."""
+    """The sample table with each run's orch commit, versions, hosts, image digest, site
+    config (and its sha256) and date: what ``orch history changes`` says changed."""
     # Imported here: reading a history (orch compare) needs neither, and provenance's imports
     # (the site, the renderer, container checks) were a tenth of that command's time.
+    import json
+
     from .. import provenance, rundir
 
     meta = []
     for rdir in rundir.run_dirs(sweep):
         prov = provenance.read(rdir) or {}
         orch = prov.get("orch") or {}
+        site = prov.get("site") or {}
         meta.append({"run_id": rdir.name, "commit": orch.get("git_commit") or "",
                      "dirty": bool(orch.get("git_dirty")),
                      "image_digest": (prov.get("container") or {}).get("digest") or "",
+                     "site_sha256": site.get("sha256") or "",
+                     "site_config": json.dumps(site.get("config") or {}, sort_keys=True),
                      "measured_at": float(prov.get("prepared_at") or 0.0)})
     meta_frame = pd.DataFrame(meta, columns=["run_id", "commit", "dirty", "image_digest",
-                                             "measured_at"])
-    versions = runs[["run_id", "versions"]] if "versions" in runs.columns else runs[["run_id"]]
-    return table.merge(meta_frame, on="run_id", how="left").merge(versions, on="run_id",
-                                                                   how="left")
+                                             "site_sha256", "site_config", "measured_at"])
+    return with_run_facts(table.merge(meta_frame, on="run_id", how="left"), runs)
+
+
+def with_run_facts(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The sample table with the runs table's RUN_FACTS of each run (those it has)."""
+    facts = [c for c in RUN_FACTS if c in runs.columns and c not in table.columns]
+    return table.merge(runs[["run_id", *facts]], on="run_id", how="left") if facts else table
 
 
 def add(root: Path, table: pd.DataFrame, sweep: Path) -> Entry:
@@ -121,22 +158,33 @@ def record(root: Path, table: pd.DataFrame, sweep: Path, by_sweep: bool = True
            ) -> tuple[Entry, bool]:
     """A new entry of the sweep's sample table, and True; or the entry already holding the
     same table (``by_sweep``: any entry of the same sweep directory, as ``orch gather`` asks:
-    a gather repeated after a retry would count the runs both hold twice), and False. The
-    check and the append hold the index's lock, so two concurrent adds record a sweep once."""
+    a gather repeated after a retry would count the runs both hold twice), and False. Two
+    concurrent records of the same table or sweep record it once (the module's docstring)."""
     if table.empty:
         raise UserError(f"{sweep}: no completed run with measured iterations to record")
-    (root / ENTRIES).mkdir(parents=True, exist_ok=True)
     body = table.sort_values(["run_id", "metric", "iter"]).reset_index(drop=True)
     digest = hashlib.sha256(pd.util.hash_pandas_object(body, index=False).values.tobytes()
                             ).hexdigest()
-    with _locked(root / INDEX) as fd:
-        for old in entries(root)[0]:
-            if old.sha256 == digest or (by_sweep and old.sweep == str(sweep)):
-                return old, False
-        entry = _entry(body, digest, sweep)
-        files.replace_with(root / entry.file, lambda tmp: body.to_parquet(tmp, index=False))
-        append_line(fd, root / INDEX, entry.model_dump_json())
+    for old in entries(root)[0]:  # the common case, read without writing anything
+        if old.sha256 == digest or (by_sweep and old.sweep == str(sweep)):
+            return old, False
+    for folder in (root, root / ENTRIES, root / RECORDS):
+        make_dir(folder)
+    entry = _entry(body, digest, sweep)
+    write_new(root / entry.file, lambda tmp: body.to_parquet(tmp, index=False))
+    keys = [f"table-{digest}"] + ([f"sweep-{_sweep_key(sweep)}"] if by_sweep else [])
+    won = _publish(root, entry, keys)
+    if won is not None:  # recorded meanwhile by another: ours is withdrawn
+        if won.id != entry.id:
+            (root / entry.file).unlink(missing_ok=True)
+        return won, False
+    if not by_sweep:  # so that a later gather of the same directory finds it
+        _publish(root, entry, [f"sweep-{_sweep_key(sweep)}"], optional=True)
     return entry, True
+
+
+def _sweep_key(sweep: Path) -> str:
+    return hashlib.sha256(str(sweep).encode()).hexdigest()
 
 
 def _entry(body: pd.DataFrame, digest: str, sweep: Path) -> Entry:
@@ -151,45 +199,134 @@ def _entry(body: pd.DataFrame, digest: str, sweep: Path) -> Entry:
         commits=sorted(c for c in body.get("commit", pd.Series(dtype=str)).unique() if c))
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[int]:
-    """The index opened for appending, under an exclusive lock (released on close)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def _publish(root: Path, entry: Entry, keys: list[str], optional: bool = False
+             ) -> Entry | None:
+    """Link the entry's record under each of ``keys`` in records/; None when every name is
+    its own, else the entry that holds a name first (``optional``: a name already taken is
+    left to its holder). A record whose second name was taken is withdrawn from its first:
+    each name then belongs to one entry."""
+    tmp = _private(root / RECORDS / "record.json")
+    tmp.write_text(entry.model_dump_json() + "\n")
+    _share(tmp)
+    made: list[Path] = []
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
+        for key in keys:
+            name = root / RECORDS / f"{key}.json"
+            if link_claim(tmp, name):
+                made.append(name)
+            elif not optional:
+                for mine in made:
+                    mine.unlink(missing_ok=True)
+                holder = _holder(name)
+                if holder is None:
+                    raise UserError(f"{name}: a damaged record holds this name; move it "
+                                    "out of the history and record again")
+                return holder
+        return None
     finally:
-        os.close(fd)
+        tmp.unlink(missing_ok=True)
 
 
-def append_line(fd: int, path: Path, line: str) -> None:
-    """Append one line in one write, synced. A line left without its newline by a crash stays
-    a damaged line of its own: this one starts on a fresh line."""
-    size = os.fstat(fd).st_size
-    lead = b""
-    if size:
-        with open(path, "rb") as f:
-            f.seek(size - 1)
-            lead = b"" if f.read(1) == b"\n" else b"\n"
-    os.write(fd, lead + line.encode() + b"\n")
-    os.fsync(fd)
+def _holder(name: Path) -> Entry | None:
+    """The entry a record name holds (None: unreadable, and so nobody's)."""
+    try:
+        return Entry.from_line(name.read_text())
+    except OSError:
+        return None
+
+
+def link_claim(tmp: Path, name: Path) -> bool:
+    """Whether ``name`` is now a hard link to ``tmp`` made by this call: link(2) never
+    replaces a file, on a local file system, NFS or Lustre. NFS may report EEXIST for a link
+    it made (a retried request whose reply was lost): the inode decides, not the error."""
+    with contextlib.suppress(FileExistsError):
+        os.link(tmp, name)
+    try:
+        return os.stat(name).st_ino == os.stat(tmp).st_ino
+    except FileNotFoundError:
+        return False
+
+
+def _private(path: Path) -> Path:
+    """A name beside ``path`` no other writer uses, on this host or another (a pid alone is
+    not unique on a shared file system)."""
+    return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}."
+                          f"{uuid.uuid4().hex[:8]}.tmp")
+
+
+def write_new(path: Path, write) -> None:
+    """``write(tmp)`` beside ``path``, then renamed into it, shared with the group where the
+    history is (:func:`_share`)."""
+    tmp = _private(path)
+    try:
+        write(tmp)
+        _share(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _share(path: Path) -> None:
+    """Group-writable where the folder it is in has the set-group-ID bit (a team's history:
+    the group owns what is created there), whatever the writer's umask; a folder keeps the
+    bit. Nothing changes elsewhere: a private history stays as the umask makes it."""
+    try:
+        if not os.stat(path.parent).st_mode & stat.S_ISGID:
+            return
+        mode = os.stat(path).st_mode
+        extra = stat.S_IRGRP | stat.S_IWGRP | (
+            stat.S_IXGRP | stat.S_ISGID if stat.S_ISDIR(mode) else 0)
+        if mode & extra != extra:
+            os.chmod(path, stat.S_IMODE(mode) | extra)
+    except OSError:  # another member's file: theirs to share
+        pass
+
+
+def make_dir(path: Path) -> None:
+    """``path`` and its parents, each new one shared like the files (:func:`_share`)."""
+    if path.is_dir():
+        return
+    make_dir(path.parent)
+    try:
+        path.mkdir()
+    except FileExistsError:  # made meanwhile by another writer
+        return
+    _share(path)
 
 
 def entries(root: Path) -> tuple[list[Entry], int]:
-    """The index's entries in the order they were added, and how many lines were damaged."""
-    path = root / INDEX
-    if not path.is_file():
-        return [], 0
-    found, damaged = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        if not line.strip():
+    """The history's entries in the order they were added, and how many records were
+    damaged (an older orch's index lines included)."""
+    found: dict[str, Entry] = {}
+    damaged = 0
+    lines = (root / INDEX).read_text(errors="replace").splitlines() if (
+        root / INDEX).is_file() else []
+    texts = [line for line in lines if line.strip()]
+    for path in _record_files(root / RECORDS):
+        try:
+            texts.append(path.read_text(errors="replace"))
+        except FileNotFoundError:  # withdrawn meanwhile (a duplicate)
             continue
-        entry = Entry.from_line(line)
+    for text in texts:
+        entry = Entry.from_line(text)
         if entry is None:
             damaged += 1
         else:
-            found.append(entry)
-    return found, damaged
+            found.setdefault(entry.id, entry)
+    return sorted(found.values(), key=lambda e: (e.added_at, e.id)), damaged
+
+
+def _record_files(folder: Path) -> list[Path]:
+    """One name of each record file in ``folder`` (an entry's names are links to one file:
+    its inode, which listing the folder gives without a stat, says which are the same)."""
+    if not folder.is_dir():
+        return []
+    seen: dict[int, Path] = {}
+    with os.scandir(folder) as found:
+        for item in found:
+            if item.name.endswith(".json") and not item.name.startswith("."):
+                seen.setdefault(item.inode(), Path(item.path))
+    return sorted(seen.values())
 
 
 def matches(entry: Entry, since: float | None = None, now: float | None = None,
@@ -255,7 +392,7 @@ def select(root: Path, since: float | None = None, **values: str | None
     import pyarrow as pa
 
     found, damaged = entries(root)
-    problems = [f"{root / INDEX}: {damaged} damaged line(s) skipped"] if damaged else []
+    problems = [f"{root}: {damaged} damaged record(s) skipped"] if damaged else []
     tables, used = [], []
     for entry in (e for e in found if matches(e, since, **values)):
         table = _read(root, entry)

@@ -418,6 +418,37 @@ def versions(**extra: str) -> dict:
     except ImportError:  # pragma: no cover - the staged copy always has it
         pass
     out.update(extra)
+    out.update(gpu_versions())
+    return out
+
+
+# The NVIDIA kernel module says its version here (no library needed): "NVRM version: NVIDIA
+# UNIX x86_64 Kernel Module  580.159.04  ...".
+DRIVER_FILE = "/proc/driver/nvidia/version"
+
+
+def gpu_versions(driver_file: str = DRIVER_FILE) -> dict:
+    """What a GPU step depends on besides the framework: the NVIDIA driver, and where the
+    rank's torch runs on CUDA, its CUDA, cuDNN and NCCL (what ``orch history changes`` names
+    when a level changes). Nothing on a machine without them; torch only if the mode
+    imported it."""
+    out = {}
+    try:
+        with open(driver_file) as fh:
+            words = fh.readline().split()
+        if "Module" in words and words.index("Module") + 1 < len(words):
+            out["nvidia_driver"] = words[words.index("Module") + 1]
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available():
+            out["cuda"] = str(torch.version.cuda)
+            out["cudnn"] = str(torch.backends.cudnn.version())
+            nccl = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(map(str, nccl)) if isinstance(nccl, tuple) else str(nccl)
+    except Exception:  # a partial CUDA install: the versions it can say are said above
+        pass
     return out
 
 

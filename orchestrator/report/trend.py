@@ -81,7 +81,7 @@ def comparison_table(history: History, sweep: pd.DataFrame) -> Table:
             rows.append([name, "-", "no recorded sweep measured before it", "", ""])
             continue
         theirs = history.samples[history.samples["entry"] == prev.id]
-        found = compare.compare(theirs, mine)
+        found = compare.compare(theirs, mine, spread=history.samples)
         if not found:
             rows.append([name, _entry(prev), "not comparable", "", ""])
             continue
@@ -128,10 +128,34 @@ def trend_series(history: History, sweep: pd.DataFrame, measured_at: float
     return out
 
 
-def figure(series: dict[str, tuple[list[float], list[float], tuple[float, float] | None]]
-           ) -> bytes | None:
+def change_marks(history: History) -> dict[str, list[tuple[float, str]]]:
+    """Per configuration: where its throughput's recorded level changed (``orch history
+    changes`` at its defaults), as (date measured, a label of the shift and of what changed
+    at that entry)."""
+    from ..history import changes
+
+    entries = [e for e in history.entries if e.sweep != history.sweep]
+    levels = changes.run_levels(history.samples[history.samples["entry"].isin(
+        {e.id for e in entries})])
+    found, _ = changes.find(levels, entries)
+    out: dict[str, list[tuple[float, str]]] = {}
+    for c in found:
+        s = c.shifts.get(METRIC)
+        if s is None:
+            continue
+        what = c.changed[0] if c.changed else "nothing recorded changed"
+        text = f"{(s.ratio - 1) * 100:+.0f} %: {what}"
+        out.setdefault(compare.label(c.key), []).append(
+            (c.entry.measured_at, text if len(text) <= 48 else text[:47] + "…"))
+    return out
+
+
+def figure(series: dict[str, tuple[list[float], list[float], tuple[float, float] | None]],
+           marks: dict[str, list[tuple[float, str]]] | None = None) -> bytes | None:
     """Throughput over date per configuration (a star: this sweep), each with its reference
-    band shaded; None when no configuration has a recorded sweep besides this one."""
+    band shaded and its change points (``marks``) drawn as a dashed line at the entry where
+    the new level starts, labelled with the shift and what changed there; None when no
+    configuration has a recorded sweep besides this one."""
     if not any(len(x) > 1 for x, _, _ in series.values()):
         return None
     fig = _figure(8.0, 4.5)
@@ -145,6 +169,11 @@ def figure(series: dict[str, tuple[list[float], list[float], tuple[float, float]
                 linestyle="none")
         if refs is not None:
             ax.axhspan(refs[0], refs[1], color=color, alpha=0.12, linewidth=0)
+        for t, text in (marks or {}).get(name, []):
+            x = dt.datetime.fromtimestamp(t, dt.timezone.utc)
+            ax.axvline(x, color=color, linestyle="--", linewidth=1)
+            ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), rotation=90,
+                        va="top", ha="right", fontsize="x-small", color=color)
     ax.set_ylabel("samples/s")
     ax.set_xlabel("date measured (UTC)")
     ax.grid(True, alpha=0.3)
@@ -165,9 +194,10 @@ def section(history: History, sweep: pd.DataFrame, figures: bool
     tables = [comparison_table(history, sweep)]
     if not figures:
         return tables, {}, {}
-    png = figure(trend_series(history, sweep, history.measured_at))
+    png = figure(trend_series(history, sweep, history.measured_at), change_marks(history))
     if png is None:
         return tables, {}, {}
     title = ("Throughput of each configuration over the recorded sweeps (star: this sweep; "
-             "shaded: the band its references allow)")
+             "shaded: the band its references allow; dashed: a change point of its level, "
+             "labelled with the shift and what changed at that sweep)")
     return tables, {"trend.png": png}, {"trend.png": title}
