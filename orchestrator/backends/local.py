@@ -82,9 +82,10 @@ class LocalScheduler(Scheduler):
 
 def _orphaned_local(record, rdir: Path) -> tuple[str, str]:
     """A local job started by an orch process that is gone (killed outright: a stopped orch
-    cancels its job): still running while its job script's process group lives; else ended,
-    judged by its rank logs (execute.finalize) when the job script recorded its end
-    (job-times.json, written however it ended), FAILED when it did not get that far."""
+    cancels its job): still running while its job script's process group or submitit's
+    controller (its pid is the job id) lives; else ended, judged by its rank logs
+    (execute.finalize) when the job script recorded its end (job-times.json, written however
+    it ended), FAILED when it did not get that far."""
     pgid = rdir / ".pgid"
     if pgid.exists():
         try:
@@ -94,9 +95,19 @@ def _orphaned_local(record, rdir: Path) -> tuple[str, str]:
             pass
         except PermissionError:  # a live group of another user's: still running
             return ("RUNNING", "")
+    if (record.job_id or "").isdigit() and _alive(int(record.job_id)):
+        return ("RUNNING", "")  # the job function still ends (writes job-times.json)
     if (rdir / protocol.JOB_TIMES_FILE).exists():
         return ("COMPLETED", "")
     return ("FAILED", "the orch process that ran this local job exited before it finished")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def yield_to_ranks() -> None:
