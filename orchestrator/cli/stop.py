@@ -43,13 +43,16 @@ def stopped(exc: BaseException, command: str, cancel: bool = False,
     stopping.stopping()
     what = "Ctrl-C" if signum == signal.SIGINT else stopping.name_of(signum)
     head = f"orch {command} stopped by {what}".replace("  ", " ")
-    groups = _live()
-    say = _sayer(log, [out for out, _ in groups])
-    say(f"{head} (pid {os.getpid()} on {socket.gethostname()})")
-    if not groups:
-        say(f"{head}: no job of it is running")
-    for (out, scheduler), runs in groups.items():
-        _left(out, scheduler, runs, what, cancel, signum, say)
+    try:
+        groups = _live()
+        say = _sayer(log, [out for out, _ in groups])
+        say(f"{head} (pid {os.getpid()} on {socket.gethostname()})")
+        if not groups:
+            say(f"{head}: no job of it is running")
+        for (out, scheduler), runs in groups.items():
+            _left(out, scheduler, runs, what, cancel, signum, say)
+    except KeyboardInterrupt:  # Ctrl-C again while saying it: no more, no traceback
+        pass
     raise typer.Exit(stopping.exit_code(signum))
 
 
@@ -99,15 +102,32 @@ def _left(out: Path, scheduler: str, runs: list[tuple[str, str]], what: str, can
             f"with: orch cancel {out}; orch sweep --out {out} waits for them again")
         cancel = signum == signal.SIGINT and _second_ctrl_c(say)
         if not cancel:
-            _note(out, [rid for rid, _ in runs], what)
+            with stopping.deferred():  # every ledger noted, even on Ctrl-C again
+                _note(out, [rid for rid, _ in runs], what)
             return
     why = f"{rundir.ORCH_STOPPED} {what}"
     if not sched.outlives_orch:
         say(f"cancelling {len(runs)} job(s) of the {scheduler} site: its ranks are this "
             f"machine's processes, which nothing would follow once orch stops: {listed}")
-    done = execute.cancel(out, scheduler, [rid for rid, _ in runs], why=why)
+        done = _cancel_whole(out, scheduler, [rid for rid, _ in runs], why)
+    else:
+        done = execute.cancel(out, scheduler, [rid for rid, _ in runs], why=why)
     say(f"cancelled {len(done)} job(s): {', '.join(done) or '-'}; the next orch sweep --out "
         f"{out} submits them again")
+
+
+def _cancel_whole(out: Path, scheduler: str, run_ids: list[str], why: str) -> list[str]:
+    """execute.cancel, which a Ctrl-C more does not cut short: no rank is left behind (a
+    local cancel ends in a bounded time, jobscript.KILL_GRACE_S)."""
+    from .. import execute
+
+    done: list[str] = []
+    try:
+        with stopping.deferred():
+            done = execute.cancel(out, scheduler, run_ids, why=why)
+    except KeyboardInterrupt:
+        pass
+    return done
 
 
 def _second_ctrl_c(say: Callable[[str], None]) -> bool:
