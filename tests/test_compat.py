@@ -96,3 +96,22 @@ def test_old_history_is_listed_and_compared(old):
     code, out, err = orch("compare", "history:id=20261128T115216", old / "sweep", "--history",
                           history, "--fail-if-slower")
     assert code == 0, out + err
+
+
+@pytest.mark.parametrize("damage", ["a column gone", "not parquet"])
+def test_results_this_orch_cannot_read_are_refused_with_what_to_run(old, tmp_path, damage):
+    """A results/ directory of a format this orch cannot read (a column every reader relies
+    on missing, as a future or a much older layout may lack it; a file that is no Parquet):
+    one line naming the file and the command that merges it again; that command then does."""
+    res = old / "sweep" / "results"
+    if damage == "a column gone":
+        pd.read_parquet(res / "runs.parquet").drop(columns=["samples_per_s"]).to_parquet(
+            res / "runs.parquet", index=False)
+    else:
+        (res / "runs.parquet").write_bytes(b"PAR1 not parquet")
+    code, _, err = orch("report", res, "--out", tmp_path / "report")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert str(res / "runs.parquet") in err and "orch gather SWEEP" in err, err
+    assert orch("gather", old / "sweep")[0] == 0
+    code, _, err = orch("report", res, "--out", tmp_path / "report")
+    assert code == 0, err
