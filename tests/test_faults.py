@@ -1,8 +1,9 @@
 """Faults while a sweep waits: hangs, node failures, cancels from outside.
 
 On the test cluster (real Slurm, real torch-ddp ranks; a "node" is a slurmd in its own network,
-hostname and cgroup namespaces on this machine): a rank frozen by ``--inject-failure RANK@ITER:stop`` (it
-SIGSTOPs itself) is cancelled as HUNG naming its task and node, and retried elsewhere;
+hostname and cgroup namespaces on this machine): a rank frozen by
+``--inject-failure RANK@ITER:stop`` (it SIGSTOPs itself) is cancelled as HUNG naming its task
+and node, and retried elsewhere;
 a node set down mid-run is NODE_FAIL, retried with that node excluded; an external scancel is
 CANCELLED, said to come from outside orch, not retried. The hang watch's rules run on written
 rank logs with a fake clock (no cluster, no waiting).
