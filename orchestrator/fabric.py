@@ -221,13 +221,43 @@ def _result(verdict, reason, transport=None, iface=None, measured=None, expected
                               other), strict=True))
 
 
+def _count(value) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool)
+                             and value >= 0)
+
+
+def _counters(table) -> dict:
+    """{name: {"tx", "rx"}} byte counters, those of that shape only."""
+    if not isinstance(table, dict):
+        return {}
+    return {name: v for name, v in table.items() if isinstance(v, dict)
+            and _count(v.get("tx")) and _count(v.get("rx"))}
+
+
+def evidence(log: RankLog) -> dict:
+    """A rank's fabric evidence (its footer's ``fabric``), with only the parts of the shape
+    rankside.fabric.record writes: what a damaged log holds of another shape is left out,
+    never a crash."""
+    fab = (log.footer or {}).get(protocol.FABRIC)
+    if not isinstance(fab, dict):
+        return {}
+    out: dict = {k: fab[k] for k in ("basis", "netns", "host") if isinstance(fab.get(k), str)}
+    tcp = fab.get("tcp")
+    out["tcp"] = [e for e in tcp if isinstance(e, dict) and _count(e.get("tx"))
+                  and _count(e.get("rx")) and all(isinstance(e.get(k), str | None)
+                                                  for k in ("iface", "type"))] \
+        if isinstance(tcp, list) else []
+    out["netdev"], out["ib"] = _counters(fab.get("netdev")), _counters(fab.get("ib"))
+    return {k: v for k, v in out.items() if v}
+
+
 def _tcp_evidence(logs: list[RankLog], train: set[int]) -> tuple[dict, dict, dict]:
     """Per interface: (type, TCP bytes of all tasks), training ranks' sent bytes per basis."""
     types: dict[str, str] = {}
     total: dict[str, int] = {}
     sent: dict[str, dict[str, int]] = {"window": {}, "lifetime": {}}
     for log in logs:
-        fab = (log.footer or {}).get(protocol.FABRIC) or {}
+        fab = evidence(log)
         for entry in fab.get("tcp") or []:
             name = entry.get("iface") or "?"
             types[name] = entry.get("type")
@@ -245,7 +275,7 @@ def host_counters(logs: list[RankLog], train: set[int]) -> dict[str, int]:
     hosts of their own each count theirs; several "nodes" sharing one kernel count once."""
     seen: dict[str, dict] = {}
     for log in sorted(logs, key=lambda lg: lg.rank):
-        fab = (log.footer or {}).get(protocol.FABRIC) or {}
+        fab = evidence(log)
         if log.rank not in train or fab.get("basis") != "window":
             continue
         ns = fab.get("netns") or fab.get("host")
@@ -323,7 +353,7 @@ def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
         notes.append("btl " + ",".join(sorted({b for p in ompi for b in p["btls"]})))
     note = f" ({'; '.join(notes)})" if notes else ""
     if not used_ifaces:
-        if not any((lg.footer or {}).get(protocol.FABRIC) for lg in logs):
+        if not any(evidence(lg) for lg in logs):
             return _result(UNVERIFIED, "no rank recorded fabric evidence" + note)
         return _result(UNVERIFIED, "no rank's bytes crossed a network interface it could see "
                        "(shared memory, or a transport orch cannot observe)" + note)
@@ -390,7 +420,7 @@ def _bytes_verdict(what: str, figures: tuple, basis: str = "window", note: str =
 def _ib_bytes(logs: list[RankLog], train: set[int]) -> int | None:
     seen: dict[str, int] = {}
     for log in logs:
-        fab = (log.footer or {}).get(protocol.FABRIC) or {}
+        fab = evidence(log)
         if log.rank in train and fab.get("basis") == "window" and fab.get("ib"):
             ns = fab.get("netns") or fab.get("host")
             seen.setdefault(ns, sum(int(v.get("tx", 0)) for v in fab["ib"].values()))

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from . import backends, fabric, protocol, rundir
+from . import backends, fabric, protocol, rundir, stopping
 from .errors import UserError
 from .rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from .spec.api import Run
@@ -138,16 +138,17 @@ class Guard:
         fresh = rundir.next_attempt(p.rdir, record, keep=(fabric.REQUIRE_FILE,),
                                     retries=record.retries + 1, excluded=exclude, reason=how)
         fresh = rundir.write_record(p.rdir, fresh)
-        try:
-            job_id = self.submit(Prepared(p.run, p.rdir, fresh, "submit"), exclude)
-        except UserError as exc:
-            failed_rec = fresh.model_copy(update={
-                "state": "FAILED", "ended_at": rundir.now(),
-                "reason": f"{how}: could not be submitted: {exc}"})
-            return Prepared(p.run, p.rdir, rundir.write_record(p.rdir, failed_rec), "skip")
-        fresh = fresh.model_copy(update={"job_id": job_id, "state": "PENDING",
-                                         "submitted_at": rundir.now()})
-        return Prepared(p.run, p.rdir, rundir.write_record(p.rdir, fresh), "wait")
+        with stopping.deferred():  # a job is never left out of its ledger
+            try:
+                job_id = self.submit(Prepared(p.run, p.rdir, fresh, "submit"), exclude)
+            except UserError as exc:
+                failed_rec = fresh.model_copy(update={
+                    "state": "FAILED", "ended_at": rundir.now(),
+                    "reason": f"{how}: could not be submitted: {exc}"})
+                return Prepared(p.run, p.rdir, rundir.write_record(p.rdir, failed_rec), "skip")
+            fresh = fresh.model_copy(update={"job_id": job_id, "state": "PENDING",
+                                             "submitted_at": rundir.now()})
+            return Prepared(p.run, p.rdir, rundir.write_record(p.rdir, fresh), "wait")
 
     def _failed_nodes(self, p: Prepared, record: JobRecord) -> tuple[list[str], str]:
         if record.state == "HUNG":
@@ -171,6 +172,9 @@ def cancel_reason(record: JobRecord, reason: str) -> str:
     or outside it (scancel, an administrator; Slurm's 'by <uid>' named as a user)."""
     if (reason or "").startswith(protocol.CUT_OFF):  # a packed allocation ended: kept as is
         return reason
+    if record.cancelled_as_orch_stopped:
+        return (f"cancelled by orch: {record.cancel_requested}; the next orch sweep into this "
+                "directory submits it again")
     if record.cancel_requested:
         return f"cancelled by orch ({record.cancel_requested})"
     match = re.search(r"\bby (\d+)\b", reason or "")

@@ -119,10 +119,14 @@ def process_start() -> float | None:
 
 
 def killpg(pgid: int) -> None:
-    """SIGTERM a process group, then SIGKILL whatever is left after the grace period."""
+    """SIGTERM a process group, then SIGKILL whatever is left after the grace period. A
+    stopped process (SIGSTOP, a frozen rank) acts on SIGTERM only once continued: SIGCONT
+    follows it, as Slurm's scancel sends both."""
     for sig, pause in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0)):
         try:
             os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:
+                os.killpg(pgid, signal.SIGCONT)
         except ProcessLookupError:
             return
         deadline = time.time() + pause

@@ -60,6 +60,7 @@ records no ``t_comm_total`` (the framework does not let it be seen); never copy 
 """
 
 import json
+import math
 import os
 import re
 
@@ -67,6 +68,7 @@ LOG_SCHEMA = 1
 
 PHASES = ("t_io", "t_h2d", "t_f", "t_b", "t_comm", "t_u")
 T_COMM_TOTAL = "t_comm_total"
+DURATIONS = (*PHASES, T_COMM_TOTAL)  # an iteration's durations besides t_iter, in seconds
 
 HEADER = "header"
 ITER = "iter"
@@ -208,17 +210,21 @@ def rank_logs(ranks_dir):
 
 
 class RankLog:
-    """One rank's log as read back: header, iteration records, epoch records, footer, and the
-    problems met (unreadable lines). Built by :func:`parse_lines` / :func:`read_rank_log`.
+    """One rank's log as read back: header, iteration records, epoch records, footer, the
+    problems met (unreadable lines) and the ``violations`` (records whose values cannot be,
+    left out of ``iters``/``epochs``, and a footer that contradicts the records: see
+    :func:`impossible` and :func:`contradictions`). Built by :func:`parse_lines` /
+    :func:`read_rank_log`.
 
     ``segments``: read with ``raw_iters``, the iteration lines left unparsed (a list of
     :class:`Segment`; ``iters`` stays empty), or None where the log is not of the shape that
     allows it and must be read again without ``raw_iters``. ``path``: the file it came from."""
 
-    __slots__ = ("epochs", "footer", "header", "iters", "path", "problems", "rank", "segments")
+    __slots__ = ("epochs", "footer", "header", "iters", "path", "problems", "rank", "segments",
+                 "violations")
 
     def __init__(self, rank, header=None, iters=None, footer=None, problems=None, epochs=None,
-                 path=None, segments=()):
+                 path=None, segments=(), violations=None):
         self.rank = rank
         self.header = header
         self.iters = [] if iters is None else iters
@@ -227,6 +233,7 @@ class RankLog:
         self.epochs = [] if epochs is None else epochs
         self.path = path
         self.segments = segments if segments is None else list(segments)
+        self.violations = [] if violations is None else violations
 
     def __repr__(self):
         return f"RankLog(rank={self.rank!r}, iters={len(self.iters)}, footer={bool(self.footer)})"
@@ -248,43 +255,152 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _int(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(value, check):
+    return value is None or check(value)
+
+
+def _str(value):
+    return isinstance(value, str)
+
+
+# The fields of a header and a footer that orch reads, and what each must be (None, absent or
+# this): a line where one is something else is not a record (a damaged write), as a torn line.
+HEADER_TYPES = {"host": _str, "node": _str, "node_rank": _int}
+FOOTER_TYPES = {"status": _str, "error": _str, EXCEPTION: _str, "ended_at": _number,
+                "peak_rss_bytes": _number, "peak_device_bytes": _number,
+                "param_checksum": _number, COMM_TOTAL_REASON: _str, "t_compile": _number,
+                "activation_dtype": _str,
+                "versions": lambda v: isinstance(v, dict),
+                DEVICE_METRICS: lambda v: isinstance(v, dict),
+                FABRIC: lambda v: isinstance(v, dict)}
+
+
 def parse_record(line):
     """One log line -> a record dict, or None if it is not one (torn, not JSON, not an object
     with a known ``type``, an ``iter`` record without an integer ``iter`` or numeric
-    ``t_start``/``t_iter``, with an unknown ``window``, or with a phase that is neither a
-    number nor null)."""
+    ``t_start``/``t_iter``, with an unknown ``window``, a phase that is neither a number nor
+    null, or a ``samples`` that is neither a whole number nor null; a header or footer with a
+    field of :data:`HEADER_TYPES`/:data:`FOOTER_TYPES` of another type). Numbers may still be
+    impossible (negative, NaN, infinite): :func:`impossible` says which."""
     try:
         rec = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):  # torn, binary, or absurdly deep
         return None
     if not isinstance(rec, dict) or rec.get("type") not in RECORD_KINDS:
         return None
-    if rec["type"] == ITER:
-        it = rec.get("iter")
-        if isinstance(it, bool) or not isinstance(it, int):
-            return None
-        for name in ("t_start", "t_iter"):  # every iteration has them
-            if not _number(rec.get(name)):
-                return None
-        if rec.get(WINDOW, WINDOW_BREAKDOWN) not in WINDOWS:
-            return None
-        for name in (*PHASES, T_COMM_TOTAL):  # a phase a workload does not time may be absent
-            if rec.get(name) is not None and not _number(rec[name]):
-                return None
-    elif rec["type"] == EPOCH:
+    kind = rec["type"]
+    if kind == ITER:
+        return rec if _iter_shape(rec) else None
+    if kind == EPOCH:
         ep = rec.get("epoch")
-        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        if not _int(ep) or ep < 1 or not all(_number(rec.get(n)) for n in EPOCH_FIELDS):
             return None
-        if not all(_number(rec.get(name)) for name in EPOCH_FIELDS):
-            return None
+        return rec
+    types = HEADER_TYPES if kind == HEADER else FOOTER_TYPES
+    if not all(_optional(rec.get(name), check) for name, check in types.items()):
+        return None
     return rec
+
+
+_NUMBER_TYPES = (int, float)
+
+
+def _iter_shape(rec):
+    """Whether an ``iter`` record has the fields and types every one has (parse_record).
+    Exact type checks (a bool is no number): the slow path runs this on every line."""
+    get = rec.get
+    if type(get("iter")) is not int or type(get("t_start")) not in _NUMBER_TYPES \
+            or type(get("t_iter")) not in _NUMBER_TYPES:
+        return False
+    if get(WINDOW, WINDOW_BREAKDOWN) not in WINDOWS:
+        return False
+    samples = get("samples")
+    if samples is not None and type(samples) is not int:
+        return False
+    for name in DURATIONS:  # a phase a workload does not time may be absent
+        value = get(name)
+        if value is not None and type(value) not in _NUMBER_TYPES:
+            return False
+    return True
+
+
+# What a record's numbers can be (:func:`impossible`). Iteration numbers run on across the two
+# windows, each of the header's ``warmup + iters`` records; an epoch run's (``epoch`` in the
+# record) are its steps, which the header does not count. MAX_COUNT (2**53, where doubles stop
+# holding every whole number) bounds every number of a record: past it a number is a damaged
+# write, never a count, a time (epoch seconds are ~1.8e9) or a duration.
+ITER_WINDOWS = len(WINDOWS)
+MAX_COUNT = 1 << 53
+
+
+def iteration_limit(header):
+    """How many iteration numbers a log may hold (0 .. limit - 1) by its header's declared
+    ``warmup`` and ``iters``; :data:`MAX_COUNT` where the header does not say."""
+    header = header or {}
+    warmup, iters = header.get("warmup"), header.get("iters")
+    if _int(warmup) and _int(iters) and warmup >= 0 and iters >= 0:
+        return min(MAX_COUNT, ITER_WINDOWS * (warmup + iters))
+    return MAX_COUNT
+
+
+def _shown(value):
+    """A value as the log spells it (JSON: NaN, Infinity, -1.5)."""
+    return json.dumps(value)
+
+
+# A diverged model's loss is NaN or infinite: a measurement, not a damaged write.
+MAY_DIVERGE = ("train_loss",)
+
+
+def impossible(rec, limit=MAX_COUNT):
+    """Why an ``iter`` or ``epoch`` record's values cannot be, or None: a duration (``t_iter``,
+    each phase, ``t_comm_total``; an epoch's ``t_epoch``, ``t_eval``) that is negative, NaN or
+    infinite, or a ``t_iter`` of 0; a ``t_start`` or any other top-level number that is not
+    finite (but a loss: :data:`MAY_DIVERGE`), or past :data:`MAX_COUNT` either way; a sample
+    count below 0; an iteration number below 0, or past ``limit`` (:func:`iteration_limit`)
+    outside an epoch run."""
+    for name, value in rec.items():
+        kind = type(value)
+        if (kind is float or kind is int) and not -MAX_COUNT <= value <= MAX_COUNT \
+                and name not in MAY_DIVERGE:  # NaN compares false: it is caught here too
+            if kind is float and not math.isfinite(value):
+                return f"{name} = {_shown(value)}: not a finite number"
+            return f"{name} = {_shown(value)}: no count, time or duration is that large"
+    if rec["type"] == EPOCH:
+        negative = [n for n in ("t_epoch", "t_eval") if rec[n] < 0]
+        return f"{negative[0]} = {_shown(rec[negative[0]])}: a duration is not negative" \
+            if negative else None
+    if rec["t_iter"] <= 0:
+        return f"t_iter = {_shown(rec['t_iter'])}: an iteration takes time"
+    for name in DURATIONS:
+        value = rec.get(name)
+        if value is not None and value < 0:
+            return f"{name} = {_shown(value)}: a duration is not negative"
+    samples = rec.get("samples")
+    if samples is not None and samples < 0:
+        return f"samples = {_shown(samples)}: not a sample count"
+    bound = MAX_COUNT if "epoch" in rec else limit
+    if rec["iter"] < 0:
+        return f"iter = {_shown(rec['iter'])}: not an iteration number"
+    if rec["iter"] >= bound:
+        return f"iter = {rec['iter']}: past the {bound} iterations the header declares"
+    return None
 
 
 def parse_lines(lines, rank, name="rank log"):
     """Parse an iterable of lines (bytes or str) into a :class:`RankLog`. A line that is not
     a record is a problem (``<name>:<line>: unreadable line``), never an exception; None in
-    place of a line stands for one longer than :data:`MAX_LINE_BYTES` (:func:`bounded_lines`)."""
+    place of a line stands for one longer than :data:`MAX_LINE_BYTES` (:func:`bounded_lines`).
+    A record whose values cannot be (:func:`impossible`) is a violation
+    (``<name>:<line>: <field> = <value>: <why>``) and left out, as is, in a log where some
+    iteration moved samples, one that moved none; a footer that contradicts the records
+    (:func:`contradictions`) is a violation too."""
     out = RankLog(rank=rank)
+    records = []  # (line number, iter or epoch record)
     for lineno, line in enumerate(lines, 1):
         if line is None:
             out.problems.append(f"{name}:{lineno}: a line longer than "
@@ -295,16 +411,64 @@ def parse_lines(lines, rank, name="rank log"):
         rec = parse_record(line)
         if rec is None:
             out.problems.append(f"{name}:{lineno}: unreadable line")
-            continue
-        kind = rec["type"]
-        if kind == ITER:
-            out.iters.append(rec)
-        elif kind == EPOCH:
-            out.epochs.append(rec)
-        elif kind == HEADER:
+        elif rec["type"] in (ITER, EPOCH):
+            records.append((lineno, rec))
+        elif rec["type"] == HEADER:
             out.header = rec
         else:
             out.footer = rec
+    _keep_possible(out, records, name)
+    out.violations += contradictions(out, name)
+    return out
+
+
+def _keep_possible(out, records, name):
+    """The records whose values can be, into ``out``'s iterations and epochs; a violation of
+    each other one (a zero sample count where the log's other iterations moved samples)."""
+    limit = iteration_limit(out.header)
+    kept = []
+    for lineno, rec in records:
+        why = impossible(rec, limit)
+        if why is None:
+            kept.append((lineno, rec))
+        else:
+            out.violations.append(f"{name}:{lineno}: {why}")
+    moved = any(rec.get("samples") for _, rec in kept if rec["type"] == ITER)
+    for lineno, rec in kept:
+        if rec["type"] == EPOCH:
+            out.epochs.append(rec)
+        elif moved and rec.get("samples") == 0:
+            out.violations.append(f"{name}:{lineno}: samples = 0 where the log's other "
+                                  "iterations moved samples")
+        else:
+            out.iters.append(rec)
+
+
+# A footer is written after every record, on the same clock (time.time()): a footer that ends
+# more than this before a record started contradicts them (a clock stepped back by NTP moves
+# far less).
+CLOCK_SLACK_S = 1.0
+
+
+def contradictions(log, name="rank log"):
+    """What a log's footer says that its records contradict: it ended (``ended_at``) before
+    an iteration started, or its device window counted other samples (``device_metrics``'
+    ``window_samples``) than the native window's measured records hold."""
+    footer = log.footer or {}
+    out = []
+    ended = footer.get("ended_at")
+    starts = [rec["t_start"] for rec in log.iters]
+    if _number(ended) and starts and ended < max(starts) - CLOCK_SLACK_S:
+        out.append(f"{name}: footer: ended_at = {_shown(ended)} is before the last "
+                   f"iteration started ({_shown(max(starts))})")
+    counted = (footer.get(DEVICE_METRICS) or {}).get("window_samples")
+    native = [rec for rec in log.iters if rec.get(WINDOW) == WINDOW_NATIVE
+              and not rec.get("warmup") and "epoch" not in rec]
+    if _int(counted) and native:
+        held = sum(rec.get("samples") or 0 for rec in native)
+        if held != counted:
+            out.append(f"{name}: footer: device_metrics.window_samples = {counted}, the "
+                       f"native window's measured records hold {held}")
     return out
 
 
@@ -353,6 +517,9 @@ def scan_lines(data, rank, name="rank log"):
     lines, then the breakdown window's (a log of one window is one segment). A log that is not
     header, iteration lines, footer (or a torn last line) comes back with ``segments`` None:
     only :func:`parse_lines` reads it exactly."""
+    if b"\r" in data and data.count(b"\r") != data.count(b"\r\n"):
+        # a lone CR: Python's json sees one line where a CSV reader sees two
+        return RankLog(rank, segments=None)
     size = len(data) - 1 if data.endswith(b"\n") else len(data)  # without the final newline
     head_end = data.find(b"\n", 0, size)
     odd = RankLog(rank, segments=None)

@@ -8,6 +8,7 @@
     <out>/<run-id>/attempts/<n>/ an earlier attempt, moved aside, never deleted
     <out>/.orch/lib-<hash>/      the rank-side code the runs import
     <out>/results/               merged result set (Parquet)
+    <out>/sweep.log              what the orch processes that ran the sweep did (SWEEP_LOG)
 
 Nothing measured is overwritten: a finished run is skipped; a retried run's old files move to
 attempts/ first (``--retry-failed``, or an automatic retry after a node failure or a hang:
@@ -29,10 +30,10 @@ from .errors import UserError
 from .spec.api import Run
 from .staging import lib_path, stage_lib
 
-__all__ = ["RETRYABLE", "STATES", "TERMINAL", "Event", "JobRecord", "Prepared",
-           "archive_attempt", "find_run", "lib_path", "materialise", "next_attempt",
-           "read_record", "read_run", "run_dir", "run_dirs", "stage_lib", "write_json_atomic",
-           "write_record"]
+__all__ = ["ORCH_STOPPED", "RETRYABLE", "STATES", "SWEEP_LOG", "TERMINAL", "Event", "JobRecord",
+           "Prepared", "archive_attempt", "find_run", "lib_path", "log_line", "materialise",
+           "next_attempt", "read_record", "read_run", "run_dir", "run_dirs", "stage_lib",
+           "write_json_atomic", "write_record"]
 
 # orch's run states, the one table: state -> (terminal, retried by --max-retries, meaning).
 # The scheduler backends map their own words onto these (backends/slurm/scheduler.py SLURM_STATES).
@@ -55,6 +56,11 @@ STATES: dict[str, tuple[bool, bool, str]] = {
 State = Literal[tuple(STATES)]  # type: ignore[valid-type]
 TERMINAL: frozenset[str] = frozenset(s for s, (end, _, _) in STATES.items() if end)
 RETRYABLE: frozenset[str] = frozenset(s for s, (_, retry, _) in STATES.items() if retry)
+
+
+# The start of a ledger's reason (a job left running) or cancel request (a job cancelled with
+# it) when the orch process that followed the run was stopped: ``orch stopped by SIGTERM ...``.
+ORCH_STOPPED = "orch stopped by"
 
 
 class Event(BaseModel):
@@ -103,6 +109,19 @@ class JobRecord(BaseModel):
         """Ended by the end of its (packed) allocation, not by itself: submitted again by the
         next sweep into the same directory."""
         return (self.reason or "").startswith(protocol.CUT_OFF)
+
+    @property
+    def cancelled_as_orch_stopped(self) -> bool:
+        """orch cancels (or cancelled) its job because the orch process that followed it was
+        stopped (a signal, Ctrl-C)."""
+        return (self.cancel_requested or "").startswith(ORCH_STOPPED)
+
+    @property
+    def stopped_with_orch(self) -> bool:
+        """Cancelled as the orch process that followed it was stopped: says nothing about the
+        workload, so the next sweep into the same directory submits it again."""
+        return self.state == "CANCELLED" and self.cancelled_as_orch_stopped
+
 
 
 def logs_digest(rdir: Path) -> str:
@@ -281,6 +300,24 @@ def next_attempt(rdir: Path, record: JobRecord, keep: tuple[str, ...] = (),
 
 def now() -> float:
     return time.time()
+
+
+# <out>/SWEEP_LOG: what the orch processes that ran a sweep did, one timestamped line each
+# (started, each run's state change, stopped by a signal and what it left running, ended),
+# appended by every orch sweep on the directory: the record a controller that died leaves.
+SWEEP_LOG = "sweep.log"
+
+
+def log_line(out: Path, text: str) -> None:
+    """Append ``text`` (one line a line of it) to the sweep's log, stamped in UTC. A log that
+    cannot be written costs the log line, never the sweep."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    lines = "".join(f"{stamp} {line}\n" for line in text.splitlines() or [""])
+    try:
+        with open(out / SWEEP_LOG, "a", encoding="utf-8") as fh:
+            fh.write(lines)
+    except OSError:
+        pass
 
 
 _LOCKS: dict[Path, object] = {}

@@ -1,9 +1,11 @@
 """Did a run really succeed? The verdict from its rank logs, and the reason when it did not.
 
 A scheduler's COMPLETED only means the job script exited 0. A run is COMPLETED for orch when
-every task wrote a header, every measured iteration and an ``ok`` footer, and (for synchronous
-modes) all training ranks ended with the same parameter checksum. Anything else is FAILED with
-a reason taken from the logs, so a failure is data in the result set, not a guess.
+every task wrote a header, every measured iteration and an ``ok`` footer, no value that
+cannot be (a negative, NaN or infinite duration, a sample count below 1 where a rank trains,
+an iteration past the declared count, a footer that contradicts the records), and (for
+synchronous modes) all training ranks ended with the same parameter checksum. Anything else is
+FAILED with a reason taken from the logs, so a failure is data in the result set, not a guess.
 
 This sits with the run directory (it is how a run is finished, :func:`execute.finalize`),
 below the result set that merges many runs (gather, results).
@@ -59,12 +61,14 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             problems.append((0, log.footer.get("ended_at") or 0.0,
                              rank_error(label, log, rdir / protocol.RANKS_DIR
                                         / protocol.rank_out_name(rank))))
+        elif violations := impossible_values(log, rank in trains and mode.trains):
+            problems.append((3, 0.0, f"{label}: {violations}"))
         elif rank in trains and run.epochs is not None:
             message = _epochs_problem(run, log)
             if message:
-                problems.append((3, 0.0, f"{label}: {message}"))
+                problems.append((4, 0.0, f"{label}: {message}"))
         elif rank in trains:
-            problems += [(3, 0.0, f"{label}: {message}")
+            problems += [(4, 0.0, f"{label}: {message}")
                          for message in window_shortfalls(log, run.iters)]
     first = first_failure(rdir, len(tasks))
     if problems and first is not None:
@@ -84,6 +88,25 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
                     return False, (f"ranks out of sync: parameter checksum of rank {r} is {s!r}, "
                                    f"rank {first} has {ref!r}")
     return True, None
+
+
+# The start of the reason of a run some of whose logged values cannot be.
+INVARIANT = "invariant violated"
+
+
+def impossible_values(log: RankLog, trains: bool) -> str | None:
+    """What a rank's log holds that cannot be, in words, or None: its records' impossible
+    values and its footer's contradictions (protocol.impossible, protocol.contradictions;
+    the records are left out of the result set), the first named with its line and value;
+    and, for a rank that ``trains``, iterations that moved no sample at all."""
+    found = list(log.violations)
+    if trains and log.iters and not any(rec.get("samples") for rec in log.iters):
+        found.append(f"samples = 0 in every iteration (the first: iter {log.iters[0]['iter']})"
+                     ": a rank that trains moves samples")
+    if not found:
+        return None
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return f"{INVARIANT}: {found[0]}{more}"
 
 
 def _epochs_problem(run: Run, log: RankLog) -> str | None:

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from orchestrator import __version__
 from orchestrator.cli import COMMANDS, app, load
 
-from .conftest import ROOT, run_orch, wait_until
+from .conftest import ROOT, frozen_rank, orch, run_orch, wait_processes_gone, wait_until
 
 README = ROOT / "README.md"
 NAME = re.compile(r"^[a-z][a-z0-9-]*$")
@@ -162,9 +162,11 @@ def heavy(modules: list[str]) -> list[str]:
 def test_orch_help_and_version_import_nothing_heavy():
     modules = loaded_modules([["--help"], ["--version"]])
     assert heavy(modules) == []
-    # Not even one command module, nor another orch module (their pydantic models).
+    # Not even one command module, nor another orch module (their pydantic models); the
+    # signal handling every command runs under is the standard library's.
     assert sorted(m for m in modules if m.startswith("orchestrator")) == [
-        "orchestrator", "orchestrator.cli", "orchestrator.cli._common", "orchestrator.errors"]
+        "orchestrator", "orchestrator.cli", "orchestrator.cli._common", "orchestrator.errors",
+        "orchestrator.stopping"]
 
 
 def test_every_commands_help_imports_nothing_heavy():
@@ -181,7 +183,8 @@ def test_every_commands_help_imports_nothing_heavy():
 
 # The orch modules a command module may import at its top: nothing beyond the standard library.
 LIGHT = ("orchestrator.errors", "orchestrator.spec", "orchestrator.spec.settings",
-         "orchestrator.history", "orchestrator.history.settings")
+         "orchestrator.history", "orchestrator.history.settings",
+         "orchestrator.stopping")
 
 
 def settings_imports() -> list[str]:
@@ -314,44 +317,45 @@ def test_new_and_old_spellings_on_a_real_run(tmp_path):
     assert proc.returncode == 2 and "--option trace=yes" in proc.stderr
 
 
-# Ctrl-C on orch sweep: the jobs still running are named (or cancelled), exit 130.
+# Ctrl-C, SIGTERM and SIGHUP on orch sweep: the jobs still running are named (or cancelled),
+# the ledger and the sweep's log say so, exit 128 + the signal. The signal is sent once the
+# sweep surely waits: its one run's rank has frozen itself (--inject-failure RANK@ITER:stop, no
+# hang timeout), and stays frozen until the test or orch ends it.
 
-def _sigint_default() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+def _signals_default() -> None:
+    """orch starts with the default action of each signal it handles, as in a terminal: a
+    test suite started in the background (``make test &``, nohup) has SIGINT (and SIGHUP)
+    ignored, every child inherits that, and orch then rightly leaves them ignored."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
-def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[int, str, Path]:
-    """orch sweep of one run that cannot end by itself; SIGINT to orch alone once the job runs;
-    (exit code, stderr, run directory). Its rank freezes itself at iteration 2 (no hang
-    timeout), so the job is still running when orch has exited and the test looks, however
-    fast the machine runs its iterations; the test's cancel ends it. Its output goes to files,
-    not pipes: the test waits for orch to exit, not for every process that may have inherited
-    a pipe to close it. orch starts with SIGINT's default action, as in a terminal: a test
-    suite started in the background (``make test &``, nohup) has SIGINT ignored, every child
-    inherits that, and Python then never raises KeyboardInterrupt."""
+def _start_and_stop(site: str, out: Path, signum: int, frozen, *extra: str
+                    ) -> tuple[int, str, Path]:
+    """orch sweep of one run that cannot end by itself, ``signum`` to orch alone once
+    ``frozen(out)`` (its rank has stopped itself); (exit code, stderr, run directory). Output
+    goes to files, not pipes: the test waits for orch to exit, not for every process that may
+    have inherited a pipe to close it."""
     err_file = out.parent / f"{out.name}.stderr"
     with open(err_file, "w") as err_fh:
-        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
-                                 slurm_cluster, "--nodes", "1", "--iters", "100000", "--warmup",
-                                 "1", "--inject-failure", "0@2:stop", "--hang-timeout", "0",
-                                 "--out", str(out), *extra], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site", site,
+                                 "--nodes", "1", "--iters", "100000", "--warmup", "1",
+                                 "--inject-failure", "0@2:stop", "--hang-timeout", "0",
+                                 "--no-preflight", "--out", str(out), *extra], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=err_fh, text=True,
-                                preexec_fn=_sigint_default)
+                                preexec_fn=_signals_default)
     try:
-        def running():
-            rdirs = [p for p in out.glob("*") if (p / "job.json").exists()] if out.exists() else []
-            return rdirs[0] if rdirs and '"RUNNING"' in (rdirs[0] / "job.json").read_text() \
-                else None
-
-        rdir = wait_until("the job to run", running, timeout=300, proc=proc, every=0.5)
-        proc.send_signal(signal.SIGINT)  # to orch only: the job runs on the cluster
+        wait_until("the run's rank to freeze", lambda: frozen(out), timeout=300, proc=proc,
+                   every=0.5)
+        rdir = next(p for p in out.iterdir() if (p / "job.json").exists())
+        proc.send_signal(signum)  # to orch only, as kill PID or systemd sends it
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:  # say where orch is stuck: its threads' stacks
             proc.send_signal(signal.SIGUSR1)
             time.sleep(3)  # only the failure's report waits: for the stacks to be written
-            pytest.fail("orch did not exit within 120 s of SIGINT; its stderr and stacks:\n"
-                        + err_file.read_text())
+            pytest.fail(f"orch did not exit within 120 s of {signum!r}; its stderr and "
+                        "stacks:\n" + err_file.read_text())
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -359,16 +363,63 @@ def _start_and_interrupt(slurm_cluster: str, out: Path, *extra: str) -> tuple[in
     return proc.returncode, err_file.read_text(), rdir
 
 
+def _slurm_job_frozen(out: Path):
+    """The job runs on the cluster and its rank has frozen itself there (this machine)."""
+    if not out.exists():
+        return None
+    rdirs = [p for p in out.iterdir() if (p / "job.json").exists()]
+    return rdirs and '"RUNNING"' in (rdirs[0] / "job.json").read_text() and frozen_rank(out, 0)
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_stopped_local_sweep_cancels_its_run_and_says_so(tmp_path, signum, code):
+    """On the local site a stopped orch cancels its run (backends/local.py says why): the
+    ranks are gone, the ledger says CANCELLED by orch stopped by the signal, the sweep's log
+    holds what stderr said, and the next sweep into the directory would submit it again."""
+    from orchestrator import execute, rundir
+    from orchestrator import site as sitemod
+
+    out = tmp_path / "stopped"
+    name = signal.Signals(signum).name
+    code_seen, err, rdir = _start_and_stop("local", out, signum,
+                                           lambda d: frozen_rank(d, 0))
+    assert code_seen == code, err
+    assert f"orch sweep stopped by {name}" in err and "Traceback" not in err, err
+    assert f"cancelled 1 job(s): {rdir.name}" in err, err
+    wait_processes_gone(rdir.name)
+    record = rundir.read_record(rdir)
+    assert (record.state, record.cancel_requested) == ("CANCELLED", f"orch stopped by {name}")
+    assert record.reason.startswith(f"cancelled by orch: orch stopped by {name}; the next "
+                                    "orch sweep into this directory submits it again")
+    log = (out / "sweep.log").read_text()
+    for line in (f"orch sweep stopped by {name}", f"cancelled 1 job(s): {rdir.name}",
+                 f"{rdir.name} job {record.job_id} RUNNING", "orch sweep started"):
+        assert line in log, log
+    status, shown, problem = orch("status", out)
+    assert status == 0 and "CANCELLED" in shown and f"orch stopped by {name}" in shown, problem
+    prepared = execute.prepare([rundir.read_run(rdir)], sitemod.load("local")[0], out)
+    assert prepared[0].action == "submit" and prepared[0].record.attempt == 2
+
+
 @pytest.mark.slurm
-def test_ctrl_c_names_running_jobs_and_leaves_them(slurm_cluster, tmp_path):
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                              (signal.SIGHUP, 129)])
+def test_stopped_sweep_names_running_slurm_jobs_and_leaves_them(slurm_cluster, tmp_path,
+                                                                 signum, code):
+    """On Slurm the jobs go on: they are named with the commands to follow or cancel them,
+    and each one's ledger notes that orch stopped (orch status shows it beside RUNNING)."""
     out = tmp_path / "intr"
+    name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
     try:
-        code, err, rdir = _start_and_interrupt(slurm_cluster, out)
+        got, err, rdir = _start_and_stop(slurm_cluster, out, signum, _slurm_job_frozen)
         job = json.loads((rdir / "job.json").read_text())["job_id"]
-        assert code == 130, err
-        assert f"1 job(s) still running: {rdir.name} (job {job})" in err.replace("\n", " ")
-        assert f"orch cancel {out}" in err.replace("\n", " ") and "Traceback" not in err
-        assert "RUNNING" in run_orch("status", out, check=True).stdout
+        assert got == code, err
+        flat = err.replace("\n", " ")
+        assert f"1 job(s) still running: {rdir.name} (job {job})" in flat, err
+        assert f"orch cancel {out}" in flat and "Traceback" not in err
+        assert f"orch sweep stopped by {name}" in (out / "sweep.log").read_text()
+        status = run_orch("status", out, check=True).stdout
+        assert "RUNNING" in status and f"orch stopped by {name}" in status, status
     finally:
         run_orch("cancel", out)
 
@@ -377,8 +428,46 @@ def test_ctrl_c_names_running_jobs_and_leaves_them(slurm_cluster, tmp_path):
 def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
     out = tmp_path / "intr2"
     try:
-        code, err, rdir = _start_and_interrupt(slurm_cluster, out, "--cancel-on-interrupt")
+        code, err, rdir = _start_and_stop(slurm_cluster, out, signal.SIGINT, _slurm_job_frozen,
+                                          "--cancel-on-interrupt")
         assert code == 130 and "cancelled 1 job(s)" in err, err
-        assert json.loads((rdir / "job.json").read_text())["state"] == "CANCELLED"
+        record = json.loads((rdir / "job.json").read_text())
+        assert record["state"] == "CANCELLED"
+        assert record["cancel_requested"] == "orch stopped by Ctrl-C"
     finally:
         run_orch("cancel", out)
+
+
+def test_gather_stopped_by_sigterm_says_so(tmp_path, finished_sweep):
+    """Every command stops on SIGTERM as on Ctrl-C, with 143 and a line, never a traceback
+    or click's 'Aborted!'. orch gather is signalled while it surely waits: reading a rank
+    log that is a pipe nobody writes to (the test holds its writing end open)."""
+    import shutil
+    import threading
+
+    out = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, out)
+    log = next(out.glob("*/ranks/rank-0.jsonl"))
+    log.unlink()
+    os.mkfifo(log)
+    opened = []
+    writer = threading.Thread(target=lambda: opened.append(open(log, "wb")),  # noqa: SIM115
+                              daemon=True)
+    writer.start()
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "gather", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=_signals_default)
+    try:
+        writer.join(timeout=300)  # returns once orch opened the pipe: it now waits to read
+        assert opened, "orch gather never opened the rank log"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        for fh in opened:
+            fh.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err
+    assert "orch gather stopped by SIGTERM" in err and "Traceback" not in err, err
+    assert "Aborted" not in err

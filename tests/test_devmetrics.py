@@ -361,6 +361,9 @@ def test_report_shows_device_energy_and_survives_cpu_runs(recorded_rows, tmp_pat
     runs = pd.DataFrame(list(rows.values()))
     table = report_devices.table(runs)
     assert table is not None and len(table.rows) == 2
+    # both recorded windows (devmetrics-fixture H200 runs) began with the GPU's power rising
+    per_sample = table.columns.index("mJ per sample")
+    assert all(row[per_sample].endswith(" (power rising)") for row in table.rows)
     assert report_devices.figure(runs)[:4] == b"\x89PNG"
     cpu = runs.assign(energy_j=None, energy_per_sample_j=None, device_source=None,
                       power_mean_w=None, power_max_w=None, gpu_util_mean=None)
@@ -389,3 +392,69 @@ def test_local_run_records_binding_and_device_log(tmp_path):
             assert log.footer[protocol.DEVICE_METRICS_REASON] or metrics["reason"]
     assert row["cpu_affinity"].startswith("0:") and " 1:" in row["cpu_affinity"]
     assert row["device_samples"] >= 4
+
+
+@pytest.mark.parametrize(("powers", "rise"), [
+    ([150.0, 300.0, 450.0, 550.0], 550 / 150 - 1),  # a GPU waking up: the first vs last sample
+    ([600.0, 610.0, 605.0, 598.0], 598 / 600 - 1),  # steady
+    ([200.0] * 4 + [400.0] * 4, 1.0),  # quarters of two samples each
+    ([300.0, 320.0], 320 / 300 - 1), ([300.0], None), ([], None), ([0.0, 10.0], None)])
+def test_window_rise_compares_the_last_quarter_of_power_samples_with_the_first(powers, rise):
+    got = devices.window_rise(powers)
+    assert got == (None if rise is None else pytest.approx(rise))
+    flagged = got is not None and got > devices.POWER_RISE
+    assert flagged == (rise is not None and rise > 0.1)
+
+
+def test_power_rise_reads_each_devices_log_once(tmp_path):
+    """A device shared by two ranks: its lowest task's device log; an unreadable sample line
+    or one without power is left out."""
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    for task, powers in ((0, [200, 420, 550]), (1, [900, 100, 50])):
+        lines = [json.dumps({"type": "meta", "device_id": "gpu:A"})]
+        lines += [json.dumps({"type": "sample", "t": 1.0 + i, "power_w": p})
+                  for i, p in enumerate(powers)]
+        (ranks / protocol.device_log_name(task)).write_text(
+            "\n".join([*lines, '{"type":"sample","t":9', '{"type":"sample","t":9.5}']) + "\n")
+    logs = [_log(0, "n1", _metrics("gpu:A", 10.0, 64), {}),
+            _log(1, "n1", _metrics("gpu:A", 10.0, 64), {})]
+    out = devices.run_facts(logs, ranks)
+    assert out["power_rise"] == pytest.approx(550 / 200 - 1) and out["power_rising"] is True
+    assert devices.run_facts(logs)["power_rise"] is None  # no device logs given: not known
+
+
+# --- the PCIe counters: ~20 ms each in the driver, off unless asked, then read apart ---------
+
+def test_pcie_counters_are_off_by_default_and_say_why(tmp_path):
+    nvml = FakeNvml()
+    source, _ = dm.open_nvml(0, {}, nvml)
+    assert source.pcie is False and "pcie_tx_kb_s" not in source.sample()
+    sampler = dm.Sampler(str(tmp_path / "device-0.jsonl"), dm.Probe(source, None, {}),
+                         period=3600.0).start()
+    out = sampler.stop(window_samples=64)
+    assert out["pcie_reason"] == dm.PCIE_OFF and out["pcie_tx_mean_kb_s"] is None
+    assert not any(name.startswith("nvmlDeviceGetPcieThroughput") for name in nvml.cursor)
+
+
+def test_pcie_counters_apart_are_read_in_their_own_thread(tmp_path):
+    """ORCH_NVML_PCIE=apart: the PCIe counters in ``pcie`` records of the device log, from a
+    thread of their own (its first reading at the window's start, then every PCIE_PERIOD_S);
+    the other samples carry none, and the footer has their means."""
+    nvml = FakeNvml(answers={"nvmlDeviceGetPcieThroughput/TX": [1000, 3000],
+                             "nvmlDeviceGetPcieThroughput/RX": [500, 700]})
+    source, _ = dm.open_nvml(0, {dm.PCIE_ENV: "apart"}, nvml)
+    assert source.pcie is True
+    path = tmp_path / "device-0.jsonl"
+    sampler = dm.Sampler(str(path), dm.Probe(source, None, {}), period=3600.0).start()
+    out = sampler.stop(window_samples=64)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    pcie = [rec for rec in lines if rec["type"] == "pcie"]
+    samples = [rec for rec in lines if rec["type"] == "sample"]
+    assert len(pcie) >= 1 and all("pcie_tx_kb_s" not in rec for rec in samples)
+    assert out["pcie_samples"] == len(pcie) and "pcie_reason" not in out
+    tx = [rec["pcie_tx_kb_s"] for rec in pcie]
+    assert out["pcie_tx_mean_kb_s"] == pytest.approx(sum(tx) / len(tx))
+    assert tx[0] == 1000 and pcie[0]["pcie_rx_kb_s"] == 500
+    # the merge's device samples leave the PCIe records out: they are no power samples
+    assert len(devices.read_device_log(path)) == len(samples)

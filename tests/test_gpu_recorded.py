@@ -161,3 +161,21 @@ def test_recorded_pageable_copies_and_torchrun(metric_rows):
     assert pageable["t_h2d"] > 3 * pinned["t_h2d"]
     torchrun = _r50(metric_rows, launcher="torchrun")
     assert torchrun["state"] == "COMPLETED" and torchrun["gpu_indices"] == "0:0"
+
+
+def test_energy_of_a_window_whose_power_still_rose_is_flagged(metric_rows, tmp_path):
+    """The recorded 20-step windows began while the H200's power was still rising (150-220 W
+    at their first sample, 400-550 W at their last: results.devices.POWER_RISE says how that
+    is told): each energy per sample is flagged. gpu-h200-dims recorded the compiled ResNet-50
+    runs after their compilation had warmed the GPU: their windows' power was steady, and
+    they are not."""
+    for r in metric_rows.values():
+        if r["energy_per_sample_j"] is not None:
+            assert r["power_rising"] is True and r["power_rise"] > 0.25, r["run_id"]
+    sweep = tmp_path / "dims"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "gpu-h200-dims", sweep)
+    dims = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
+    steady = {r["run_id"] for r in dims if r["power_rising"] is False}
+    assert steady and all(r["compile"] == "default" for r in dims if r["run_id"] in steady)
+    assert all(r["power_rising"] for r in dims
+               if r["compile"] == "no" and r["energy_per_sample_j"] is not None)

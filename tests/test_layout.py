@@ -35,6 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("orchestrator", "orchestrator.errors", "orchestrator.protocol",
                 "orchestrator.files", "orchestrator.resources", "orchestrator.zoo",
                 "orchestrator.units", "orchestrator.jobscript", "orchestrator.yamlconf",
+                "orchestrator.stopping",
                 "orchestrator.spec", "orchestrator.spec.settings", "orchestrator.spec.models")),
     ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
                     "orchestrator.staging", "orchestrator.containers")),

@@ -6,7 +6,12 @@ orch's job function, as a sweep does) and reads back what the script saw.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,6 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.backends.local import LocalScheduler
+
+from .conftest import ROOT, frozen_rank, orch, wait_until
 
 
 def submit_and_wait(rdir: Path, script: str, gpus: int = 0) -> tuple[str, list[int | None]]:
@@ -63,3 +70,36 @@ def test_orch_and_submitit_yield_to_the_ranks_and_the_job_runs_normally(tmp_path
         tmp_path, 'python3 -c "import os; print(os.sched_getscheduler(0))" > seen\n')
     assert int(seen) == os.SCHED_OTHER
     assert os.SCHED_BATCH in policies and os.SCHED_OTHER not in policies
+
+
+def test_status_after_orch_was_killed_says_what_really_runs(tmp_path):
+    """orch killed outright (SIGKILL: nothing to handle) while its local run's rank is frozen:
+    orch status shows the run RUNNING while its processes live; continued, the run ends by
+    itself, and orch status judges it by its rank logs: COMPLETED, not 'the orch process
+    exited before it finished'."""
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--nodes", "1",
+                             "--iters", "3", "--warmup", "1", "--inject-failure", "0@1:stop",
+                             "--hang-timeout", "0", "--no-preflight", "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid = None
+    try:
+        pid = wait_until("the rank to freeze", lambda: frozen_rank(out, 0), proc=proc)
+        proc.kill()
+        proc.wait()
+        code, shown, err = orch("status", out, "--format", "json")
+        assert code == 0 and json.loads(shown)[0]["state"] == "RUNNING", err
+        os.kill(pid, signal.SIGCONT)  # the rank goes on as if nothing happened
+
+        def ended():
+            state = json.loads(orch("status", out, "--format", "json")[1])[0]
+            return state if state["state"] != "RUNNING" else None
+
+        final = wait_until("the run to end", ended, every=1.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    assert (final["state"], final["reason"]) == ("COMPLETED", None), final

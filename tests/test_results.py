@@ -137,3 +137,71 @@ def test_co_tenants_are_written_and_read_by_one_pair_of_functions(tmp_path):
         assert runs.co_tenant_ids(alone) == []
         assert validity.shared_after(alone) is None
     assert "with a-1, b-2 (co_tenants" in validity.shared_after(column)
+
+
+def _rank0_records(change):
+    """Rewrite rank 0's measured records: ``change(record)`` -> the record as logged."""
+    def damage(rdir: Path) -> None:
+        lines = rank0_log(rdir).read_text().splitlines()
+        out = []
+        for line in lines:
+            rec = json.loads(line)
+            if rec["type"] == "iter" and not rec["warmup"]:
+                rec = change(dict(rec))
+            out.append(json.dumps(rec))
+        rank0_log(rdir).write_text("\n".join(out) + "\n")
+    return damage
+
+
+def _first_measured(field, value):
+    """Only the first measured record of the breakdown window gets ``field = value``."""
+    def change(rec: dict) -> dict:
+        if rec["window"] == "breakdown" and rec["iter"] == 5:
+            rec[field] = value
+        return rec
+    return change
+
+
+IMPOSSIBLE = {  # damage -> (the reason's violation, measured breakdown records left)
+    "every t_iter negative": (_rank0_records(lambda r: {**r, "t_iter": -r["t_iter"]}),
+                              "rank-0.jsonl:3: t_iter = -", 0),
+    "a NaN t_iter": (_rank0_records(_first_measured("t_iter", float("nan"))),
+                     "rank-0.jsonl:7: t_iter = NaN: not a finite number", 2),
+    "an infinite phase": (_rank0_records(_first_measured("t_b", float("inf"))),
+                          "rank-0.jsonl:7: t_b = Infinity: not a finite number", 2),
+    "a negative phase": (_rank0_records(_first_measured("t_f", -0.5)),
+                         "rank-0.jsonl:7: t_f = -0.5: a duration is not negative", 2),
+    "no samples": (_rank0_records(_first_measured("samples", 0)),
+                   "rank-0.jsonl:7: samples = 0 where the log's other iterations moved", 2),
+    "iteration past the count": (_rank0_records(_first_measured("iter", 99)),
+                                 "rank-0.jsonl:7: iter = 99: past the 8 iterations the "
+                                 "header declares", 2),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(IMPOSSIBLE))
+def test_impossible_values_fail_the_run_and_reach_no_mean(tmp_path, finished_sweep, damage):
+    """Impossible values in a finished run's rank log: orch gather judges the run again, it is
+    FAILED with a reason naming the rank, line and value, and those rows are in no figure
+    (the run's t_iter is the mean of the other measured records, or none)."""
+    out = tmp_path / "sweep"
+    shutil.copytree(finished_sweep, out)
+    rdir = next(p for p in out.iterdir() if p.name.startswith("torch-ddp"))
+    change, why, left = IMPOSSIBLE[damage]
+    change(rdir)
+    code, _, err = orch("gather", out)
+    assert code == 0, err
+    rec = json.loads(run_orch("results", out, "--format", "json", check=True).stdout)[0]
+    assert rec["state"] == "FAILED", rec
+    assert rec["reason"].startswith("rank logs changed after the run was finalized: rank 0: "
+                                    f"invariant violated: {why}"), rec["reason"]
+    kept = [json.loads(line) for line in rank0_log(rdir).read_text().splitlines()]
+    kept = [r for r in kept if r["type"] == "iter" and r["window"] == "breakdown"
+            and not r["warmup"] and r["iter"] < 8 and r["samples"] and r["t_iter"] > 0
+            and all(r[p] >= 0 for p in ("t_f", "t_b")) and r["t_iter"] == r["t_iter"]
+            and r["t_b"] != float("inf")]
+    assert len(kept) == left
+    if left:
+        assert rec["t_iter"] == pytest.approx(sum(r["t_iter"] for r in kept) / left)
+    else:
+        assert rec["t_iter"] is None

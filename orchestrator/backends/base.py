@@ -40,6 +40,9 @@ class Scheduler:
       without, exclusion is a no-op, and orch says so.
     * ``packs``: runs a sweep's runs as steps of one allocation or as a job array (``orch
       sweep --pack/--array``, :meth:`submit_script`).
+    * ``outlives_orch``: a job goes on when the orch process that submitted it is stopped
+      (a signal, Ctrl-C), and another orch process can follow it (a cluster's jobs); without,
+      orch cancels it as it stops (the local site: see LocalScheduler).
     """
 
     name: ClassVar[str] = ""
@@ -52,6 +55,7 @@ class Scheduler:
     hand_note: ClassVar[str] = ""
     excludes_nodes: ClassVar[bool] = False
     packs: ClassVar[bool] = False
+    outlives_orch: ClassVar[bool] = True
 
     @property
     def launchers(self) -> tuple[str, ...]:

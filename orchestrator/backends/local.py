@@ -6,6 +6,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from .. import protocol
 from ..jobscript import job_function, killpg
 from .base import Scheduler, register_scheduler
 
@@ -23,6 +24,12 @@ class LocalScheduler(Scheduler):
     hand_command = "bash"
     hand_note = "(local site: no scheduler, ranks are local processes)"
     # excludes_nodes stays False: every "node" is this machine, there is nothing to avoid.
+    # A stopped orch (SIGTERM, SIGHUP, Ctrl-C) cancels its local run: the run's ranks are
+    # processes of this machine that nothing would follow (no hang watch, no next run: the
+    # sweep's controller runs them one at a time), computing beside whatever runs next on it
+    # (a new sweep on the same directory, the CI job's next step) until their time limit. The
+    # next orch sweep into the directory submits the run again (JobRecord.stopped_with_orch).
+    outlives_orch = False
 
     def __init__(self) -> None:
         self._jobs: dict[str, object] = {}
@@ -74,15 +81,33 @@ class LocalScheduler(Scheduler):
 
 
 def _orphaned_local(record, rdir: Path) -> tuple[str, str]:
-    """A local job started by an orch process that is gone: alive, or finished without us."""
+    """A local job started by an orch process that is gone (killed outright: a stopped orch
+    cancels its job): still running while its job script's process group or submitit's
+    controller (its pid is the job id) lives; else ended, judged by its rank logs
+    (execute.finalize) when the job script recorded its end (job-times.json, written however
+    it ended), FAILED when it did not get that far."""
     pgid = rdir / ".pgid"
     if pgid.exists():
         try:
             os.killpg(int(pgid.read_text()), 0)
             return ("RUNNING", "")
-        except ProcessLookupError:
+        except (ProcessLookupError, ValueError):
             pass
+        except PermissionError:  # a live group of another user's: still running
+            return ("RUNNING", "")
+    if (record.job_id or "").isdigit() and _alive(int(record.job_id)):
+        return ("RUNNING", "")  # the job function still ends (writes job-times.json)
+    if (rdir / protocol.JOB_TIMES_FILE).exists():
+        return ("COMPLETED", "")
     return ("FAILED", "the orch process that ran this local job exited before it finished")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended but not reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def yield_to_ranks() -> None:

@@ -21,7 +21,7 @@ from typing import Annotated, NamedTuple
 
 import typer
 
-from .. import __version__
+from .. import __version__, stopping
 from ..errors import CONTROL, UserError
 from ._common import RICH_MARKUP_MODE, Group
 
@@ -138,6 +138,16 @@ class LazyGroup(Group):
     def list_commands(self, ctx) -> list[str]:
         return list(self.commands)
 
+    def invoke(self, ctx):
+        """Run the command; stopped (Ctrl-C, SIGTERM, SIGHUP), say what it leaves running
+        and exit 128 + the signal (cli/stop.py), never click's 'Aborted!'."""
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            from .stop import stopped
+
+            stopped(exc, command=ctx.invoked_subcommand or "")
+
     def format_commands(self, ctx, formatter) -> None:
         # The one-line help from the list, whole: no command module is imported to print it.
         rows = [(name, self.commands.help(name)) for name in self.commands]
@@ -186,7 +196,8 @@ def main() -> None:
         faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         _check_argv(sys.argv[1:])
-        app(prog_name="orch")  # also under 'python -m orchestrator'
+        with stopping.handled():  # SIGTERM and SIGHUP stop orch as Ctrl-C does
+            app(prog_name="orch")  # also under 'python -m orchestrator'
     except UserError as exc:
         _fail(str(exc), exc.exit_code)
     except OSError as exc:  # a file or directory the user named: one line, never a traceback

@@ -37,13 +37,39 @@ def load_result_set(directory: Path):
     else:
         raise UserError(f"{directory}: not a sweep directory (no <run-id>/run.json) and no "
                         "results/runs.parquet; run orch sweep first")
-    runs = pd.read_parquet(res / "runs.parquet")
+    runs = _table(res / "runs.parquet", RUN_COLUMNS, sweep)
     iters_path = res / "iterations.parquet"
-    iters = pd.read_parquet(iters_path) if iters_path.is_file() else pd.DataFrame(
+    iters = _table(iters_path, ITER_COLUMNS, sweep) if iters_path.is_file() else pd.DataFrame(
         columns=["run_id", "rank", "host", "iter", "warmup_iter", "t_iter"])
     if runs.empty:
         raise UserError(f"{directory}: the result set has no runs")
     return runs, iters, sweep
+
+
+# The columns every command that reads a result set relies on: a file without them was not
+# written by an orch this one reads (an older or newer format, or no result set at all).
+RUN_COLUMNS = ("run_id", "state", "mode", "model", "nodes", "samples_per_s")
+ITER_COLUMNS = ("run_id", "rank", "iter", "warmup_iter", "t_iter")
+
+
+def _table(path: Path, columns: tuple[str, ...], sweep: Path | None):
+    """A result set's Parquet file, or one line saying what to run where it cannot be read
+    as this orch's: merged again from its sweep directory by ``orch gather``."""
+    import pandas as pd
+    import pyarrow as pa
+
+    fix = (f"run 'orch gather {sweep}' to merge it again" if sweep is not None else
+           "run 'orch gather SWEEP' on its sweep directory to merge it again with this orch")
+    try:
+        table = pd.read_parquet(path)
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+        raise UserError(f"{path}: not a result set this orch can read ({first}); {fix}") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise UserError(f"{path}: written by another version of orch (no column "
+                        f"{', '.join(missing)}); {fix}")
+    return table
 
 
 def load_epochs(directory: Path):

@@ -7,6 +7,9 @@ plan (one row per run: dimensions, nodes, ranks, roles) before the scripts."""
 from __future__ import annotations
 
 import inspect
+import os
+import shlex
+import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -43,8 +46,9 @@ def sweep(
         "--require-fabric", help="A run whose ranks did not use the partition's declared "
         "fabric (verdict 'mismatch') is FAILED.")] = False,
     cancel_on_interrupt: Annotated[bool, typer.Option(
-        "--cancel-on-interrupt", help="Ctrl-C cancels the sweep's unfinished jobs (without it "
-        "they keep running; a second Ctrl-C cancels them).")] = False,
+        "--cancel-on-interrupt", help="Ctrl-C, SIGTERM or SIGHUP cancels the sweep's "
+        "unfinished Slurm jobs (without it they keep running; a second Ctrl-C cancels them). "
+        "A stopped orch always cancels local-site runs.")] = False,
     hang_timeout: Annotated[float, typer.Option(
         help="While waiting: a run none of whose ranks logged a new iteration for this many "
         "seconds (or 10x its median iteration time, if longer) is cancelled and recorded as "
@@ -80,7 +84,7 @@ def sweep(
     **given: Any,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
-    from .. import envs, execute
+    from .. import envs, execute, rundir
 
     runs, site_obj, loaded = plan(ctx, spec_values(given, option), study, site, dry_run=dry_run)
     out_dir = check_out(out or Path("runs") / site_obj.name)
@@ -94,28 +98,46 @@ def sweep(
     prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
                                study=loaded.provenance() if loaded is not None else None,
                                packed=strategy.packed)
-    strategy, networks = _predictions(strategy, choice, runs, site_obj, out_dir,
-                                      "never" if no_preflight else preflight, wait)
-    policy = _fault_policy(hang_timeout, startup_timeout, max_retries)
-    _carry_out(strategy, prepared, site_obj, out_dir, wait=wait, require_fabric=require_fabric,
-               policy=policy, cancel_on_interrupt=cancel_on_interrupt)
+    on_event = _logged_events(out_dir)
+    rundir.log_line(out_dir, f"orch sweep started: pid {os.getpid()} on "
+                    f"{socket.gethostname()}: orch {shlex.join(sys.argv[1:])}")
+    try:
+        strategy, networks = _predictions(strategy, choice, runs, site_obj, out_dir,
+                                          "never" if no_preflight else preflight, wait,
+                                          on_event)
+        policy = _fault_policy(hang_timeout, startup_timeout, max_retries)
+        _carry_out(strategy, prepared, site_obj, out_dir, wait=wait,
+                   require_fabric=require_fabric, policy=policy, on_event=on_event)
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: cli/stop.py
+        from .stop import stopped
+
+        stopped(exc, command="sweep", cancel=cancel_on_interrupt, log=out_dir)
     _summary(runs, site_obj, out_dir, wait, networks)
 
 
+def _logged_events(out_dir: Path):
+    """Each run's state change: printed, and a line of the sweep's log."""
+    from .. import rundir
+
+    def on_event(run, record) -> None:
+        print_event(run, record)
+        reason = f": {record.reason.splitlines()[0]}" if record.reason else ""
+        rundir.log_line(out_dir, f"{run.run_id} job {record.job_id or '-'} "
+                        f"{record.state}{reason}")
+
+    return on_event
+
+
 def _carry_out(strategy, prepared, site_obj, out_dir: Path, *, wait: bool,
-               require_fabric: bool, policy, cancel_on_interrupt: bool) -> None:
-    """Submit and (with ``wait``) follow the runs with a progress bar; Ctrl-C: _interrupted."""
+               require_fabric: bool, policy, on_event) -> None:
+    """Submit and (with ``wait``) follow the runs with a progress bar."""
     from .. import execute
 
     progress = _progress(prepared, out_dir)
     try:
-        execute.run(strategy, prepared, site_obj, wait=wait, on_event=print_event,
+        execute.run(strategy, prepared, site_obj, wait=wait, on_event=on_event,
                     require_fabric=require_fabric,
                     on_progress=progress.update if wait else None, policy=policy)
-    except KeyboardInterrupt:
-        progress.close()
-        _interrupted(out_dir, site_obj.scheduler, {p.run.run_id for p in prepared},
-                     cancel_on_interrupt)
     finally:
         progress.close()
 
@@ -161,7 +183,7 @@ def _fault_policy(hang_timeout: float, startup_timeout: float, max_retries: int)
 
 
 def _predictions(strategy, choice: dict[str, bool], runs, site_obj, out_dir: Path, how: str,
-                 wait: bool):
+                 wait: bool, on_event):
     """The pre-flight and, with its networks, the strategy the sweep's ``choice`` chose,
     staged by scale with the predictions stated between scales; (strategy, networks: {}
     without predictions)."""
@@ -176,7 +198,7 @@ def _predictions(strategy, choice: dict[str, bool], runs, site_obj, out_dir: Pat
              f"states them, with one {packing} per scale, smallest first")
         return strategy, {}
     networks = staged.sweep_preflight(runs, site_obj, out_dir, how, wait=wait, say=_say,
-                                      on_event=print_event)
+                                      on_event=on_event)
     if not networks:
         return strategy, networks
     if packing:
@@ -188,11 +210,12 @@ def _predictions(strategy, choice: dict[str, bool], runs, site_obj, out_dir: Pat
 
 def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
     """The runs' table once they ended (or how to follow them); exit 1 if one failed."""
-    from .. import backends, results
+    from .. import backends, results, rundir
     from ..model import ledger
 
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
+        rundir.log_line(out_dir, "orch sweep ended: its runs are submitted (--no-wait)")
         return
     results.recheck(out_dir)  # the run records first: merge only reads
     runs_df = results.merge(out_dir)
@@ -202,7 +225,10 @@ def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
     print_fabric_mismatches(results.records(shown))
     for line in ledger.scorecard_lines(out_dir, runs_df) if networks else []:
         _say(line)
-    if any(rec["state"] != "COMPLETED" for rec in results.records(shown)):
+    states = [rec["state"] for rec in results.records(shown)]
+    rundir.log_line(out_dir, f"orch sweep ended: {len(states)} run(s): " + ", ".join(
+        f"{states.count(s)} {s}" for s in sorted(set(states))))
+    if any(state != "COMPLETED" for state in states):
         raise typer.Exit(1)
 
 
@@ -313,42 +339,3 @@ def check_out(out: Path) -> Path:
     if len(resolved.name.encode()) > 255:
         raise UserError(f"--out {out}: a file name is at most 255 bytes")
     return resolved
-
-
-def _interrupted(out_dir: Path, scheduler: str, ids: set[str], cancel_now: bool) -> None:
-    """Ctrl-C: say which jobs still run and how to follow or cancel them; cancel them with
-    --cancel-on-interrupt or on a second Ctrl-C within the grace period. Exit 130."""
-    import time
-
-    from .. import execute
-
-    def unfinished() -> list[tuple[str, str | None]]:
-        from ..rundir import TERMINAL, read_record, run_dirs
-
-        out = []
-        for rdir in run_dirs(out_dir):
-            try:
-                rec = read_record(rdir)
-            except UserError:
-                continue
-            if rec and rec.run_id in ids and rec.state not in TERMINAL and rec.job_id:
-                out.append((rec.run_id, rec.job_id))
-        return out
-
-    live = unfinished()
-    if live and not cancel_now:
-        err_console.print(f"interrupted: {len(live)} job(s) still running: "
-                          + ", ".join(f"{rid} (job {job})" for rid, job in live))
-        err_console.print(f"follow them with: orch status {out_dir}  (then orch gather "
-                          f"{out_dir}); cancel them with: orch cancel {out_dir}")
-        err_console.print("press Ctrl-C again within 5 s to cancel them now")
-        try:
-            time.sleep(5)
-        except KeyboardInterrupt:
-            cancel_now = True
-    if live and cancel_now:
-        done = execute.cancel(out_dir, scheduler, [rid for rid, _ in live], why="Ctrl-C")
-        err_console.print(f"interrupted: cancelled {len(done)} job(s): {', '.join(done)}")
-    elif not live:
-        err_console.print("interrupted: no job of this sweep is running")
-    raise typer.Exit(130)

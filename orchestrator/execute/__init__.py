@@ -27,7 +27,7 @@ from ..spec.resolved import ResolvedRun
 from .strategies import Event, Plain, Strategy, choose
 
 __all__ = ["Prepared", "Strategy", "cancel", "choose", "dry_run", "execute", "finalize",
-           "follow", "prepare", "refresh", "render_for", "run"]
+           "follow", "followed", "prepare", "refresh", "render_for", "run"]
 
 # Called after every scheduler query while waiting: run id -> orch state, runs of this wait.
 Progress = Callable[[dict[str, str]], None]
@@ -35,6 +35,15 @@ Progress = Callable[[dict[str, str]], None]
 # hour-long jobs should not run squeue every second on a real cluster. Between those queries
 # a cheap file check (every TICK_S) notices a job script's end (job-times.json) at once.
 POLL_MIN_S, POLL_MAX_S, POLL_BACKOFF, TICK_S = 0.25, 10.0, 1.5, 0.25
+# The run directories this process submitted or waits for, with their scheduler's name.
+_FOLLOWED: dict[Path, str] = {}
+
+
+def followed() -> list[tuple[Path, str]]:
+    """The run directories this orch process submitted or waited for (a sweep's, its
+    pre-flight's, netbench's), with their scheduler's name: what a stopped orch names,
+    cancels or leaves running (cli/stop.py)."""
+    return list(_FOLLOWED.items())
 
 
 def render_for(resolved: ResolvedRun, out: Path, lib: Path,
@@ -97,7 +106,8 @@ def prepare(runs: list[Run], site: Site, out: Path, retry_failed: bool = False,
             # overwrite or append to them (they move to attempts/<n>/).
             attempt = rundir.salvage(rdir)
         if record is not None and record.state in TERMINAL:
-            again = retry_failed or record.cut_off or record.state in RETRYABLE
+            again = (retry_failed or record.cut_off or record.state in RETRYABLE
+                     or record.stopped_with_orch)
             if record.state == "COMPLETED" or not again:
                 prepared.append(Prepared(run, rdir, record, "skip"))
                 continue
@@ -142,6 +152,10 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
     for p in prepared:
         if p.action == "submit":
             fabric.set_required(p.rdir, require_fabric)
+        if p.action != "skip":
+            _FOLLOWED[p.rdir] = site.scheduler
+    if wait:
+        prepared = [_followed_again(p) for p in prepared]
     sched = backends.scheduler(site.scheduler)
     for name in sorted({p.run.partition for p in prepared if p.action != "skip"}):
         sched.check(site.partition(name))
@@ -161,6 +175,15 @@ def execute(prepared: list[Prepared], site: Site, wait: bool = True,
     if wait and live:
         follow(live, sched, on_event, on_progress, guard)
     return [rundir.read_record(p.rdir) or p.record for p in prepared]
+
+
+def _followed_again(p: Prepared) -> Prepared:
+    """A run left running by an orch process that was stopped, followed again: its ledger's
+    note that nothing follows it goes."""
+    if p.action != "wait" or not (p.record.reason or "").startswith(rundir.ORCH_STOPPED):
+        return p
+    record = rundir.write_record(p.rdir, p.record.model_copy(update={"reason": None}))
+    return Prepared(p.run, p.rdir, record, "wait")
 
 
 def _guard(site: Site, sched: backends.Scheduler, policy: faults.FaultPolicy) -> faults.Guard:

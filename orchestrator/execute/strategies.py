@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from .. import backends, rundir
+from .. import backends, rundir, stopping
 from ..errors import UserError
 from ..render import slurm_job
 from ..rundir import JobRecord, Prepared
@@ -80,11 +80,12 @@ class Plain(Strategy):
                started: Started) -> None:
         sched = backends.scheduler(site.scheduler)
         for p in todo:
-            job_id = sched.submit(p.run, p.rdir, site.partition(p.run.partition),
-                                  slurm_job(p.run, p.rdir.resolve()))
-            record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
-                                                 "submitted_at": rundir.now()})
-            rundir.write_record(p.rdir, record)
+            with stopping.deferred():  # a job is never left out of its ledger
+                job_id = sched.submit(p.run, p.rdir, site.partition(p.run.partition),
+                                      slurm_job(p.run, p.rdir.resolve()))
+                record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
+                                                     "submitted_at": rundir.now()})
+                rundir.write_record(p.rdir, record)
             on_event(p.run, record)
             started(Prepared(p.run, p.rdir, record, "wait"))
 

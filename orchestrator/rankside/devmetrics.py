@@ -23,9 +23,17 @@ import re
 import threading
 import time
 
-# At least once a second (the brief is "per second or better"); NVML's PCIe reading itself
-# spends ~20 ms per counter inside the driver, so twice a second stays cheap.
+# At least once a second (the brief is "per second or better").
 SAMPLE_PERIOD_S = 0.5
+# NVML's PCIe throughput counters spend ~20 ms each inside the driver (an H200 sample took
+# 49 ms, 42 of them in the two counters; scripts/gpu-check's machine.txt): off unless the rank's
+# environment sets PCIE_ENV to "apart", which reads them in a thread of their own every
+# PCIE_PERIOD_S, so the other readings keep their period and the step sees a quarter of the
+# driver's time. What they cost a training step was not measured.
+PCIE_ENV = "ORCH_NVML_PCIE"
+PCIE_PERIOD_S = 2.0
+PCIE_OFF = (f"PCIe throughput not sampled: each reading costs ~20 ms in the driver; "
+            f"{PCIE_ENV}=apart samples it every {PCIE_PERIOD_S:g} s in a thread of its own")
 # Samples held in memory (~1 KB each; ~17 min at SAMPLE_PERIOD_S): a longer window folds them
 # into its aggregates as it goes (combine), so a rank's memory does not grow with its window.
 MAX_KEPT = 2048
@@ -356,9 +364,10 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, nvml, handle) -> None:
+    def __init__(self, nvml, handle, pcie: bool = False) -> None:
         self.nvml = nvml
         self.handle = handle
+        self.pcie = pcie  # the PCIe counters are read (apart: pcie_sample), see PCIE_ENV
         self.unread: dict = {}
         self._binding = None
         # Newer drivers name them clock *event* reasons; older bindings only have throttle.
@@ -407,13 +416,18 @@ class NvmlSource:
                "temp_c": read("temperature", lambda: n.nvmlDeviceGetTemperature(
                    h, n.NVML_TEMPERATURE_GPU)),
                "energy_mj": read("energy", lambda: n.nvmlDeviceGetTotalEnergyConsumption(h)),
-               "pcie_tx_kb_s": read("pcie_tx", lambda: n.nvmlDeviceGetPcieThroughput(
-                   h, n.NVML_PCIE_UTIL_TX_BYTES)),
-               "pcie_rx_kb_s": read("pcie_rx", lambda: n.nvmlDeviceGetPcieThroughput(
-                   h, n.NVML_PCIE_UTIL_RX_BYTES)),
                "throttle": mask, "throttle_reasons": throttle_names(mask)}
         out.update(read("nvlink", self._nvlink) or {})
         return out
+
+    def pcie_sample(self) -> dict:
+        """The PCIe throughput counters (KB/s over NVML's last 20 ms), read apart from
+        :meth:`sample` (PCIE_ENV)."""
+        n, h, read = self.nvml, self.handle, self._read
+        return {"pcie_tx_kb_s": read("pcie_tx", lambda: n.nvmlDeviceGetPcieThroughput(
+                    h, n.NVML_PCIE_UTIL_TX_BYTES)),
+                "pcie_rx_kb_s": read("pcie_rx", lambda: n.nvmlDeviceGetPcieThroughput(
+                    h, n.NVML_PCIE_UTIL_RX_BYTES))}
 
     def _throttle(self) -> int:
         for call in self._reasons:
@@ -513,7 +527,7 @@ def open_nvml(local_rank: int, env: dict, nvml=None) -> tuple:
                   else nvml.nvmlDeviceGetHandleByUUID(which))
     except Exception as exc:  # NVMLError: no driver, no library, a device it cannot open
         return None, f"no NVML: {str(exc) or type(exc).__name__}"
-    return NvmlSource(nvml, handle), None
+    return NvmlSource(nvml, handle, pcie=env.get(PCIE_ENV, "").strip().lower() == "apart"), None
 
 
 # --- the probe (once per process) and the sampler -------------------------------------------
@@ -575,6 +589,9 @@ class Sampler:
         self._cpu_prev = None
         self._fh = None
         self._thread = None
+        self._pcie_thread = None
+        self._write = threading.Lock()  # two threads write the device log
+        self._pcie_sums = [0, 0.0, 0, 0.0]  # PCIe readings: tx count, tx sum, rx count, rx sum
         self.started = None  # the window's start: just after the first sample
 
     def meta(self) -> dict:
@@ -592,11 +609,36 @@ class Sampler:
         self.started = time.time()
         self._thread = threading.Thread(target=self._run, name="orch-devmetrics", daemon=True)
         self._thread.start()
+        if getattr(self.probe.source, "pcie", False):
+            self._pcie_thread = threading.Thread(target=self._run_pcie, daemon=True,
+                                                 name="orch-devmetrics-pcie")
+            self._pcie_thread.start()
         return self
 
     def _run(self) -> None:
         while not self._stop.wait(self.period):
             self._take()
+
+    def _run_pcie(self) -> None:
+        """PCIe readings (PCIE_ENV=apart): one at once, then every PCIE_PERIOD_S, as
+        ``pcie`` records of the device log; the footer gets their means."""
+        while True:
+            try:
+                reading = self.probe.source.pcie_sample()
+            except Exception as exc:  # a source that breaks mid-window: say so, go on
+                reading = {"error": repr(exc)}
+            for k, key in enumerate(("pcie_tx_kb_s", "pcie_rx_kb_s")):
+                if isinstance(reading.get(key), (int, float)):
+                    self._pcie_sums[2 * k] += 1
+                    self._pcie_sums[2 * k + 1] += reading[key]
+            self._line({"type": "pcie", "t": time.time(), **reading})
+            if self._stop.wait(PCIE_PERIOD_S):
+                return
+
+    def _line(self, record: dict) -> None:
+        with self._write, contextlib.suppress(OSError, ValueError):
+            # a full disk loses samples, not the rank
+            self._fh.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     def _take(self) -> None:
         now = (time.time(), sum(os.times()[:2]))
@@ -612,8 +654,7 @@ class Sampler:
         if len(self.samples) >= MAX_KEPT:  # fold; the last one starts the next span
             self._folded = self._aggregate()
             self.samples = self.samples[-1:]
-        with contextlib.suppress(OSError, ValueError):  # a full disk loses samples, not the rank
-            self._fh.write(json.dumps(sample, separators=(",", ":")) + "\n")
+        self._line(sample)
 
     def _aggregate(self) -> dict:
         """The aggregates of every sample so far: the folded ones' and those held."""
@@ -630,9 +671,12 @@ class Sampler:
         ended = time.time()
         self._stop.set()
         self._thread.join()
+        if self._pcie_thread is not None:
+            self._pcie_thread.join()
         self._take()
         self._fh.close()
         out = self._aggregate()
+        self._pcie_means(out)
         out["window_samples"] = window_samples
         out["window"] = [self.started, ended]
         if self._folded is None:
@@ -643,6 +687,19 @@ class Sampler:
         if src is not None and src.unread:
             out["unread"] = dict(src.unread)
         return out
+
+
+    def _pcie_means(self, out: dict) -> None:
+        """The footer's PCIe means from the readings taken apart, or why there are none."""
+        src = self.probe.source
+        if getattr(src, "name", None) != "nvml":
+            return
+        if not src.pcie:
+            out["pcie_reason"] = PCIE_OFF
+            return
+        tx_n, tx, rx_n, rx = self._pcie_sums
+        out.update(pcie_tx_mean_kb_s=tx / tx_n if tx_n else None,
+                   pcie_rx_mean_kb_s=rx / rx_n if rx_n else None, pcie_samples=tx_n)
 
 
 def start_sampler(log_dir: str, task: int, local_rank: int) -> "Sampler | None":

@@ -14,7 +14,7 @@ import textwrap
 import pandas as pd
 
 from .. import protocol
-from ..results import analyze
+from ..results import analyze, devices
 from .fmt import as_float, fmt_num
 from .tables import Table
 
@@ -56,7 +56,7 @@ def table(runs: pd.DataFrame) -> Table | None:
                      f"{fmt_num(r.get('power_mean_w'), '.0f')} / "
                      f"{fmt_num(r.get('power_max_w'), '.0f')}",
                      fmt_num(r.get("energy_j"), ",.1f"),
-                     "-" if per_sample is None else f"{per_sample * 1e3:.2f}",
+                     _per_sample(per_sample, r.get("power_rising")),
                      _text(r.get("energy_basis")), _text(r.get("throttle_reasons")),
                      _text(r.get("cpu_affinity")), _text(r.get("gpu_pci_bus_ids")),
                      _why(r)])
@@ -69,7 +69,17 @@ def table(runs: pd.DataFrame) -> Table | None:
                  "native window; power per device, energy over the run's devices (a GPU "
                  "shared by ranks once); energy from: the device's energy counter, or power "
                  "integrated over time; CPU util: the share of a rank's CPUs its process kept "
-                 "busy, mean over ranks", key_columns=1, text_columns=(1, 7, 8, 9, 10, 11))
+                 "busy, mean over ranks; 'power rising': the window's power rose by more than "
+                 f"{devices.POWER_RISE:.0%} from its first quarter to its last, so that energy "
+                 "is no steady-state figure (a longer warm-up or window gives one)",
+                 key_columns=1, text_columns=(1, 7, 8, 9, 10, 11))
+
+
+def _per_sample(joules: float | None, rising) -> str:
+    """mJ per sample, flagged where the window's power was still rising."""
+    if joules is None:
+        return "-"
+    return f"{joules * 1e3:.2f}" + (" (power rising)" if rising is True else "")
 
 
 def _options(options) -> str:

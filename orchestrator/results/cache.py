@@ -22,7 +22,7 @@ from .. import files, protocol
 from ..protocol import RankLog
 
 CACHE_DIR = "results/.cache"
-CACHE_VERSION = 5  # bump when the table, the metrics or this format change
+CACHE_VERSION = 6  # bump when the table, the metrics or this format change
 RACY_S = 2.0  # a log written this recently may change again within its mtime's resolution
 
 Token = tuple[int, int, int]  # a file's (size, mtime ns, inode)
@@ -53,7 +53,7 @@ class CacheEntry(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    version: Literal[5] = CACHE_VERSION
+    version: Literal[6] = CACHE_VERSION
     key: str
     parquet: Token
     offset: int

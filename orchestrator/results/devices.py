@@ -76,7 +76,24 @@ COLUMNS = (
 ENERGY_PER_SAMPLE = Column(
     "energy_per_sample_j", "derived", "window_samples",
     "energy_j over the training samples of the ranks' measured windows (J per sample)")
-RUN_COLUMNS = (*(c.name for c in COLUMNS), ENERGY_PER_SAMPLE.name)
+# Power still rising over the measured window (a GPU settling from idle: the recorded H200
+# windows of 20 steps rose from 150-220 W at their first sample to 400-550 W at their last)
+# makes its energy no steady state's. The test, over each device's power samples inside the
+# window in time order: the mean of the last quarter of them (at least one) over the mean of the
+# first quarter, minus 1; more than POWER_RISE on any device flags the run. A steady GPU's power
+# moves a few % from sample to sample; 10 % is past that.
+POWER_RISE = 0.10
+POWER_RISE_COLUMN = Column(
+    "power_rise", "derived", "power_w",
+    "how much the power rose over the measured window: mean power of its last quarter of "
+    "samples over its first quarter's, minus 1, the largest over the run's devices; null with "
+    "fewer than 2 power samples in the window")
+POWER_RISING = Column(
+    "power_rising", "derived", "power_w",
+    f"power_rise above {POWER_RISE:.0%}: the power was still rising, so energy_j and "
+    "energy_per_sample_j are not steady-state figures (a longer warm-up or window is)")
+RUN_COLUMNS = (*(c.name for c in COLUMNS), ENERGY_PER_SAMPLE.name, POWER_RISE_COLUMN.name,
+               POWER_RISING.name)
 
 
 def _present(values: list) -> list:
@@ -120,6 +137,31 @@ COMBINE = {
 }
 
 
+# The kind of value each device_metrics key combines as (COMBINE): numbers, lists of text, text.
+NUMERIC = ("device_mean", "device_max", "device_sum", "rank_mean", "rank_sum")
+
+
+def _finite(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and \
+        value == value and abs(value) != float("inf")
+
+
+def _typed(metrics: dict) -> dict:
+    """A footer's device_metrics with every value COMBINE reads of the kind it reads it as
+    (a damaged log's other values are left out: absent, not a crash)."""
+    out = dict(metrics)
+    for c in (*COLUMNS, ENERGY_PER_SAMPLE):
+        value = out.get(c.key)
+        if value is None or c.how in ("per_rank", "binding_union"):
+            continue
+        fits = (_finite(value) if c.how in NUMERIC or c.how == "derived"
+                else isinstance(value, list) and all(isinstance(v, str) for v in value)
+                if c.how == "union" else isinstance(value, str))
+        if not fits:
+            del out[c.key]
+    return out
+
+
 def held(metrics: dict) -> dict:
     """A footer's device_metrics, its energy dropped where its window was too short for one
     (devmetrics.edge_energy's rule). Footers that record their ``window`` applied the rule
@@ -140,26 +182,59 @@ def rank_entries(logs: list) -> list[tuple[int, dict, dict]]:
         footer, header = log.footer or {}, log.header or {}
         metrics = footer.get(protocol.DEVICE_METRICS)
         binding = header.get(protocol.BINDING)
-        out.append((log.rank, held(metrics) if isinstance(metrics, dict) else {},
+        out.append((log.rank, held(_typed(metrics)) if isinstance(metrics, dict) else {},
                     binding if isinstance(binding, dict) else {}))
     return out
 
 
 def distinct_devices(logs: list) -> list[dict]:
     """The device_metrics of each distinct device (node, device_id), from its lowest task."""
+    return [held(_typed(metrics)) for _, metrics in device_tasks(logs)]
+
+
+def window_rise(powers: list[float]) -> float | None:
+    """A window's power samples (in time order) -> the mean of their last quarter over the
+    mean of their first quarter, minus 1 (:data:`POWER_RISE` says why); None with fewer than
+    2 samples or no power in the first quarter."""
+    if len(powers) < 2:
+        return None
+    quarter = max(1, len(powers) // 4)
+    first = sum(powers[:quarter]) / quarter
+    last = sum(powers[-quarter:]) / quarter
+    return last / first - 1 if first > 0 else None
+
+
+def device_tasks(logs: list) -> list[tuple[int, dict]]:
+    """(task, device_metrics) of each distinct device (node, device_id): its lowest task."""
     seen: dict = {}
     for log in sorted(logs, key=lambda lg: lg.rank):
         metrics = (log.footer or {}).get(protocol.DEVICE_METRICS)
-        if not isinstance(metrics, dict) or not metrics.get("device_id"):
+        if not isinstance(metrics, dict) or not isinstance(metrics.get("device_id"), str):
             continue
         header = log.header or {}
         seen.setdefault((header.get("node") or header.get("host"), metrics["device_id"]),
-                        held(metrics))
+                        (log.rank, metrics))
     return list(seen.values())
 
 
-def run_facts(logs: list) -> dict:
-    """Every column of :data:`RUN_COLUMNS` of one run, from its parsed rank logs."""
+def power_rise(logs: list, ranks_dir: Path) -> float | None:
+    """:func:`window_rise` of each device's power samples (its device log: the sampler runs
+    over the measured window only, with a sample at each edge), the largest over the run's
+    devices."""
+    rises = []
+    for task, _ in device_tasks(logs):
+        samples = read_device_log(ranks_dir / protocol.device_log_name(task))
+        powers = [rec["power_w"] for rec in sorted(samples, key=lambda r: r["t"])
+                  if _finite(rec.get("power_w"))]
+        rise = window_rise(powers)
+        if rise is not None:
+            rises.append(rise)
+    return max(rises) if rises else None
+
+
+def run_facts(logs: list, ranks_dir: Path | None = None) -> dict:
+    """Every column of :data:`RUN_COLUMNS` of one run, from its parsed rank logs (and, given
+    ``ranks_dir``, the device logs beside them: :func:`power_rise`)."""
     ranks = rank_entries(logs)
     sampled = [r for r in ranks if r[1]]  # the ranks whose footer has device_metrics
     devices = distinct_devices(logs)
@@ -172,6 +247,9 @@ def run_facts(logs: list) -> dict:
     samples = _sum_all([m.get(ENERGY_PER_SAMPLE.key) for _, m, _ in sampled])
     out[ENERGY_PER_SAMPLE.name] = (out["energy_j"] / samples
                                    if out["energy_j"] is not None and samples else None)
+    rise = power_rise(logs, ranks_dir) if ranks_dir is not None else None
+    out[POWER_RISE_COLUMN.name] = rise
+    out[POWER_RISING.name] = None if rise is None else rise > POWER_RISE
     return out
 
 

@@ -14,14 +14,22 @@ builds the same columns (same rows, order, values and types) with Arrow's native
   ``M`` for ``{"type"``), so the rows of each segment are counted without counting lines;
 * every cell must end with the expected key name, which proves every line has exactly those
   keys in that order; ``type``, ``window`` and ``warmup`` must be one of their literal values,
-  and numbers are cast with Arrow's exact (correctly rounded) number parsing;
+  every other value must be spelled as a JSON number (:data:`JSON_NUMBER`; or ``null`` where
+  the reference reader takes one), and numbers are cast with Arrow's exact (correctly rounded)
+  number parsing. Arrow's parser alone also takes spellings JSON does not (``+1``, ``01``,
+  ``.5``, ``5.``, ``nan``, ``0x10``): the reference reader finds no record in such a line;
+* every value must be one the reference reader keeps (:func:`possible`: finite numbers, a
+  positive ``t_iter``, durations not negative, a positive sample count, an iteration number
+  below its header's limit): a line with one it would refuse (``protocol.impossible``) or
+  might refuse (a zero sample count: that depends on the log's other lines) goes the slow way;
 * a segment with a line that fails any of this goes with its whole log through the exact
   slow path (``protocol.read_rank_log`` without ``raw_iters``): a malformed line is reported
-  there as before. A line the CSV reader cannot split (a torn or foreign line) makes the group
-  be parsed again in halves until the logs it is in are found.
+  there as before, an impossible value as a violation. A line the CSV reader cannot split (a
+  torn or foreign line) makes the group be parsed again in halves until the logs it is in
+  are found.
 
-Arrow's number parser also takes a few spellings JSON does not (``+1``, ``01``, ``.5``,
-``5.``, ``nan``); Python's json, which writes the logs, never writes them.
+So the fast path takes a line only where the reference reader takes it, with the same values
+(tests/test_gather_fast.py mutates real rank logs to check it).
 """
 
 from __future__ import annotations
@@ -34,7 +42,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from ..protocol import MAX_LINE_BYTES, PHASES, WINDOW, WINDOW_BREAKDOWN, WINDOW_NATIVE, Segment
+from ..protocol import (
+    DURATIONS,
+    MAX_COUNT,
+    MAX_LINE_BYTES,
+    PHASES,
+    WINDOW,
+    WINDOW_BREAKDOWN,
+    WINDOW_NATIVE,
+    Segment,
+)
 
 _TYPE_CELL = b'{"type"'
 _MARK_CELL = b"M"
@@ -50,6 +67,17 @@ _NULLABLE = ("samples", "t_comm_total", *PHASES)
 ITER_FIELDS = ("iter", "window", "warmup_iter", "t_start", "t_iter", "samples",
                 "t_comm_total", *PHASES)
 THREADS = 2  # column work (checks, casts) in parallel; Arrow releases the GIL
+# A number as JSON spells it (RFC 8259), whole numbers for the integer fields; ``null`` where a
+# field may be null (every field but iter, t_start and t_iter).
+JSON_NUMBER = r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?"
+JSON_INTEGER = r"-?(0|[1-9][0-9]*)"
+
+
+def _spelling(key: str) -> str:
+    """The regular expression a value of ``key`` must match whole."""
+    number = JSON_INTEGER if _NUMBERS.get(key) == pa.int64() else JSON_NUMBER
+    nullable = key in _NULLABLE or key not in _NUMBERS
+    return f"^({number}|null)$" if nullable else f"^{number}$"
 
 
 def _read_cells(keys: tuple[str, ...], segs: list[Segment]) -> pa.Table:
@@ -74,29 +102,33 @@ def _read_cells(keys: tuple[str, ...], segs: list[Segment]) -> pa.Table:
 
 
 def parse_group(keys: tuple[str, ...], segs: list[Segment], batch: list[int],
-                 threads: ThreadPoolExecutor) -> tuple[pa.Table | None, list[tuple[int, int]]]:
+                 threads: ThreadPoolExecutor, limits: list[int] | None = None
+                 ) -> tuple[pa.Table | None, list[tuple[int, int]]]:
     """The iteration-level columns (:data:`ITER_FIELDS`) of segments that share their keys,
     and per segment (its first row in that table, its row count); count -1 for a segment the
     slow path must read. The table also holds rows that are no segment's (markers): callers
     take rows by those places. ``batch``: each segment's run's batch size (``samples``'
-    default)."""
+    default); ``limits``: each segment's iteration limit (``protocol.iteration_limit`` of its
+    log's header; none given: MAX_COUNT)."""
+    limits = [MAX_COUNT] * len(segs) if limits is None else limits
     try:
         cells = _read_cells(keys, segs)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         if len(segs) == 1:  # a line the CSV reader cannot split is in this segment
             return None, [(0, -1)]
         mid = len(segs) // 2
-        a, places_a = parse_group(keys, segs[:mid], batch[:mid], threads)
-        b, places_b = parse_group(keys, segs[mid:], batch[mid:], threads)
+        a, places_a = parse_group(keys, segs[:mid], batch[:mid], threads, limits[:mid])
+        b, places_b = parse_group(keys, segs[mid:], batch[mid:], threads, limits[mid:])
         shift = 0 if a is None else a.num_rows
         tables = [t for t in (a, b) if t is not None]
         return ((pa.concat_tables(tables) if tables else None),
                 places_a + [(start + shift, n) for start, n in places_b])
-    return _convert(keys, cells, len(segs), batch, threads)
+    return _convert(keys, cells, len(segs), batch, threads, limits)
 
 
 def _convert(keys: tuple[str, ...], cells: pa.Table, nseg: int, batch: list[int],
-             threads: ThreadPoolExecutor) -> tuple[pa.Table | None, list[tuple[int, int]]]:
+             threads: ThreadPoolExecutor, limits: list[int]
+             ) -> tuple[pa.Table | None, list[tuple[int, int]]]:
     """:func:`parse_group`'s answer from the cells of its segments' lines."""
     everything_slow = None, [(0, -1)] * nseg
     if keys[0] != "type" or cells.num_rows == 0:
@@ -112,7 +144,8 @@ def _convert(keys: tuple[str, ...], cells: pa.Table, nseg: int, batch: list[int]
     if wrong.any():
         bad[np.unique(seg_of_row[wrong])] = True
     rows = np.bincount(seg_of_row, minlength=nseg) - 1  # each segment's marker is one
-    cast = _cast_good_segments(texts, bad, seg_of_row, rows, threads)
+    limit_of_row = np.asarray(limits, dtype=np.int64)[seg_of_row]
+    cast = _cast_good_segments(texts, bad, seg_of_row, rows, threads, limit_of_row)
     if cast is None:
         return everything_slow
     values, keep = cast
@@ -145,7 +178,9 @@ def _check_cells(keys: tuple[str, ...], cells: pa.Table,
         if key == "warmup":
             true = pc.equal(cell, b"true" + end)
             return pc.or_(true, pc.equal(cell, b"false" + end)), true
-        return pc.ends_with(cell, end), pc.binary_slice(cell, 0, -len(end))
+        value = pc.binary_slice(cell, 0, -len(end))
+        return pc.and_(pc.ends_with(cell, end),
+                       pc.match_substring_regex(value, _spelling(key))), value
 
     checked = list(threads.map(check, range(len(keys))))
     first = cells.column(0)
@@ -166,19 +201,25 @@ def _within_line_bound(cells: pa.Table) -> pa.Array:
 
 
 def _cast_good_segments(texts: dict[str, pa.Array], bad, seg_of_row, rows,
-                        threads: ThreadPoolExecutor) -> tuple[dict, object] | None:
+                        threads: ThreadPoolExecutor,
+                        limit_of_row) -> tuple[dict, object] | None:
     """The values of the rows of the segments not ``bad`` (marked in place: a segment with a
-    cell that is no number becomes bad), and which rows those are (None: all); None if that
-    cannot be settled."""
+    cell that is no number, or with a value the reference reader would not keep, becomes
+    bad), and which rows those are (None: all); None if that cannot be settled."""
     while True:
         keep = None if not bad.any() else ~bad[seg_of_row]
         take = None if keep is None else pa.array(np.flatnonzero(keep))
         kept = {k: (v if take is None else v.take(take)) for k, v in texts.items()}
         values = dict(zip(kept, threads.map(lambda kv: _cast(*kv), kept.items()), strict=True))
         failed = [k for k, v in values.items() if v is None]
-        if not failed:
-            return values, keep
         before = bad.sum()
+        if not failed:
+            limit = limit_of_row if keep is None else limit_of_row[keep]
+            wrong = ~possible(values, limit)
+            if not wrong.any():
+                return values, keep
+            segs = seg_of_row if keep is None else seg_of_row[keep]
+            bad[np.unique(segs[wrong])] = True
         for name in failed:  # rare: each segment's text on its own
             at = 0
             for s in np.flatnonzero(~bad):
@@ -188,6 +229,29 @@ def _cast_good_segments(texts: dict[str, pa.Array], bad, seg_of_row, rows,
                 at += n
         if bad.sum() == before:  # cannot be; never loop
             return None
+
+
+def possible(values: dict[str, pa.Array], limit) -> np.ndarray:
+    """Rows whose every value the reference reader keeps (``protocol.impossible``), and whose
+    sample count is not 0 (a log's zero counts are judged by its other lines: the slow path
+    does it). ``limit``: each row's iteration limit."""
+    ok = np.ones(len(next(iter(values.values()))), dtype=bool)
+    for key, column in values.items():
+        if key in (WINDOW, "warmup"):
+            continue
+        x = column.to_numpy(zero_copy_only=False)
+        if key == "iter":
+            ok &= (x >= 0) & (x < limit)
+        elif key == "samples":
+            x = column.fill_null(1).to_numpy()
+            ok &= (x > 0) & (x <= MAX_COUNT)
+        elif key == "t_iter":
+            ok &= np.isfinite(x) & (x > 0) & (x <= MAX_COUNT)
+        else:  # a duration: never negative; any other number: finite (null stays null: NaN)
+            nulls = column.is_null().to_numpy(zero_copy_only=False)
+            fine = (np.abs(x) <= MAX_COUNT) & ((x >= 0) | (key not in DURATIONS))
+            ok &= fine | nulls
+    return ok
 
 
 def _iteration_columns(values: dict[str, pa.Array], n_rows: int, batch_of_row) -> pa.Table:

@@ -240,7 +240,7 @@ def _write_runs(out: Path, inputs: list[RunInput], parts: list[RunPart]) -> pd.D
         info.update(part.metrics)
         info.update(gather.footer_facts(logs))
         info.update(dimension_facts(run, logs))  # precision, compile, ...
-        info.update(devices.run_facts(logs))  # device metrics and binding
+        info.update(devices.run_facts(logs, rdir / protocol.RANKS_DIR))  # devices, binding
         info.update(fabric.attest(run, rdir, logs))
         rows.append(info)
     runs_df = analyze.add_invariants(analyze.add_scaling(pd.DataFrame(rows)))

@@ -17,7 +17,16 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .. import files
-from ..protocol import PHASES, WINDOW, WINDOW_BREAKDOWN, WINDOW_NATIVE, RankLog, read_rank_log
+from ..protocol import (
+    MAX_COUNT,
+    PHASES,
+    WINDOW,
+    WINDOW_BREAKDOWN,
+    WINDOW_NATIVE,
+    RankLog,
+    iteration_limit,
+    read_rank_log,
+)
 from ..spec.api import Run, column_names
 from . import iterlines
 from .iterlines import ITER_FIELDS
@@ -182,9 +191,12 @@ def _parse_groups(files: list[tuple[Run, list[RankLog], int]]) -> tuple[
     base = 0
     with ThreadPoolExecutor(iterlines.THREADS) as threads:
         for keys, members in groups.items():
-            segs = [files[i][1][files[i][2]].segments[j] for i, j in members]
+            logs = [files[i][1][files[i][2]] for i, _ in members]
+            segs = [log.segments[j] for log, (_, j) in zip(logs, members, strict=True)]
             batch = [files[i][0].batch_size for i, _ in members]
-            table, places = iterlines.parse_group(keys, segs, batch, threads)
+            limits = [MAX_COUNT if "epoch" in keys else iteration_limit(log.header)
+                      for log in logs]
+            table, places = iterlines.parse_group(keys, segs, batch, threads, limits)
             for (i, j), (start, n) in zip(members, places, strict=True):
                 if n < 0:
                     slow.add(i)

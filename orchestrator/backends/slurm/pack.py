@@ -40,7 +40,7 @@ from pathlib import Path
 
 import jinja2
 
-from ... import __version__, backends, files, protocol, rundir, templating
+from ... import __version__, backends, files, protocol, rundir, stopping, templating
 from ...errors import UserError
 from ...render import max_tasks_per_node, sbatch_lines, slurm_job
 from ...rundir import JobRecord, Prepared
@@ -280,12 +280,15 @@ def submit(prepared: list[Prepared], site: Site, kind: str,
         pack_dir.mkdir(parents=True)
         script = pack_dir / _script_name(group.kind)
         files.write_text_atomic(script, text)
-        job_id = sched.submit_script(script, name)
-        for k, p in enumerate(group.members):
-            rid = f"{job_id}_{k}" if group.kind == "array" else job_id
-            record = p.record.model_copy(update={"job_id": rid, "state": "PENDING", "pack": name,
-                                                 "submitted_at": rundir.now()})
-            rundir.write_record(p.rdir, record)
+        records = []
+        with stopping.deferred():  # a job is never left out of its runs' ledgers
+            job_id = sched.submit_script(script, name)
+            for k, p in enumerate(group.members):
+                rid = f"{job_id}_{k}" if group.kind == "array" else job_id
+                records.append(rundir.write_record(p.rdir, p.record.model_copy(update={
+                    "job_id": rid, "state": "PENDING", "pack": name,
+                    "submitted_at": rundir.now()})))
+        for p, record in zip(group.members, records, strict=True):
             on_event(p.run, record)
             live.append(Prepared(p.run, p.rdir, record, "wait"))
     return live
