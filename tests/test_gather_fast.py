@@ -12,13 +12,21 @@ import json
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 import pytest
 
 from orchestrator import protocol, results
 from orchestrator.results import tables
 
-from .test_report import FOOTER, check_merge, dumps, header, iteration, make_run, slow_result_set
+from .test_report import (
+    FOOTER,
+    check_merge,
+    dumps,
+    header,
+    iteration,
+    iterations_table,
+    make_run,
+    slow_result_set,
+)
 
 WARMUP = 2
 
@@ -140,7 +148,7 @@ def test_a_bad_line_in_either_window_merges_like_the_slow_path(tmp_path, monkeyp
         slow_reads.clear()
         if name == "NaN":  # a number Python's json reads; NaN != NaN for Table.equals
             results.merge(out)
-            fast = pq.read_table(out / "results" / "iterations.parquet")
+            fast = iterations_table(out)
             pd.testing.assert_frame_equal(fast.to_pandas(), slow_result_set(out)[0].to_pandas())
             assert np.isnan(fast.column("t_iter").to_numpy()).sum() == 1
         else:
@@ -173,7 +181,7 @@ def test_run_metrics_are_pandas_means_and_stds_bit_for_bit(tmp_path):
     rec["t_b"] = None
     write(log, [*lines[:10], dumps(rec), *lines[11:]])
     runs = results.merge(out)
-    rows = pq.read_table(out / "results" / "iterations.parquet").to_pandas()
+    rows = iterations_table(out).to_pandas()
     for _, run in runs.iterrows():
         m = rows[(rows["run_id"] == run["run_id"]) & (rows["window"] == "breakdown")
                  & ~rows["warmup_iter"]]

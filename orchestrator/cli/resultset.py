@@ -26,8 +26,8 @@ def load_result_set(directory: Path):
     directory = directory.resolve()
     sweep = None
     if rundir.run_dirs(directory):
-        results.recheck(directory)  # the run records first: merge only reads
-        results.merge(directory)
+        keys = results.recheck(directory)  # the run records first: merge only reads
+        results.merge(directory, keys)
         sweep = directory
         res = directory / "results"
     elif (directory / "results" / "runs.parquet").is_file():
@@ -38,9 +38,9 @@ def load_result_set(directory: Path):
         raise UserError(f"{directory}: not a sweep directory (no <run-id>/run.json) and no "
                         "results/runs.parquet; run orch sweep first")
     runs = pd.read_parquet(res / "runs.parquet")
-    iters_path = res / "iterations.parquet"
-    iters = pd.read_parquet(iters_path) if iters_path.is_file() else pd.DataFrame(
-        columns=["run_id", "rank", "host", "iter", "warmup_iter", "t_iter"])
+    iters = results.resultset.read_table(res / "iterations.parquet")
+    if iters is None:
+        iters = pd.DataFrame(columns=["run_id", "rank", "host", "iter", "warmup_iter", "t_iter"])
     if runs.empty:
         raise UserError(f"{directory}: the result set has no runs")
     return runs, iters, sweep
@@ -49,22 +49,24 @@ def load_result_set(directory: Path):
 def load_epochs(directory: Path):
     """``epochs.parquet`` of a result set (a sweep directory or its results/), if it has one:
     the sweep had runs with --epochs."""
-    import pandas as pd
-
-    for path in (directory / "results" / "epochs.parquet", directory / "epochs.parquet"):
-        if path.is_file():
-            return pd.read_parquet(path)
-    return None
+    return _per_run_table(directory, "epochs.parquet")
 
 
 def load_device_samples(directory: Path):
     """``devices.parquet`` of a result set (a sweep directory or its results/): the ranks'
     device samples over time; None where it has none (a result set older than the sampler)."""
-    import pandas as pd
+    return _per_run_table(directory, "devices.parquet")
 
-    for path in (directory / "results" / "devices.parquet", directory / "devices.parquet"):
-        if path.is_file():
-            return pd.read_parquet(path)
+
+def _per_run_table(directory: Path, name: str):
+    """A per-run table of a result set (a sweep directory or its results/): a directory of a
+    file per run, or an older orch's one file; None where it has none."""
+    from ..results import resultset
+
+    for path in (directory / "results" / name, directory / name):
+        frame = resultset.read_table(path)
+        if frame is not None:
+            return frame
     return None
 
 

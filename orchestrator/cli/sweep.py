@@ -194,8 +194,8 @@ def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         return
-    results.recheck(out_dir)  # the run records first: merge only reads
-    runs_df = results.merge(out_dir)
+    keys = results.recheck(out_dir)  # the run records first: merge only reads
+    runs_df = results.merge(out_dir, keys)
     ids = {r.run_id for r in runs}
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))
