@@ -17,7 +17,7 @@ iteration with phases and no ``window`` key, as logs were written before (bigger
 in one run, side by side, each as ``orch gather`` does it (``results.recheck``, then
 ``results.merge``):
 
-* the gather from scratch (no ``results/.cache``: re-checks every finished run against the
+* the gather from scratch (no ``results/``: re-checks every finished run against the
   digest of its logs, reads every log, writes every run's ``results/iterations.parquet/<run>``
   file and ``results/runs.parquet``);
 * the incremental re-gather: nothing changed, and one run's rank log touched (only that run's
@@ -173,11 +173,9 @@ print(json.dumps([time.perf_counter() - t0, cpu() - c0, len(runs), peak]))
 
 def time_orch(out: Path, runs: int) -> tuple[float, float, int]:
     """A gather from scratch (the run records re-checked, then merged, as orch gather does):
-    the incremental cache (results/.cache) is removed first. Returns (wall s, CPU s, peak RSS
-    bytes of the process that merged)."""
-    from orchestrator import results
-
-    shutil.rmtree(out / results.CACHE_DIR, ignore_errors=True)
+    the result set and its cache (results/) are removed first, as after a sweep's runs.
+    Returns (wall s, CPU s, peak RSS bytes of the process that merged)."""
+    shutil.rmtree(out / "results", ignore_errors=True)
     proc = subprocess.run([sys.executable, "-c", _CHILD, str(out)], capture_output=True,
                           text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if proc.returncode != 0:
@@ -188,10 +186,10 @@ def time_orch(out: Path, runs: int) -> tuple[float, float, int]:
 
 
 def _merge_here(out: Path) -> tuple[float, float]:
-    """A merge from scratch in this process (for --stages). Returns (wall s, CPU s)."""
+    """A gather from scratch in this process (for --stages). Returns (wall s, CPU s)."""
     from orchestrator import results
 
-    shutil.rmtree(out / results.CACHE_DIR, ignore_errors=True)
+    shutil.rmtree(out / "results", ignore_errors=True)
     t0, c0 = time.perf_counter(), _cpu()
     results.merge(out, results.recheck(out))
     return time.perf_counter() - t0, _cpu() - c0
