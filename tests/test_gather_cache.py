@@ -348,19 +348,28 @@ _MERGE = "import sys; from pathlib import Path; from orchestrator import results
          "[results.merge(Path(sys.argv[1])) for _ in range(3)]"
 
 
-def test_concurrent_merges_leave_a_whole_result_set(tmp_path):
-    """Three processes merging one sweep at once, while a run changes: each file is whole
-    (never two runs' rows in one, never a private file left), and the next merge gives the
-    result set of a merge from scratch."""
+@pytest.mark.parametrize("older", [False, True], ids=["a file per run", "one file per table"])
+def test_concurrent_merges_leave_a_whole_result_set(tmp_path, older):
+    """Three processes merging one sweep at once, while a run changes (or rebuilding a result
+    set of one file per table, each into its own private directory): each file is whole
+    (never two runs' rows in one, never a private file or directory left), and the next merge
+    gives the result set of a merge from scratch."""
     out, rdirs = _sweep(tmp_path)
+    if older:
+        shutil.rmtree(out)
+        shutil.copytree(ONE_FILE, out)
+        _age_all(out)
+        rdirs = rundir.run_dirs(out)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-c", _MERGE, str(out)], env=env, cwd=ROOT,
                               stderr=subprocess.PIPE, text=True) for _ in range(3)]
-    for k in range(3):
-        _add_iteration(rdirs[1] / "ranks" / "rank-0.jsonl", np.random.default_rng(k))
+    if not older:
+        for k in range(3):
+            _add_iteration(rdirs[1] / "ranks" / "rank-0.jsonl", np.random.default_rng(k))
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.stderr.read()
-    assert not [p for p in (out / "results").rglob("*") if p.name.endswith(".tmp")]
+    assert not [p for p in (out / "results").rglob(".*") if p.name != ".cache"]
+    assert not any((out / "results" / f"{name}.parquet").is_file() for name in resultset.TABLES)
     runs, _ = check_merge(out)
     _same_as_from_scratch(out, tmp_path, runs)
 

@@ -97,8 +97,13 @@ def merge(out: Path, keys: dict[str, str | None] | None = None) -> pd.DataFrame:
     except BaseException:
         layout.abandon()
         raise
-    layout.prune(lambda run_id: not (out / run_id / protocol.RUN_FILE).is_file())
-    cache.prune(cache_dir, lambda run_id: not (out / run_id / protocol.RUN_FILE).is_file())
+    merged_ids = {rdir.name for rdir in rdirs}
+
+    def gone(run_id: str) -> bool:  # looked at now: a run a concurrent merge has just seen stays
+        return run_id not in merged_ids and not (out / run_id / protocol.RUN_FILE).is_file()
+
+    layout.prune(gone)
+    cache.prune(cache_dir, gone)
     return _write_runs(out, merged)
 
 
@@ -150,15 +155,24 @@ class Layout:
         """Each older single file replaced by the directory written in its place."""
         for name, staged in self.staged.items():
             final = self.results / f"{name}.parquet"
+            self.dirs[name] = final
+            if not final.is_file():  # a concurrent merge put its directory there first: its
+                shutil.rmtree(staged, ignore_errors=True)  # runs are whole (ours: misses)
+                continue
             files.make_dirs(staged)
             aside = self.results / f".{name}.parquet.{os.getpid()}.old"
             try:
                 os.replace(final, aside)
-                os.replace(staged, final)
+                try:
+                    os.replace(staged, final)
+                except OSError:
+                    if not final.is_dir():  # else a concurrent merge's, made between the two
+                        os.replace(aside, final)  # the old file back in its place
+                        raise
+                    shutil.rmtree(staged, ignore_errors=True)
             except OSError as exc:
                 raise files.WriteFailed(final, exc, verb="replace") from exc
             files.remove(aside)  # every row it held is in the directory now
-            self.dirs[name] = final
         self.staged = {}
 
     def abandon(self) -> None:
