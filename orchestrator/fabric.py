@@ -19,10 +19,18 @@ The verdict, per run:
 * ``verified``: the data transport matches the declaration (InfiniBand: NCCL's or UCX's verbs
   transport on an HCA, or TCP over an IPoIB interface; Ethernet: TCP or NCCL sockets on the
   declared interface) and at least :data:`MIN_RATIO` of the bytes the pattern must move were
-  seen on it;
-* ``mismatch``: the bytes went over something else than declared (the test cluster's ``ib``
-  partition: TCP over ``lo``, a loopback device, not InfiniBand: a mismatch, by design);
-* ``unverified``: no evidence (one node, no rank recorded any, too few bytes to tell).
+  seen on it — by the ranks' sockets and, where the nodes' interface counters were read, by
+  that interface's counters too;
+* ``mismatch``: the bytes went over something else than declared (a loopback or an Ethernet
+  device where InfiniBand is declared, another NIC than the declared one);
+* ``unverified``: no evidence (one node, no rank recorded any, too few bytes to tell, or the
+  interface's counters contradict the sockets).
+
+A partition that *emulates* its fabric says so (``emulated_by``: the test cluster's ``ib``
+partition is a veth shaped by tc, named ``ib0``): its interface's device type is not checked,
+and the verdict says what it is — sockets over an emulated IPoIB link, not InfiniBand verbs.
+The busiest other interface's counter (``fabric_other_bytes``) is reported beside, never
+judged: on a real node it carries storage, Slurm and other jobs' traffic too.
 
 Expected bytes are what the training ranks must SEND in the measured window, from the model's
 float32 gradient ``G`` and the training ranks ``N``: ring all-reduce ``2(N-1)/N * G`` per rank
@@ -48,7 +56,8 @@ MIN_RATIO = 0.5
 # An interface is a data interface when it carried at least this share of the TCP bytes.
 DATA_SHARE = 0.1
 COLUMNS = ("fabric", "fabric_reason", "fabric_transport", "fabric_iface",
-           "fabric_bytes_measured", "fabric_bytes_expected", "fabric_host_bytes")
+           "fabric_bytes_measured", "fabric_bytes_expected", "fabric_host_bytes",
+           "fabric_other_bytes")
 OUT_TAIL_BYTES = 4 << 20  # NCCL/UCX/Open MPI print at start-up: the head of a big file is enough
 
 # A run directory holding this file was swept with --require-fabric: a mismatch fails it.
@@ -202,13 +211,14 @@ def declared(rdir: Path, run) -> dict:
     parts = (((prov.get("site") or {}).get("config") or {}).get("partitions")) or []
     part = next((p for p in parts if p.get("name") == run.partition), {})
     return {"interconnect": part.get("interconnect", run.interconnect),
-            "socket_ifname": part.get("socket_ifname"), "ib_hca": part.get("ib_hca") or []}
+            "socket_ifname": part.get("socket_ifname"), "ib_hca": part.get("ib_hca") or [],
+            "emulated_by": part.get("emulated_by")}
 
 
 def _result(verdict, reason, transport=None, iface=None, measured=None, expected=None,
-            host=None) -> dict:
-    return dict(zip(COLUMNS, (verdict, reason, transport, iface, measured, expected, host),
-                    strict=True))
+            host=None, other=None) -> dict:
+    return dict(zip(COLUMNS, (verdict, reason, transport, iface, measured, expected, host,
+                              other), strict=True))
 
 
 def _tcp_evidence(logs: list[RankLog], train: set[int]) -> tuple[dict, dict, dict]:
@@ -229,21 +239,33 @@ def _tcp_evidence(logs: list[RankLog], train: set[int]) -> tuple[dict, dict, dic
     return types, total, sent
 
 
-def _host_bytes(logs: list[RankLog], iface: str | None, train: set[int]) -> int | None:
-    """The host counters of ``iface`` over the window, once per network namespace (the lowest
-    training rank's window in each): several "nodes" sharing one kernel are counted once."""
-    if not iface:
-        return None
-    seen: dict[str, int] = {}
+def host_counters(logs: list[RankLog], train: set[int]) -> dict[str, int]:
+    """Bytes each interface sent over the window by its host counters, summed over network
+    namespaces, each counted once (the lowest training rank's window in each): nodes that are
+    hosts of their own each count theirs; several "nodes" sharing one kernel count once."""
+    seen: dict[str, dict] = {}
     for log in sorted(logs, key=lambda lg: lg.rank):
         fab = (log.footer or {}).get(protocol.FABRIC) or {}
         if log.rank not in train or fab.get("basis") != "window":
             continue
         ns = fab.get("netns") or fab.get("host")
-        dev = (fab.get("netdev") or {}).get(iface)
-        if ns not in seen and dev:
-            seen[ns] = int(dev.get("tx", 0))
-    return sum(seen.values()) if seen else None
+        if ns not in seen and fab.get("netdev"):
+            seen[ns] = fab["netdev"]
+    out: dict[str, int] = {}
+    for netdev in seen.values():
+        for name, dev in netdev.items():
+            out[name] = out.get(name, 0) + int((dev or {}).get("tx") or 0)
+    return out
+
+
+def _other_iface(counters: dict[str, int], used: list[str], types: dict) -> tuple[str, int]:
+    """The busiest interface that is neither used nor a loopback: ("", 0) if none moved."""
+    others = [(b, n) for n, b in counters.items()
+              if n not in used and types.get(n) != "loopback" and n != "lo"]
+    if not others:
+        return "", 0
+    busiest, name = max(others)
+    return name, busiest
 
 
 def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
@@ -283,7 +305,8 @@ def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
         if hcas and not {v.split(":")[0] for v in verbs} <= hcas:
             return _result(MISMATCH, f"declared HCAs {','.join(sorted(hcas))}; ranks used "
                            f"{used}", transport, used, ib_bytes, expected)
-        return _bytes_verdict(transport, used, "InfiniBand verbs", ib_bytes, expected, None)
+        return _bytes_verdict("InfiniBand verbs",
+                              (transport, used, ib_bytes, expected, None, None))
 
     # 2. Socket transports: NCCL's socket module, UCX/Open MPI TCP, everything else's TCP.
     nccl_socket = sorted({i for p in nccl if p["network"] == "Socket" for i in p["ifaces"]})
@@ -311,39 +334,57 @@ def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
     transport = "nccl-socket" if nccl_socket else "tcp"
     used = ",".join(used_ifaces)
     kinds = ",".join(sorted({str(types.get(i) or "?") for i in used_ifaces}))
-    host = _host_bytes(logs, used_ifaces[0], train)
-    if want_ib:
+    counters = host_counters(logs, train)
+    host = sum(counters[i] for i in used_ifaces if i in counters) if counters else None
+    other_name, other = _other_iface(counters, used_ifaces, types)
+    figures = (transport, used, measured, expected, host, other if counters else None)
+    emulated = decl.get("emulated_by")
+    if want_ib and not emulated:
         ipoib = all(types.get(i) == "infiniband" for i in used_ifaces)
         if not ipoib:
             return _result(MISMATCH, f"declared infiniband; ranks used {transport.upper()} "
-                           f"over {used} ({kinds}), not an InfiniBand device" + note,
-                           transport, used, measured, expected, host)
-        return _bytes_verdict(transport, used, "TCP over IPoIB", measured, expected, host,
-                              basis, note)
-    if nic and set(used_ifaces) != {nic}:
+                           f"over {used} ({kinds}), not an InfiniBand device" + note, *figures)
+        what = "TCP over IPoIB"
+    elif nic and set(used_ifaces) != {nic}:
         return _result(MISMATCH, f"declared {decl['interconnect']} on {nic}; ranks used "
-                       f"{transport.upper()} over {used} ({kinds})" + note,
-                       transport, used, measured, expected, host)
-    return _bytes_verdict(transport, used, f"{transport.upper()} over {used} ({kinds})",
-                          measured, expected, host, basis, note)
+                       f"{transport.upper()} over {used} ({kinds})" + note, *figures)
+    elif want_ib:
+        what = (f"{transport.upper()} over {used}, an emulated IPoIB link ({emulated}): "
+                "sockets, not InfiniBand verbs")
+    else:
+        what = f"{transport.upper()} over {used} ({kinds})"
+        if emulated:
+            what += f", an emulated link ({emulated})"
+    return _bytes_verdict(what, figures, basis, note, other_name)
 
 
-def _bytes_verdict(transport, used, what, measured, expected, host, basis="window", note=""):
+def _bytes_verdict(what: str, figures: tuple, basis: str = "window", note: str = "",
+                   other_name: str = "") -> dict:
+    """The verdict on the bytes: the training ranks' sockets sent at least MIN_RATIO of what
+    the pattern must send, over the interface, and (where the nodes' interface counters were
+    read) that interface's counters moved at least as much, whatever the other interfaces
+    did (they carry the nodes' other traffic too: storage, Slurm, other jobs)."""
+    _, used, measured, expected, host, other = figures
     where = "" if basis == "window" else " (since the tasks started)"
     if expected is None:
-        return _result(VERIFIED, f"{what}; no expected byte count for this mode{note}",
-                       transport, used, measured, expected, host)
+        return _result(VERIFIED, f"{what}; no expected byte count for this mode{note}", *figures)
     if measured is None:
-        return _result(UNVERIFIED, f"{what}, but no byte counters were read{note}",
-                       transport, used, measured, expected, host)
+        return _result(UNVERIFIED, f"{what}, but no byte counters were read{note}", *figures)
     ratio = measured / expected if expected else float("inf")
     if expected and ratio < MIN_RATIO:
         return _result(UNVERIFIED, f"{what}, but only {measured:,} of the {expected:,.0f} bytes "
-                       f"the pattern must send crossed it{where}{note}",
-                       transport, used, measured, expected, host)
+                       f"the pattern must send crossed it{where}{note}", *figures)
+    counted = ""
+    if host is not None and basis == "window":
+        if expected and host < MIN_RATIO * expected:
+            return _result(UNVERIFIED, f"{what}; the ranks' sockets sent {measured:,} bytes, "
+                           f"but the nodes' counters of {used} moved only {host:,} of the "
+                           f"{expected:,.0f} the pattern must send{note}", *figures)
+        counted = f"; the nodes' counters: {used} {host:,}"
+        if other_name:
+            counted += f", {other_name} {other:,}"
     return _result(VERIFIED, f"{what}; {measured:,} bytes sent{where}, "
-                   f"{ratio:.2f}x the {expected:,.0f} expected{note}",
-                   transport, used, measured, expected, host)
+                   f"{ratio:.2f}x the {expected:,.0f} expected{counted}{note}", *figures)
 
 
 def _ib_bytes(logs: list[RankLog], train: set[int]) -> int | None:

@@ -86,6 +86,7 @@ FABRIC = "fabric"  # the footer field holding a rank's fabric evidence
 DEVICE_METRICS = "device_metrics"
 DEVICE_METRICS_REASON = "device_metrics_reason"
 BINDING = "binding"  # the header field: CUDA_VISIBLE_DEVICES, GPU, CPU affinity, NUMA nodes
+CPU_SHARE = "cpu_share"  # the header field: the cores a rank may use (cgroup quota, affinity)
 STATUS_ERROR = "error"
 # The footer field of a rank that failed on an exception: its own line (type: message), what
 # a person reads first; the footer's ``error`` keeps the traceback's last lines, and the
@@ -130,8 +131,11 @@ MAX_LINE_BYTES = 1 << 20
 # rank at that iteration, a program's fault, in every attempt; ``stop`` has the rank SIGSTOP
 # itself there (a frozen process: no iteration, no heartbeat, as a hung node looks), a machine's
 # fault, so in the run's first attempt only: a retry (the run directory holds ATTEMPTS_DIR) runs
-# clean and shows the recovery.
-FAILURE_ACTIONS = ("fail", "stop")
+# clean and shows the recovery; ``hold`` has the rank stop there but stay alive (it sleeps; its
+# heartbeat goes on, as a rank waiting on a dead link or a peer does), also the first attempt's
+# only: a run held still mid-window, for as long as a test needs to act on it.
+FAILURE_ACTIONS = ("fail", "stop", "hold")
+MACHINE_FAULTS = ("stop", "hold")
 FAILURE_SPEC = re.compile(r"^(\d+)@(\d+)(?::(" + "|".join(FAILURE_ACTIONS) + r"))?$")
 
 
@@ -141,12 +145,15 @@ def rank_log_name(task):
 
 
 # A rank's heartbeat (``rank-<task>.beat`` in RANKS_DIR): a thread of the rank rewrites one
-# fixed-width line (sequence number, epoch seconds) every HEARTBEAT_S. The control plane (orch's
-# hang watch) notes when the line last changed by its own clock, so node clocks do not matter:
-# a rank blocked in a collective still beats (its thread runs), a stopped process or a dead
-# node does not. Written in place with pwrite, never truncated: a reader sees the old line or
-# the new one.
+# fixed-width line (sequence number, epoch seconds, the fabric interfaces it found down) every
+# HEARTBEAT_S. The control plane (orch's hang watch) notes when the line last changed by its
+# own clock, so node clocks do not matter: a rank blocked in a collective still beats (its
+# thread runs), a stopped process or a dead node does not; a rank whose link went down says so
+# (it writes to the shared filesystem, not over that link). Written in place with pwrite,
+# never truncated: a reader sees the old line or the new one.
 HEARTBEAT_S = 1.0
+HEARTBEAT_BYTES = 64
+LINK_DOWN = "down="  # the heartbeat's third field: down=<iface>[,<iface>...], or "-"
 
 
 def heartbeat_name(task):
@@ -154,9 +161,19 @@ def heartbeat_name(task):
     return f"rank-{int(task)}.beat"
 
 
-def heartbeat_line(seq, when):
-    """One heartbeat, always the same width (31 bytes)."""
-    return f"{int(seq) % 10 ** 12:012d} {when:017.3f}\n".encode()
+def heartbeat_line(seq, when, down=()):
+    """One heartbeat, always HEARTBEAT_BYTES wide: sequence, epoch seconds, and the rank's
+    fabric interfaces that are down (``down=ib0``; ``-`` when none)."""
+    links = (LINK_DOWN + ",".join(down))[:32] if down else "-"
+    return f"{int(seq) % 10 ** 12:012d} {when:017.3f} {links:<32}\n".encode()
+
+
+def heartbeat_links_down(line):
+    """The interfaces a heartbeat line says are down ([] for none or an older line)."""
+    fields = line.decode(errors="replace").split()
+    if len(fields) >= 3 and fields[2].startswith(LINK_DOWN):
+        return [n for n in fields[2][len(LINK_DOWN):].split(",") if n]
+    return []
 
 
 def device_log_name(task):

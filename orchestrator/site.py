@@ -114,6 +114,8 @@ def _check_time(v: str | None) -> str | None:
 
 # Linux interface names: 1-15 bytes, no '/', ':' or whitespace (dev_valid_name).
 _IFNAME = r"^[^/:\s]{1,15}$"
+# A node's name on a fabric: letters, digits, dots and dashes around one {host}.
+FABRIC_HOSTNAME = r"^[A-Za-z0-9.-]*\{host\}[A-Za-z0-9.-]*$"
 # srun's binding values as Slurm spells them (srun(1), --cpu-bind, --gpu-bind, --gpus-per-task):
 # a keyword, or a map/mask keyword with its list (numbers, 0x masks, N*count); nothing else
 # reaches the srun line, so no value can be shell.
@@ -184,6 +186,17 @@ class Partition(_Strict):
         default_factory=list,
         description="InfiniBand HCAs for NCCL_IB_HCA / UCX, e.g. [mlx5_0]; infiniband only",
     )
+    fabric_hostname: str | None = Field(
+        None, pattern=FABRIC_HOSTNAME,
+        description="a node's name on this partition's fabric, from its Slurm name {host}, "
+        "e.g. '{host}-ib' where node1-ib resolves to node1's address on socket_ifname; the "
+        "rendezvous (MASTER_ADDR), TensorFlow's TF_CONFIG and MXNet's scheduler then address "
+        "the nodes on this fabric. Unset: the Slurm node names")
+    emulated_by: str | None = Field(
+        None, pattern=r"^[^\n\r]{1,200}$",
+        description="what really carries this partition's fabric where it emulates one (the "
+        "test cluster: 'a veth pair shaped by tc'); fabric attestation then checks the named "
+        "interface and its bytes, not its device type, and says the fabric is emulated")
     launcher: Launcher = Field("srun", description="default launcher of multi-node jobs")
     sbatch: SbatchOptions = Field(default_factory=SbatchOptions)
     env: dict[str, str] = Field(
@@ -243,6 +256,15 @@ class Partition(_Strict):
         if v is not None and not re.fullmatch(pattern, v):
             raise ValueError(f"expected {_BIND_HELP[str(info.field_name)]}")
         return v
+
+    @property
+    def fabric_host_parts(self) -> tuple[str, str] | None:
+        """(prefix, suffix) around a node's Slurm name that name it on this fabric (None:
+        the Slurm name itself)."""
+        if not self.fabric_hostname:
+            return None
+        prefix, _, suffix = self.fabric_hostname.partition("{host}")
+        return prefix, suffix
 
     @property
     def min_busbw_bytes(self) -> float | None:

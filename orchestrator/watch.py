@@ -13,6 +13,11 @@ ranks have all written their footer is never hung (it is ending).
 Which ranks stalled: those whose heartbeat stopped (a stopped process, a dead node) while the
 others still beat (alive, waiting in a collective); without that evidence, the ranks behind the
 others; else all. The reason names each rank, its node and the last iteration it reached.
+
+A rank's heartbeat also says when its fabric interface is down on its node (the link of its
+collectives: the partition's socket_ifname). A run with such a rank and no iteration progress
+for :data:`LINK_DOWN_S` is hung at once, without waiting for the hang timeout, and the reason
+names the node and the interface: that node is the one to blame (a retry keeps off it).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ MEDIAN_FACTOR = 10.0
 FROZEN_S = max(5.0, 5 * protocol.HEARTBEAT_S)
 # A log first seen when already big (orch restarted mid-run): its header and last bytes only.
 TAIL_BYTES = 1 << 16
+# A rank's link down this long, with no iteration progress meanwhile: the run is hung (a link
+# that comes back sooner, as a flap does, only delays it).
+LINK_DOWN_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,9 @@ class RunWatch:
         self.tails = {k: _RankTail(ranks / protocol.rank_log_name(k))
                       for k in range(len(self.tasks))}
         self.beats: dict[int, tuple[bytes, float]] = {}
+        # Per rank: the interfaces its last heartbeat said are down, and since when (orch's
+        # clock, when first seen down).
+        self.down: dict[int, tuple[tuple[str, ...], float]] = {}
 
     def pause(self, now: float) -> None:
         """The job is held still on purpose (suspended): its clocks start again."""
@@ -153,6 +164,9 @@ class RunWatch:
             return None
         if all(self.tails[k].footer for k in self.logging):
             return None
+        cut = self._link_cut(now)
+        if cut is not None:
+            return self._hang(cut, now, nodes or [])
         if self.progress_at is None:
             if now - self.since <= self.policy.startup_s:
                 return None
@@ -171,24 +185,47 @@ class RunWatch:
         path = self.rdir / protocol.RANKS_DIR / protocol.heartbeat_name(k)
         try:
             with open(path, "rb") as fh:
-                content = fh.read(64)
+                content = fh.read(protocol.HEARTBEAT_BYTES)
         except OSError:
             return
         if content and self.beats.get(k, (None, 0.0))[0] != content:
             self.beats[k] = (content, now)
+            down = tuple(protocol.heartbeat_links_down(content))
+            if not down:
+                self.down.pop(k, None)
+            elif self.down.get(k, ((), 0.0))[0] != down:
+                self.down[k] = (down, now)
+
+    def _link_cut(self, now: float) -> str | None:
+        """Why the run is hung now that a rank's link has been down for LINK_DOWN_S with no
+        iteration progress since it went down; None otherwise."""
+        for k, (ifaces, since) in sorted(self.down.items()):
+            if self.tails[k].footer or now - since < LINK_DOWN_S:
+                continue
+            if self.progress_at is not None and self.progress_at > since:
+                continue
+            return (f"{','.join(ifaces)} down on {self._node_of(k, [])} for {now - since:.0f} s "
+                    f"(rank {k}'s heartbeat), no iteration progress since")
+        return None
+
+    def _node_of(self, k: int, nodes: list[str]) -> str:
+        header = self.tails[k].header or {}
+        if header.get("node") or header.get("host"):
+            return str(header.get("node") or header.get("host"))
+        idx = self.tasks[k].node
+        return nodes[idx] if 0 <= idx < len(nodes) else "?"
 
     def _hang(self, what: str, now: float, nodes: list[str]) -> Hang:
         def node_of(k: int) -> str:
-            header = self.tails[k].header or {}
-            if header.get("node") or header.get("host"):
-                return str(header.get("node") or header.get("host"))
-            idx = self.tasks[k].node
-            return nodes[idx] if 0 <= idx < len(nodes) else "?"
+            return self._node_of(k, nodes)
 
         alive = [k for k in self.tails if not self.tails[k].footer]
         frozen = [k for k in alive if k in self.beats and now - self.beats[k][1] >= FROZEN_S]
         beating = [k for k in alive if k in self.beats and k not in frozen]
-        if frozen and beating:
+        cut = [k for k in alive if k in self.down]
+        if cut:
+            stalled = cut
+        elif frozen and beating:
             stalled = frozen
         else:
             lasts = {k: self.tails[k].last_iter for k in self.logging if k in alive}
@@ -212,10 +249,11 @@ class RunWatch:
             else:
                 where = f"at iteration {tail.last_iter}"
             beat = (f" (no heartbeat for {now - self.beats[k][1]:.0f} s)" if k in frozen
+                    else f" ({','.join(self.down[k][0])} down)" if k in self.down
                     else " (heartbeat alive)" if k in self.beats else "")
             word = "stalled" if k in stalled else "waiting"
             parts.append(f"{label} on {node_of(k)} {word} {where}{beat}")
-        blamed = sorted({node_of(k) for k in stalled if k in frozen} - {"?"})
+        blamed = sorted({node_of(k) for k in stalled if k in frozen or k in cut} - {"?"})
         everyone = {node_of(k) for k in alive}
         return Hang(f"{what}: {'; '.join(parts)}",
                     blamed if blamed and set(blamed) != everyone else [])

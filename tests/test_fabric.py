@@ -157,10 +157,12 @@ def test_expected_bytes_per_pattern():
     assert fabric.gradient_bytes("lenet5", "cifar") == 4 * 62_006
 
 
-def _run(tmp_path, partition, interconnect, ifname, nodes=2, mode="torch-ddp"):
+def _run(tmp_path, partition, interconnect, ifname, nodes=2, mode="torch-ddp",
+         emulated_by=None):
     (tmp_path / protocol.RANKS_DIR).mkdir(exist_ok=True)
     prov = {"site": {"config": {"partitions": [
-        {"name": partition, "interconnect": interconnect, "socket_ifname": ifname}]}}}
+        {"name": partition, "interconnect": interconnect, "socket_ifname": ifname,
+         "emulated_by": emulated_by}]}}}
     (tmp_path / "provenance.json").write_text(json.dumps(prov))
     tasks = [SimpleNamespace(role="worker")] * nodes
     return SimpleNamespace(partition=partition, interconnect=interconnect, nodes=nodes,
@@ -207,6 +209,49 @@ def test_verdicts(tmp_path):
     assert got["fabric"] == "unverified" and "no rank recorded" in got["fabric_reason"]
 
 
+def _node_log(rank, iface, tx, netdev):
+    """A rank on a node of its own (its own network namespace) whose sockets sent ``tx`` over
+    ``iface`` and whose node's interfaces sent ``netdev`` ({iface: bytes})."""
+    fab = {"basis": "window", "netns": f"boot:{rank}", "host": f"node{rank + 1}",
+           "tcp": [{"iface": iface, "type": "ethernet", "tx": tx, "rx": tx, "conns": 2}],
+           "netdev": {name: {"tx": b, "rx": b} for name, b in netdev.items()},
+           "ifaces": {"lo": "loopback", "eth0": "ethernet", "ib0": "ethernet"}}
+    return RankLog(rank, header={}, footer={"status": "ok", protocol.FABRIC: fab})
+
+
+def test_emulated_fabric_and_node_counters(tmp_path):
+    """Nodes that are hosts of their own (the test cluster's namespaces): an emulated IPoIB
+    link (a veth) is verified as sockets over it, not as InfiniBand, and each node's interface
+    counters are summed once per node; the declared interface's counters must have moved the
+    bytes, whatever the other interface did."""
+    expected = 2 * 3 * 248_024
+    half = expected // 2
+    logs = [_node_log(k, "ib0", half, {"ib0": half + 500, "eth0": 900, "lo": 7})
+            for k in range(2)]
+    emu = "a veth pair shaped by tc"
+    got = fabric.attest(_run(tmp_path, "ib", "infiniband", "ib0", emulated_by=emu), tmp_path,
+                        logs)
+    assert got["fabric"] == "verified", got["fabric_reason"]
+    assert "emulated IPoIB link (a veth pair shaped by tc)" in got["fabric_reason"]
+    assert "not InfiniBand verbs" in got["fabric_reason"]
+    assert got["fabric_host_bytes"] == 2 * (half + 500)  # two nodes, each counted
+    assert got["fabric_other_bytes"] == 2 * 900  # eth0, the busiest other; lo never counts
+    assert "eth0 1,800" in got["fabric_reason"]
+    # Not declared emulated: a veth is not an InfiniBand device.
+    got = fabric.attest(_run(tmp_path, "ib", "infiniband", "ib0"), tmp_path, logs)
+    assert got["fabric"] == "mismatch" and "not an InfiniBand device" in got["fabric_reason"]
+    # The sockets say ib0, the nodes' counters of ib0 say the bytes did not cross it.
+    quiet = [_node_log(k, "ib0", half, {"ib0": 1000, "eth0": half}) for k in range(2)]
+    got = fabric.attest(_run(tmp_path, "ib", "infiniband", "ib0", emulated_by=emu), tmp_path,
+                        quiet)
+    assert got["fabric"] == "unverified" and "moved only 2,000" in got["fabric_reason"]
+    # Ethernet declared on eth0, ranks on ib0: a mismatch, emulated or not.
+    got = fabric.attest(_run(tmp_path, "eth", "ethernet", "eth0", emulated_by=emu), tmp_path,
+                        logs)
+    assert got["fabric"] == "mismatch"
+    assert "declared ethernet on eth0; ranks used TCP over ib0" in got["fabric_reason"]
+
+
 @pytest.mark.parametrize(("out", "interconnect", "verdict"), [
     (NCCL_IB, "infiniband", "verified"),
     (NCCL_FALLBACK, "infiniband", "mismatch"),  # the silent fallback is caught
@@ -225,11 +270,11 @@ def test_nccl_verdicts(tmp_path, out, interconnect, verdict):
 
 # --- on the real 4-node test cluster (scripts/testcluster up) ---------------------------------
 #
-# Its four nodes share one kernel, and every rank really talks over loopback: the ``eth``
-# partition declares ``lo`` (verified), the ``ib`` partition declares InfiniBand and has no HCA
-# (its runs are a mismatch: TCP over a loopback device is not InfiniBand). A copy of the site
-# whose partition declares ``eth0`` while the transport variables keep the ranks on ``lo`` forces
-# a mismatch, which ``--require-fabric`` turns into a FAILED run.
+# Each node is a network namespace with eth0 on an Ethernet-like bridge and ib0 on an
+# IPoIB-like one: the ``eth`` partition names eth0, the ``ib`` partition ib0 (declared
+# infiniband, emulated by a shaped veth: verified as sockets over it, never as verbs). A copy of
+# the site whose partition declares ``eth0`` while the transport variables put the ranks on
+# ``ib0`` forces a mismatch, which ``--require-fabric`` turns into a FAILED run.
 
 SMALL = ("--model", "lenet5", "--iters", 3, "--warmup", 1, "--nodes", 2)
 
@@ -237,42 +282,50 @@ SMALL = ("--model", "lenet5", "--iters", 3, "--warmup", 1, "--nodes", 2)
 @pytest.mark.slurm
 @pytest.mark.ranks
 def test_testcluster_sweep_tells_the_truth(slurm_cluster, tmp_path):
-    """Every multi-node run has a verdict and measured/expected bytes; eth is verified on lo,
-    ib is never verified as InfiniBand."""
+    """Every multi-node run is verified on its partition's own interface, its nodes' counters
+    of that interface moved the bytes and the other interface's did not; no verdict names lo;
+    the ib partition is said to be an emulated IPoIB link, not verbs."""
     out = tmp_path / "fabric"
     proc = run_orch("sweep", "--site", slurm_cluster, "--partition", "ib,eth", "--mode",
-                    "torch-ddp,horovod,tf-ps,mxnet-kvstore", *SMALL, "--out", out)
+                    "torch-ddp,horovod,tf-ps,mxnet-kvstore", *SMALL, "--no-preflight",
+                    "--out", out)
     recs = results(out)
     assert len(recs) == 8, proc.stderr
     for r in recs:
         assert r["state"] == "COMPLETED", (r["run_id"], r["reason"])
-        assert r["fabric_iface"] == "lo", (r["run_id"], r["fabric_reason"])
-        assert r["fabric_bytes_measured"] > 0 and r["fabric_bytes_expected"] > 0, r["run_id"]
-        if r["partition"] == "eth":
-            assert r["fabric"] == "verified", (r["run_id"], r["fabric_reason"])
-            assert r["fabric_bytes_measured"] >= 0.5 * r["fabric_bytes_expected"]
-        else:
-            assert r["fabric"] == "mismatch", (r["run_id"], r["fabric_reason"])
-            assert "not an InfiniBand device" in r["fabric_reason"]
-    assert "FABRIC MISMATCH in 4 run(s)" in proc.stderr
+        iface = "eth0" if r["partition"] == "eth" else "ib0"
+        assert r["fabric"] == "verified", (r["run_id"], r["fabric_reason"])
+        assert r["fabric_iface"] == iface, (r["run_id"], r["fabric_reason"])
+        assert "lo" not in r["fabric_iface"].split(",")
+        expected = r["fabric_bytes_expected"]
+        assert r["fabric_bytes_measured"] >= 0.5 * expected > 0, r["run_id"]
+        if r["mode"] != "tf-ps":  # its workers have no window: counted since they started
+            assert r["fabric_host_bytes"] >= 0.5 * expected, r["fabric_reason"]
+            assert r["fabric_other_bytes"] < 0.5 * expected, r["fabric_reason"]
+        if r["partition"] == "ib":
+            assert "emulated IPoIB link" in r["fabric_reason"]
+            assert "not InfiniBand verbs" in r["fabric_reason"]
+    assert "FABRIC MISMATCH" not in proc.stderr
     report = run_orch("report", out, "--no-plots", check=True)
     assert report.returncode == 0
     text = (out / "report" / "report.md").read_text()
-    assert "## Fabric" in text and "verified" in text and "mismatch" in text
+    assert "## Fabric" in text and "verified" in text and "ib0" in text and "eth0" in text
 
 
 @pytest.mark.slurm
 @pytest.mark.ranks
 def test_forced_mismatch_is_caught(slurm_cluster, tmp_path):
-    """A partition that declares eth0 while its ranks use lo: all-reduce (torch-ddp), parameter
-    server (tf-ps: gRPC between host names) and MPI (mpi-ssgd: Open MPI's TCP BTL) modes are
-    all caught, and --require-fabric fails them."""
+    """A partition that declares eth0 while its ranks use ib0: all-reduce (torch-ddp),
+    parameter server (tf-ps: gRPC between host names) and MPI (mpi-ssgd: Open MPI's TCP BTL)
+    modes are all caught, and --require-fabric fails them."""
     site = yaml.safe_load((ROOT / "site-configs" / f"{slurm_cluster}.yaml").read_text())
     site["name"] = "fabric-mismatch"
     eth = next(p for p in site["partitions"] if p["name"] == "eth")
     eth["socket_ifname"] = "eth0"  # declared ...
-    eth["env"] = {k: "lo" for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",  # ... but used
-                                    "OMPI_MCA_btl_tcp_if_include", "OMPI_MCA_oob_tcp_if_include")}
+    eth["env"] = {k: "ib0" for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME",  # ... but used
+                                     "OMPI_MCA_btl_tcp_if_include",
+                                     "OMPI_MCA_oob_tcp_if_include")}
+    eth["fabric_hostname"] = "{host}-ib"  # TensorFlow's addresses on ib0 too
     site["partitions"] = [eth]
     site["default_partition"] = "eth"
     path = tmp_path / "fabric-mismatch.yaml"
@@ -286,6 +339,6 @@ def test_forced_mismatch_is_caught(slurm_cluster, tmp_path):
     assert set(recs) == {"torch-ddp", "tf-ps", "mpi-ssgd"}
     for mode, r in recs.items():
         assert r["fabric"] == "mismatch", (mode, r["fabric_reason"])
-        assert "declared ethernet on eth0; ranks used TCP over lo" in r["fabric_reason"]
+        assert "declared ethernet on eth0; ranks used TCP over ib0" in r["fabric_reason"]
         assert r["state"] == "FAILED" and "fabric mismatch (--require-fabric)" in r["reason"]
         assert r["fabric_bytes_measured"] > 0

@@ -1,7 +1,7 @@
 """Faults while a sweep waits: hangs, node failures, cancels from outside.
 
-On the test cluster (real Slurm, real torch-ddp ranks; a "node" is a slurmd in its own
-hostname namespace on this machine): a rank frozen by ``--inject-failure RANK@ITER:stop`` (it
+On the test cluster (real Slurm, real torch-ddp ranks; a "node" is a slurmd in its own network,
+hostname and cgroup namespaces on this machine): a rank frozen by ``--inject-failure RANK@ITER:stop`` (it
 SIGSTOPs itself) is cancelled as HUNG naming its task and node, and retried elsewhere;
 a node set down mid-run is NODE_FAIL, retried with that node excluded; an external scancel is
 CANCELLED, said to come from outside orch, not retried. The hang watch's rules run on written
@@ -62,11 +62,11 @@ FROZEN_AT = ITERS + WARMUP + 3  # the breakdown window's fourth iteration
 STOP = f"1@{FROZEN_AT}:stop"
 
 
-def _sweep(out: Path, *extra: str) -> subprocess.Popen:
+def _sweep(out: Path, *extra: str, inject: str = STOP) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "orchestrator", "sweep", "--site",
                              "testcluster", "--nodes", "2", "--iters", str(ITERS), "--warmup",
                              str(WARMUP),
-                             "--inject-failure", STOP, "--max-retries", "1", "--out", str(out),
+                             "--inject-failure", inject, "--max-retries", "1", "--out", str(out),
                              *extra], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -223,3 +223,39 @@ def test_node_down_mid_run_is_node_fail_retried_without_that_node(slurm_cluster,
     assert node not in {h["node"] for h in _headers(rdir)}
     assert len(list((rdir / "attempts" / "1" / protocol.RANKS_DIR).glob("rank-*.jsonl"))) == 2
     assert [e["state"] for e in now["history"] if e["attempt"] == 1][-1] == "NODE_FAIL"
+
+
+def _node_link(node: str, iface: str, state: str) -> None:
+    subprocess.run([str(ROOT / "scripts" / "testcluster"), "exec", node, "ip", "link", "set",
+                    iface, state], check=True, timeout=30, capture_output=True)
+
+
+@pytest.mark.slurm
+def test_link_down_mid_run_is_hung_naming_node_and_link_and_retried(slurm_cluster, tmp_path):
+    """A run on the ib partition held still mid-window (rank 1 holds at FROZEN_AT, alive and
+    beating: it cannot end before the link goes); ib0 of rank 1's node is then set down: the
+    run is HUNG at once (not after the 600 s hang timeout) with a reason that names the node
+    and the interface, and the retry completes on other nodes."""
+    out = tmp_path / "link"
+    proc = _sweep(out, "--partition", "ib", "--hang-timeout", "600",
+                  inject=f"1@{FROZEN_AT}:hold")
+    node = None
+    with _cleanup(proc, out):
+        try:
+            node = _wait("rank 1 to hold", lambda: _frozen(out), proc)["node"]
+            _node_link(node, "ib0", "down")
+            _, err = proc.communicate(timeout=900)
+        finally:
+            if node is not None:
+                _node_link(node, "ib0", "up")
+    assert proc.returncode == 0, err
+    rdir = next(out.glob("*-r0-*"))
+    first = json.loads((rdir / "attempts" / "1" / "job.json").read_text())
+    assert first["state"] == "HUNG", first
+    assert first["reason"].startswith(f"ib0 down on {node} for "), first["reason"]
+    assert f"rank 1 on {node} stalled at iteration {FROZEN_AT - 1} (ib0 down)" in \
+        first["reason"], first["reason"]
+    now = _record(rdir)
+    assert now["state"] == "COMPLETED" and now["attempt"] == 2, now
+    assert now["excluded"] == [node] and node not in now["nodes"]
+    assert node not in {h["node"] for h in _headers(rdir)}

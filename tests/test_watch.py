@@ -38,10 +38,10 @@ class Ranks:
         self.write(k, {"type": "iter", "iter": it, "t_start": 1.0, "t_iter": t_iter,
                        "samples": 32})
 
-    def beat(self, k: int) -> None:
+    def beat(self, k: int, down: tuple[str, ...] = ()) -> None:
         self.seq[k] += 1
         (self.dir / protocol.heartbeat_name(k)).write_bytes(
-            protocol.heartbeat_line(self.seq[k], time.time()))
+            protocol.heartbeat_line(self.seq[k], time.time(), down))
 
 
 def test_hang_names_the_frozen_rank_and_its_node(tmp_path):
@@ -110,3 +110,55 @@ def test_startup_timeout_before_the_first_iteration(tmp_path):
     assert "rank 1 on node7 stalled with no log" in hang.reason
     assert watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=0), 0.0).observe(1e6) \
         is None  # --hang-timeout 0: never
+
+
+def test_a_rank_whose_link_is_down_hangs_the_run_at_once(tmp_path):
+    """A rank's heartbeat says its fabric interface is down: after LINK_DOWN_S without
+    progress the run is hung (long before the hang timeout), naming the node and interface,
+    and that node is the one to keep off; a link that comes back sooner is a flap."""
+    ranks = Ranks(tmp_path, 2)
+    w = watch.RunWatch(_run(), tmp_path, watch.HangPolicy(timeout_s=300, startup_s=600),
+                       now=0.0)
+    for it in range(3):
+        for k in (0, 1):
+            ranks.iteration(k, it)
+            ranks.beat(k)
+        assert w.observe(float(it)) is None
+    # A flap: ib0 down on node2 for a few seconds, then up again and progress goes on.
+    ranks.beat(1, down=("ib0",))
+    assert w.observe(3.0) is None
+    ranks.beat(1)
+    assert w.observe(3.0 + watch.LINK_DOWN_S + 1) is None
+    # Down for good: the ranks stop progressing; both still beat.
+    t = 20.0
+    ranks.beat(1, down=("ib0",))
+    assert w.observe(t) is None
+    for _ in range(int(watch.LINK_DOWN_S)):
+        t += 1.0
+        ranks.beat(0)
+        ranks.beat(1, down=("ib0",))
+        if t - 20.0 < watch.LINK_DOWN_S:
+            assert w.observe(t) is None
+    hang = w.observe(t + 1.0)
+    assert hang is not None
+    assert hang.reason.startswith("ib0 down on node2 for 16 s (rank 1's heartbeat), no "
+                                  "iteration progress since: ")
+    assert "rank 1 on node2 stalled at iteration 2 (ib0 down)" in hang.reason
+    assert "rank 0 on node1 waiting at iteration 2 (heartbeat alive)" in hang.reason
+    assert hang.nodes == ["node2"]
+    # A heartbeat line of an older orch (31 bytes, no link field) says nothing is down.
+    assert protocol.heartbeat_links_down(b"000000000001 00001700000000.000\n") == []
+    assert len(protocol.heartbeat_line(1, 1.0, ("ib0", "eth0"))) == protocol.HEARTBEAT_BYTES
+
+
+def test_the_rank_knows_its_fabric_links(tmp_path):
+    from orchestrator.rankside import harness
+
+    env = {"GLOO_SOCKET_IFNAME": "ib0", "NCCL_SOCKET_IFNAME": "ib0",
+           "OMPI_MCA_btl_tcp_if_include": "ib0,eth0", "DMLC_INTERFACE": "lo"}
+    assert harness.fabric_ifnames(env) == ["ib0"]  # lists and loopback say nothing of a link
+    for name, state in (("ib0", "down"), ("eth0", "up"), ("lo", "unknown")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "operstate").write_text(state + "\n")
+    assert harness.links_down(["ib0", "eth0", "lo", "gone0"], root=str(tmp_path)) == \
+        ["ib0", "gone0"]

@@ -335,7 +335,8 @@ def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list
     over = validity.oversubscribed(ranks, tasks, cpus_per_node=pf.cpus_per_node,
                                    gpus_per_node=pf.gpus_per_node,
                                    shared_machine_cpus=shared.physical if shared else None,
-                                   shared_machine_logical=shared.logical if shared else None)
+                                   shared_machine_logical=shared.logical if shared else None,
+                                   node_cpu_share=pf.node_cpu_share)
     if over:
         flags.append(over)
     for _, b in base.iterrows():

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .. import execute, results, rundir, units
+from .. import execute, protocol, results, rundir, units
 from .. import sweep as sweepmod
 from ..errors import FabricBelowMinimum, UserError
 from ..rankside import cores
@@ -78,6 +78,10 @@ class Level(BaseModel):
     # ... and their physical cores (hyper-threads counted once; None: not recorded).
     machine_cores: int | None = None
     reps: int = REPS  # repeats of each size per iteration it was measured with
+    # The cores each node's ranks may use, read on the node (rankside.cpushare: a cgroup's CPU
+    # quota or the affinity mask), the smallest over the job's nodes; None where a node runs
+    # unconfined (its machine's cores are its own) or it was not recorded.
+    node_cpu_share: float | None = None
 
     @property
     def alpha_beta(self) -> AlphaBeta:
@@ -113,10 +117,22 @@ class Level(BaseModel):
                                cores.PHYSICAL)
         return cores.Cores(logical, logical, cores.LOGICAL)
 
+    def shares_fit(self) -> bool:
+        """Whether its nodes, though on fewer machines than nodes, are each confined to a CPU
+        share and together fit their machine's cores: then no node takes another's compute."""
+        if not (self.node_cpu_share and self.machines and self.machines < self.nodes):
+            return False
+        per_machine = math.ceil(self.nodes / self.machines)
+        cores = self.core_count().physical
+        return bool(cores) and per_machine * self.node_cpu_share <= cores + 1e-9
+
     def describe(self, now: float | None = None) -> str:
         age = format_age((now or time.time()) - self.measured_at)
         shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
                   f"{self.core_count().describe()}" if self.machines else "")
+        if self.node_cpu_share:
+            shared += (f", each confined to {self.node_cpu_share:.3g} cores"
+                       + (" (they fit)" if self.shares_fit() else ""))
         return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
                 f"{units.format_bandwidth(self.bandwidth)}, "
                 f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
@@ -165,10 +181,18 @@ class Preflight(BaseModel):
         return shared.physical if shared else None
 
     def shared_machine_cores(self) -> cores.Cores | None:
-        """:meth:`shared_machine_cpus` with the machine's logical CPUs beside its cores."""
-        if self.inter.machines == 1 and self.inter.nodes > 1 and self.inter.machine_cpus:
+        """:meth:`shared_machine_cpus` with the machine's logical CPUs beside its cores. Nodes
+        confined to CPU shares that fit the machine together (Level.shares_fit: the test
+        cluster's cgroup quotas) are machines of their own for the model."""
+        if (self.inter.machines == 1 and self.inter.nodes > 1 and self.inter.machine_cpus
+                and not self.inter.shares_fit()):
             return self.inter.core_count()
         return None
+
+    @property
+    def node_cpu_share(self) -> float | None:
+        """The cores a node's ranks may use where the pre-flight found them confined."""
+        return self.inter.node_cpu_share
 
     def compute_load(self, ranks: int) -> float:
         """How many ranks share each core at ``ranks`` ranks (>= 1): on nodes sharing one
@@ -285,12 +309,28 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     physical = [int(f["host_cores"]) for f in footers if isinstance(f.get("host_cores"), int)]
     return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
                  machine_cores=min(physical) if physical else None,
+                 node_cpu_share=confined_share(gather.read_run_logs(rdir)),
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,
                  reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir)
+
+
+def confined_share(logs) -> float | None:
+    """The smallest CPU share the ranks of a job recorded (their headers' ``cpu_share``,
+    rankside.cpushare), or None where any rank ran unconfined or recorded none."""
+    shares = []
+    for log in logs:
+        probe = (log.header or {}).get(protocol.CPU_SHARE)
+        if not isinstance(probe, dict) or not probe.get("limited"):
+            return None
+        cores_ = probe.get("cores")
+        if not isinstance(cores_, (int, float)) or not cores_ > 0:
+            return None
+        shares.append(float(cores_))
+    return min(shares) if shares else None
 
 
 def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = "auto",

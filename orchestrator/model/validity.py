@@ -11,7 +11,8 @@ Two kinds of flag, each a line that starts with its kind:
 * ``network model unreliable: …`` — the pre-flight's fit fails :data:`MIN_R2` or
   :data:`MAX_RESIDUAL` (after the pre-flight measured once more with more repeats);
 * ``assumption broken: …`` — the run's ranks outnumber the cores (physical: hyper-threads
-  counted once) or GPUs given to them, the run it is predicted from shared its node with
+  counted once; a node's CPU share where its ranks were found confined to one) or GPUs given
+  to them, the run it is predicted from shared its node with
   other runs (``co_tenants``), or its input I/O took more than :data:`MAX_IO_SHARE` of its
   iteration.
 
@@ -46,12 +47,16 @@ def fit_problem(level: str, r2: float, worst: float) -> str | None:
 
 def oversubscribed(ranks: int, tasks_per_node: int, *, cpus_per_node: int | None,
                    gpus_per_node: int, shared_machine_cpus: int | None,
-                   shared_machine_logical: int | None = None) -> str | None:
+                   shared_machine_logical: int | None = None,
+                   node_cpu_share: float | None = None) -> str | None:
     """The flag of a run whose ranks outnumber what they were given: its node's GPUs (GPU
     partitions: one rank a GPU), its node's cores, or, where the nodes are one machine (the
-    local site, the test cluster), that machine's physical cores for all ranks together
+    local site), that machine's physical cores for all ranks together
     (``shared_machine_cpus``; ``shared_machine_logical``, its logical CPUs, is said beside
-    them where hyper-threads make it more: two threads of one core are not two cores)."""
+    them where hyper-threads make it more: two threads of one core are not two cores).
+    ``node_cpu_share``: the cores a node's ranks were found confined to (a cgroup quota or
+    cpuset, read on the node), which replaces the site's ``cpus_per_node`` where smaller: more
+    than one rank on a share of under two cores take turns on it."""
     if gpus_per_node > 0 and tasks_per_node > gpus_per_node:
         return (f"{BROKEN}: {tasks_per_node} ranks a node on {gpus_per_node} GPU(s): ranks "
                 "share GPUs")
@@ -61,6 +66,12 @@ def oversubscribed(ranks: int, tasks_per_node: int, *, cpus_per_node: int | None
                  if logical != shared_machine_cpus else f"{shared_machine_cpus} cores")
         return (f"{BROKEN}: {ranks} ranks on {cores} (the nodes are one machine): "
                 f"{ranks / shared_machine_cpus:.3g} ranks a core")
+    if (gpus_per_node == 0 and node_cpu_share and tasks_per_node > 1
+            and tasks_per_node > node_cpu_share + 1e-9
+            and (not cpus_per_node or node_cpu_share < cpus_per_node)):
+        return (f"{BROKEN}: {tasks_per_node} ranks a node on {node_cpu_share:.3g} cores a node "
+                f"(the CPU share its ranks run under): {tasks_per_node / node_cpu_share:.3g} "
+                "ranks a core")
     if gpus_per_node == 0 and cpus_per_node and tasks_per_node > cpus_per_node:
         return (f"{BROKEN}: {tasks_per_node} ranks a node on {cpus_per_node} cores a node: "
                 f"{tasks_per_node / cpus_per_node:.3g} ranks a core")

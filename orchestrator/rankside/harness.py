@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 from orchestrator import protocol
 from orchestrator.protocol import LOG_SCHEMA, PHASES
-from orchestrator.rankside import devmetrics, fabric
+from orchestrator.rankside import cpushare, devmetrics, fabric
 
 # Environment variables worth keeping beside every measurement: they change what is measured.
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
@@ -196,7 +196,8 @@ class Session:
         self.log = log
         self.footer: dict = {}
         self.failure = parse_failure(args.inject_failure)
-        if self.failure and self.failure[2] == "stop" and not first_attempt(args.log_dir):
+        if (self.failure and self.failure[2] in protocol.MACHINE_FAULTS
+                and not first_attempt(args.log_dir)):
             self.failure = None  # a frozen node is a machine's fault: the retry runs clean
         # Samples one logged iteration stands for: this rank's batch, or the global batch when
         # one task times steps that others compute (a TensorFlow PS chief).
@@ -225,12 +226,15 @@ class Session:
         return bool(self.failure) and self.failure[:2] == (self.info.task, it)
 
     def inject(self, it: int) -> None:
-        """The injected fault: raise (``fail``) or freeze this whole process (``stop``: its
-        heartbeat thread too), to be ended by whoever cancels the job (SIGKILL ends a
-        stopped process)."""
+        """The injected fault: raise (``fail``), freeze this whole process (``stop``: its
+        heartbeat thread too), or hold it still but alive (``hold``: it sleeps, its heartbeat
+        beats), to be ended by whoever cancels the job (SIGKILL ends a stopped process)."""
         if self.failure[2] == "stop":
             os.kill(os.getpid(), signal.SIGSTOP)
             return  # only if someone sent SIGCONT: go on as if nothing happened
+        if self.failure[2] == "hold":
+            while True:
+                time.sleep(3600)
         raise InjectedFailure(f"injected failure on rank {self.info.task} at iter {it}")
 
     def native_iterations(self, drain=None):
@@ -449,11 +453,49 @@ def interesting_env() -> dict:
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)}
 
 
+# The variables that name the interface a rank's collectives use, as orch's job script sets
+# them from the partition's socket_ifname (render.transport_env), in the order they are trusted.
+FABRIC_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "DMLC_INTERFACE",
+                      "OMPI_MCA_btl_tcp_if_include")
+# /sys/class/net/<if>/operstate values of a link that carries nothing (RFC 2863 ifOperStatus).
+LINK_DOWN_STATES = ("down", "lowerlayerdown", "notpresent")
+
+
+def fabric_ifnames(env=None) -> list:
+    """The interfaces this rank's collectives use (one name per variable; lists and
+    exclusions such as ``^docker0`` say nothing of one link), loopback left out."""
+    env = os.environ if env is None else env
+    out = []
+    for var in FABRIC_IFNAME_VARS:
+        name = env.get(var, "")
+        if name and "," not in name and not name.startswith("^") and name != "lo" \
+                and name not in out:
+            out.append(name)
+    return out
+
+
+def links_down(names, root="/sys/class/net") -> list:
+    """Which of ``names`` are down on this node (gone, or operstate down)."""
+    down = []
+    for name in names:
+        try:
+            with open(os.path.join(root, name, "operstate")) as fh:
+                state = fh.read().strip()
+        except OSError:
+            state = "notpresent"
+        if state in LINK_DOWN_STATES:
+            down.append(name)
+    return down
+
+
 def start_heartbeat(path: str, every: float = protocol.HEARTBEAT_S) -> None:
     """Beat into ``path`` from a daemon thread until the process ends (protocol.HEARTBEAT_S):
     orch's hang watch tells a rank that is alive but waiting (it still beats) from one that
-    is stopped or gone. One pwrite a second; a failure to write only ends the beating."""
+    is stopped or gone, and sees a rank whose fabric link is down. One pwrite a second; a
+    failure to write only ends the beating."""
     import threading
+
+    ifnames = fabric_ifnames()
 
     def beat() -> None:
         try:
@@ -464,7 +506,8 @@ def start_heartbeat(path: str, every: float = protocol.HEARTBEAT_S) -> None:
         while True:
             seq += 1
             try:
-                os.pwrite(fd, protocol.heartbeat_line(seq, time.time()), 0)
+                os.pwrite(fd, protocol.heartbeat_line(seq, time.time(), links_down(ifnames)),
+                          0)
             except OSError:
                 return
             time.sleep(every)
@@ -504,6 +547,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
         "container": container_facts(),
         protocol.BINDING: devmetrics.process_probe(info.local_rank).binding,
+        protocol.CPU_SHARE: cpushare.safe_probe(),
     }
     log.write(header)
     start_heartbeat(os.path.join(args.log_dir, protocol.heartbeat_name(info.task)))

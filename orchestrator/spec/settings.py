@@ -155,9 +155,10 @@ SETTINGS: tuple[Setting, ...] = (
             "whose held-out accuracy reaches it (0-1); time to accuracy is measured to there.",
             doc="with epochs: stop at the epoch whose held-out accuracy reaches it",
             run_field="target_accuracy"),
-    Setting("inject_failure", "text", None, "Testing aid: RANK@ITER[:fail|stop] makes that "
-            "rank raise at that iteration (fail) or, in the run's first attempt, freeze there "
-            "with SIGSTOP (stop: a hung rank).", study=False, run_field="inject_failure"),
+    Setting("inject_failure", "text", None, "Testing aid: RANK@ITER[:fail|stop|hold] makes "
+            "that rank raise at that iteration (fail) or, in the run's first attempt, freeze "
+            "there with SIGSTOP (stop: a hung rank) or stay there alive (hold: a rank waiting "
+            "on a dead link).", study=False, run_field="inject_failure"),
 )
 
 BY_NAME = {s.name: s for s in SETTINGS}

@@ -30,7 +30,7 @@ DMLC_PS_ROOT_URI="$(ipv4_of_host "$MASTER_ADDR")"
 export DMLC_PS_ROOT_URI="${DMLC_PS_ROOT_URI:?cannot resolve the first node $MASTER_ADDR to an IPv4 address}"
 export DMLC_PS_ROOT_PORT="$MASTER_PORT"
 # Servers and workers listen, and are reached, on the partition's NIC.
-export DMLC_INTERFACE=lo
+export DMLC_INTERFACE=eth0
 DMLC_NODE_HOST="$(ipv4_of_nic "$DMLC_INTERFACE")"
 export DMLC_NODE_HOST="${DMLC_NODE_HOST:?no IPv4 address on interface $DMLC_INTERFACE of $(hostname)}"
 

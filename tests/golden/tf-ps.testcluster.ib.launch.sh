@@ -13,6 +13,8 @@ export ORCH_ROLE ORCH_ROLE_INDEX
 # --- Cluster addresses for TF_CONFIG: task k listens on <host of its node>:<port_base + k>.
 task_nodes=(0 0 0 1 1)
 mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+# Each node by its name on the ib fabric ({host}-ib: the site's fabric_hostname).
+for i in "${!hosts[@]}"; do hosts[i]="${hosts[i]}"-ib; done
 # A block of 128 ports chosen by the job id, in 10000-19999 (below Linux's ephemeral
 # ports and the MASTER_PORT range): two jobs sharing nodes use different blocks.
 port_base="${ORCH_TF_PORT_BASE:-$((10000 + SLURM_JOB_ID % 78 * 128))}"
