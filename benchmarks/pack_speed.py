@@ -57,8 +57,8 @@ def measure(site, out: Path, packed: str | None, iters: int, repeats: int) -> di
     execute.follow([execute.Prepared(p.run, p.rdir, r, "wait")
                     for p, r in zip(prepared, records, strict=True)],
                    backends.scheduler(site.scheduler), on_event)
-    results.recheck(out)
-    merged = results.merge(out)
+    keys = results.recheck(out)
+    merged = results.merge(out, keys)
     wall, cpu = time.time() - t0, _cpu() - cpu0
     # Queue wait of each submission: until the first run of its job started.
     starts: dict[str, float] = {}

@@ -40,8 +40,8 @@ def measure_one(site, out: Path, repeat: int) -> dict:
     prepared = execute.prepare([run], site, out)
     execute.execute(prepared, site, wait=True, on_event=on_event)
     detected = time.time()
-    results.recheck(out)
-    results.merge(out)
+    keys = results.recheck(out)
+    results.merge(out, keys)
     t1 = time.time()
     times = json.loads((out / run.run_id / "job-times.json").read_text())
     job = times["script_ended_at"] - times["script_started_at"]

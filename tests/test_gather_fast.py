@@ -14,13 +14,20 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 from orchestrator import protocol, results, rundir
 from orchestrator.results import gather, tables
 
-from .test_report import FOOTER, check_merge, dumps, header, iteration, make_run
+from .test_report import (
+    FOOTER,
+    check_merge,
+    dumps,
+    header,
+    iteration,
+    iterations_table,
+    make_run,
+)
 
 WARMUP = 2
 
@@ -169,7 +176,7 @@ def test_run_metrics_are_pandas_means_and_stds_bit_for_bit(tmp_path):
     rec["t_b"] = None
     write(log, [*lines[:10], dumps(rec), *lines[11:]])
     runs = results.merge(out)
-    rows = pq.read_table(out / "results" / "iterations.parquet").to_pandas()
+    rows = iterations_table(out).to_pandas()
     for _, run in runs.iterrows():
         m = rows[(rows["run_id"] == run["run_id"]) & (rows["window"] == "breakdown")
                  & ~rows["warmup_iter"]]

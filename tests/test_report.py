@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,7 +28,7 @@ from orchestrator import protocol, report, results, rundir
 from orchestrator.history import references, store
 from orchestrator.model import AlphaBeta, allreduce_time
 from orchestrator.report import trend
-from orchestrator.results import analyze, gather, tables
+from orchestrator.results import analyze, gather, resultset, tables
 from orchestrator.rundir import JobRecord
 from orchestrator.spec.api import Run
 
@@ -108,9 +109,19 @@ def reference_run_metrics(iters: pd.DataFrame) -> dict:
             "samples_per_s_std": float(rates.std(ddof=1)) if len(rates) > 1 else 0.0}
 
 
+def iterations_table(out):
+    """``results/iterations.parquet`` of a sweep directory as one table: its runs' files in
+    the runs' order, each holding its run's rows only."""
+    found = resultset.table_files(out / resultset.ITERATIONS)
+    pieces = [pq.read_table(path) for path in found]
+    for path, piece in zip(found, pieces, strict=True):
+        assert set(piece.column("run_id").to_pylist()) <= {path.stem}, path
+    return pa.concat_tables(pieces) if pieces else tables.iteration_table([])
+
+
 def check_merge(out):
     runs = results.merge(out)
-    fast = pq.read_table(out / "results" / "iterations.parquet")
+    fast = iterations_table(out)
     slow, metrics = slow_result_set(out)
     assert fast.schema.equals(tables.ITER_SCHEMA)
     assert fast.equals(slow), (fast.to_pandas().compare(slow.to_pandas())

@@ -143,8 +143,8 @@ def rerun(
     if not wait and not backends.scheduler(site.scheduler).sequential:
         _log(f"submitted; follow with: orch status {sweep_dir}")
         return
-    results.recheck(sweep_dir)  # the run records first: merge only reads
-    recs = results.records(results.merge(sweep_dir))
+    keys = results.recheck(sweep_dir)  # the run records first: merge only reads
+    recs = results.records(results.merge(sweep_dir, keys))
     for rec in recs:
         rate = rec.get("samples_per_s")
         _log(f"{rec['run_id']}: {rec['state']}"

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from .. import files
 from ..errors import UserError
 from ._common import err_console, renamed
 from .resultset import load_result_set
@@ -27,9 +27,10 @@ def export_cmd(
 ) -> None:
     """Write the result set (runs or iterations) as Parquet, CSV or JSON.
 
-    Parquet opens in pandas (pd.read_parquet) and DuckDB (SELECT * FROM 'FILE').
+    Parquet opens in pandas (pd.read_parquet) and DuckDB (SELECT * FROM 'FILE'); the
+    iterations, a file per run in the result set, become one file.
     """
-    import pandas as pd
+    from ..results import resultset
 
     output = renamed(out, old_output, "--out", "--output")
     if format not in ("parquet", "csv", "json"):
@@ -42,13 +43,14 @@ def export_cmd(
     d = directory.resolve()
     res = d / "results" if (d / "results" / "runs.parquet").is_file() else d
     src = res / f"{table}.parquet"
-    if not src.is_file():
+    found = resultset.table_files(src)
+    if not found:
         raise UserError(f"{directory}: no {src.name} in the result set")
     if format == "parquet":
         output.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src, output)
+        files.replace_with(output, lambda tmp: _one_file(found, tmp))
     else:
-        df = pd.read_parquet(src)
+        df = resultset.read_table(src)
         target = output if output is not None else sys.stdout
         if format == "csv":
             df.to_csv(target, index=False)
@@ -60,3 +62,12 @@ def export_cmd(
                 output.write_text(text)
     if output is not None:
         err_console.print(f"wrote {output} ({table}, {format})", highlight=False, markup=False)
+
+
+def _one_file(found: list[Path], target: Path) -> None:
+    """The Parquet files of a table (a file per run, or one) as one file, a run at a time."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(target, pq.read_schema(found[0])) as writer:
+        for path in found:
+            writer.write_table(pq.read_table(path))

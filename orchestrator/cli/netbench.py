@@ -84,8 +84,8 @@ def netbench_cmd(
     err_console.print(f"netbench {site_obj.name}/{part.name}: {run.ranks} ranks on {nodes} "
                       f"node(s), {verb}: {out_dir / run.run_id}", highlight=False)
     execute.execute(prepared, site_obj, wait=True, on_event=_print_event)
-    results.recheck(out_dir)  # the run records first: merge only reads
-    results.merge(out_dir)
+    keys = results.recheck(out_dir)  # the run records first: merge only reads
+    results.merge(out_dir, keys)
     result = nb.fit_run(out_dir / run.run_id)
     path = nb.save(result, nb.store_path(site_obj.name, part.name, store)) if save else None
     if format == "json":

@@ -26,8 +26,8 @@ def load_result_set(directory: Path):
     directory = directory.resolve()
     sweep = None
     if rundir.run_dirs(directory):
-        results.recheck(directory)  # the run records first: merge only reads
-        results.merge(directory)
+        keys = results.recheck(directory)  # the run records first: merge only reads
+        results.merge(directory, keys)
         sweep = directory
         res = directory / "results"
     elif (directory / "results" / "runs.parquet").is_file():
@@ -38,9 +38,10 @@ def load_result_set(directory: Path):
         raise UserError(f"{directory}: not a sweep directory (no <run-id>/run.json) and no "
                         "results/runs.parquet; run orch sweep first")
     runs = _table(res / "runs.parquet", RUN_COLUMNS, sweep)
-    iters_path = res / "iterations.parquet"
-    iters = _table(iters_path, ITER_COLUMNS, sweep) if iters_path.is_file() else pd.DataFrame(
-        columns=["run_id", "rank", "host", "iter", "warmup_iter", "t_iter"])
+    iters = _table(res / "iterations.parquet", ITER_COLUMNS, sweep,
+                   read=results.resultset.read_table)
+    if iters is None:
+        iters = pd.DataFrame(columns=["run_id", "rank", "host", "iter", "warmup_iter", "t_iter"])
     if runs.empty:
         raise UserError(f"{directory}: the result set has no runs")
     return runs, iters, sweep
@@ -52,19 +53,22 @@ RUN_COLUMNS = ("run_id", "state", "mode", "model", "nodes", "samples_per_s")
 ITER_COLUMNS = ("run_id", "rank", "iter", "warmup_iter", "t_iter")
 
 
-def _table(path: Path, columns: tuple[str, ...], sweep: Path | None):
-    """A result set's Parquet file, or one line saying what to run where it cannot be read
-    as this orch's: merged again from its sweep directory by ``orch gather``."""
+def _table(path: Path, columns: tuple[str, ...], sweep: Path | None, read=None):
+    """A result set's Parquet table (``read``: its reader, pd.read_parquet by default; None
+    where the reader finds none), or one line saying what to run where it cannot be read as
+    this orch's: merged again from its sweep directory by ``orch gather``."""
     import pandas as pd
     import pyarrow as pa
 
     fix = (f"run 'orch gather {sweep}' to merge it again" if sweep is not None else
            "run 'orch gather SWEEP' on its sweep directory to merge it again with this orch")
     try:
-        table = pd.read_parquet(path)
+        table = (read or pd.read_parquet)(path)
     except (OSError, ValueError, pa.ArrowException) as exc:
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
         raise UserError(f"{path}: not a result set this orch can read ({first}); {fix}") from None
+    if table is None:
+        return None
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise UserError(f"{path}: written by another version of orch (no column "
@@ -75,22 +79,24 @@ def _table(path: Path, columns: tuple[str, ...], sweep: Path | None):
 def load_epochs(directory: Path):
     """``epochs.parquet`` of a result set (a sweep directory or its results/), if it has one:
     the sweep had runs with --epochs."""
-    import pandas as pd
-
-    for path in (directory / "results" / "epochs.parquet", directory / "epochs.parquet"):
-        if path.is_file():
-            return pd.read_parquet(path)
-    return None
+    return _per_run_table(directory, "epochs.parquet")
 
 
 def load_device_samples(directory: Path):
     """``devices.parquet`` of a result set (a sweep directory or its results/): the ranks'
     device samples over time; None where it has none (a result set older than the sampler)."""
-    import pandas as pd
+    return _per_run_table(directory, "devices.parquet")
 
-    for path in (directory / "results" / "devices.parquet", directory / "devices.parquet"):
-        if path.is_file():
-            return pd.read_parquet(path)
+
+def _per_run_table(directory: Path, name: str):
+    """A per-run table of a result set (a sweep directory or its results/): a directory of a
+    file per run, or an older orch's one file; None where it has none."""
+    from ..results import resultset
+
+    for path in (directory / "results" / name, directory / name):
+        frame = resultset.read_table(path)
+        if frame is not None:
+            return frame
     return None
 
 

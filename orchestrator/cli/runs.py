@@ -39,8 +39,8 @@ def results_cmd(
         raise UserError(f"--format {format}: valid: table, csv, json, parquet")
     if format == "parquet" and output is None:
         raise UserError("--format parquet needs --output to a file: give --out FILE")
-    results.recheck(sweep_dir(directory))  # the run records first: merge only reads
-    runs_df = results.merge(sweep_dir(directory))
+    keys = results.recheck(sweep_dir(directory))  # the run records first: merge only reads
+    runs_df = results.merge(sweep_dir(directory), keys)
     if output is not None:
         if format == "parquet":
             runs_df.to_parquet(output, index=False)
@@ -70,8 +70,8 @@ def gather(directory: Annotated[Path, SWEEP]) -> None:
     d = sweep_dir(directory)
     for scheduler in schedulers(d):
         execute.refresh(d, scheduler)
-    results.recheck(d)  # the run records first: merge only reads
-    runs_df = results.merge(d)
+    keys = results.recheck(d)  # the run records first: merge only reads
+    runs_df = results.merge(d, keys)
     err_console.print(f"merged {len(runs_df)} run(s) into {d / 'results'}")
     print_runs(results.records(runs_df))
     for line in history.gathered(d):  # the site's history, each rerun against its original

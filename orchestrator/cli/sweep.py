@@ -217,8 +217,8 @@ def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
         rundir.log_line(out_dir, "orch sweep ended: its runs are submitted (--no-wait)")
         return
-    results.recheck(out_dir)  # the run records first: merge only reads
-    runs_df = results.merge(out_dir)
+    keys = results.recheck(out_dir)  # the run records first: merge only reads
+    runs_df = results.merge(out_dir, keys)
     ids = {r.run_id for r in runs}
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))

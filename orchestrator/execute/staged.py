@@ -25,8 +25,8 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
     ``ranks`` ranks have finished, state the predictions of the ``later`` runs, before any of
     them is submitted."""
     def between(ranks: int, later: set[str]) -> None:
-        results.recheck(sweep_dir)  # the run records first: merge only reads
-        runs = results.merge(sweep_dir)
+        keys = results.recheck(sweep_dir)  # the run records first: merge only reads
+        runs = results.merge(sweep_dir, keys)
         records, notes = ledger.predict_runs(
             runs, later, networks, iterations=sweep_dir / results.resultset.ITERATIONS)
         ledger.append(sweep_dir, records)

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import __version__, modes, protocol, rundir
+from .. import __version__, files, modes, protocol, rundir
 from ..errors import UserError
 from ..report.select import config_of, training_runs
-from ..results import analyze
+from ..results import analyze, resultset
 from . import interval, validity
 from .comm import PATTERN_MODELS, Network, pattern_comm_time
 from .inputs import ModelInputError, gradient_bytes, overlap_of, run_options
@@ -285,18 +285,20 @@ def runs_interval(base: pd.DataFrame, point: float, network: Sequence[float] = (
 
 
 def read_iterations(path: Path | None, run_ids: list[str]) -> pd.DataFrame | None:
-    """The per-iteration ``t_iter`` of ``run_ids`` in an iterations.parquet (the run, its
-    window and warm-up flag only), None where there is no such file or run."""
+    """The per-iteration ``t_iter`` of ``run_ids`` in a result set's ``iterations.parquet`` (a
+    file per run, or an older orch's one file; the run, its window and warm-up flag only),
+    None where there is no such table or run."""
     import pyarrow.parquet as pq
 
-    if path is None or not path.is_file() or not run_ids:
+    found = resultset.table_files(path, run_ids) if path is not None and run_ids else []
+    if not found:
         return None
-    present = set(pq.read_schema(path).names)
+    present = set(pq.read_schema(found[0]).names)
     columns = [c for c in ("run_id", "window", "warmup_iter", T_ITER) if c in present]
     if not {"run_id", T_ITER} <= set(columns):
         return None
-    table = pq.read_table(path, columns=columns, filters=[("run_id", "in", run_ids)])
-    return table.to_pandas() if table.num_rows else None
+    frame = resultset.read_table(path, columns=columns, run_ids=run_ids)
+    return frame if frame is not None and len(frame) else None
 
 
 def measured_t_iter(iterations: pd.DataFrame, run_id: str) -> pd.Series:
@@ -349,16 +351,12 @@ def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list
 
 def append(sweep_dir: Path, records: list[dict]) -> None:
     """Append predictions to ``<sweep>/predictions.jsonl`` (never rewrites a line), flushed
-    and synced before the next stage is submitted."""
+    and synced before the next stage is submitted; a failed append leaves the file as it was
+    (files.append_text), never with a torn line."""
     if not records:
         return
-    import os
-
-    with open(sweep_dir / FILE, "a", encoding="utf-8") as fh:
-        for rec in records:
-            fh.write(json.dumps(rec, sort_keys=True) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    files.append_text(sweep_dir / FILE, "".join(json.dumps(rec, sort_keys=True) + "\n"
+                                                for rec in records))
 
 
 def load(path: Path) -> list[dict]:
@@ -468,8 +466,8 @@ def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | No
     started = {rec["run_id"]: run_started_at(sweep_dir / rec["run_id"]) for rec in preds}
     frame = scorecard_frame(runs, preds, started)
     target = sweep_dir / "results" / PARQUET
-    target.parent.mkdir(parents=True, exist_ok=True)
-    frame.to_parquet(target, index=False)
+    files.make_dirs(target.parent)
+    files.write_bytes_if_changed(target, files.parquet_bytes(frame))
     return frame
 
 

@@ -297,8 +297,8 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     runs = sweepmod.expand(spec, site)
     prepared = execute.prepare(runs, site, out, retry_failed=True)
     execute.execute(prepared, site, wait=True, on_event=on_event)
-    results.recheck(out)  # the run records first: merge only reads
-    results.merge(out)
+    keys = results.recheck(out)  # the run records first: merge only reads
+    results.merge(out, keys)
     rdir = out / runs[0].run_id
     fit = netbench.fit_run(rdir)
     r2, worst = fit_quality(fit.sizes, fit.seconds, fit.model_seconds())

@@ -1,7 +1,8 @@
 """The result set of a sweep directory: merged from the run directories, written as Parquet.
 
-    results/iterations.parquet  one row per (run, rank, iteration), warm-up rows flagged
     results/runs.parquet        one row per run: parameters, state, throughput, phases, scaling
+    results/iterations.parquet  one row per (run, rank, iteration), warm-up rows flagged: a
+                                directory of one file per run, read as one table
 
 Failed and cancelled runs are rows too, with their state and reason. Merging only reads the
 run directories, so it can be redone at any time (``orch gather``) and never loses data;

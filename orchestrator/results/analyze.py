@@ -266,7 +266,9 @@ def add_scaling(runs: pd.DataFrame) -> pd.DataFrame:
     runs["baseline_ranks"] = None
     if runs.empty:
         return runs
-    runs["throughput_from"] = [throughput_from(r) for r in runs.to_dict("records")]
+    # the two columns throughput_from reads: all of them cost a dict of every column per run
+    read = runs[[c for c in ("throughput_window", "epochs") if c in runs.columns]]
+    runs["throughput_from"] = [throughput_from(r) for r in read.to_dict("records")]
     # str() each value: pandas' string dtype would keep None (in-memory data) as missing.
     keys = [k for k in GROUP_KEYS if k in runs.columns]
     key = runs[keys].apply(lambda row: "|".join(map(str, row)), axis=1)

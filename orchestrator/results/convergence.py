@@ -6,7 +6,8 @@ module reads each rank's ``epoch`` records (training loss and accuracy over the 
 rank trained on, held-out accuracy of the whole held-out split, epoch and evaluation time) and
 derives:
 
-* ``results/epochs.parquet``: one row per (run, rank, epoch);
+* ``results/epochs.parquet``: one row per (run, rank, epoch), a file per run (the merge
+  writes it, :func:`epoch_table`);
 * per run: ``epochs_done``, ``final_test_acc``, ``best_test_acc``, and time to accuracy
   ``tta_s`` — from the first epoch's start (earliest rank) to the end of the evaluation of the
   first epoch whose held-out accuracy reached ``target_accuracy`` (latest rank), evaluation
@@ -23,11 +24,11 @@ derives:
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
-from .. import files, modes, protocol
+from .. import modes, protocol
 
 # Measured on the local site (torch-ddp, LeNet-5, digits, 4 epochs): 2 ranks x 64 vs 1 x 128
 # differ by < 0.01 % in training loss and not at all in held-out accuracy; ranks that train
@@ -55,16 +56,21 @@ def epoch_rows(run_id: str, mode: str, nodes: int, ranks: int, logs) -> list[dic
     return rows
 
 
-def read_epochs(out: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """Every epoch record of the epoch runs of ``runs`` (read from their rank logs)."""
-    rows: list[dict] = []
-    if "epochs" not in runs:
-        return pd.DataFrame(columns=list(EPOCH_COLUMNS))
-    for r in runs[runs["epochs"].notna()].itertuples():
-        logs = [protocol.read_rank_log(p)
-                for _, p in protocol.rank_logs(out / r.run_id / protocol.RANKS_DIR)]
-        rows += epoch_rows(r.run_id, r.mode, int(r.nodes), int(r.ranks), logs)
+# epochs.parquet's types, declared (not inferred from one run's rows: a run whose records all
+# lack a field would write a column of nulls of no type, which no other run's file matches).
+EPOCH_SCHEMA = pa.schema([(c, pa.string() if c in ("run_id", "mode")
+                           else pa.float64() if c in protocol.EPOCH_FIELDS else pa.int64())
+                          for c in EPOCH_COLUMNS])
+
+
+def epoch_frame(rows: list[dict]) -> pd.DataFrame:
+    """Epoch rows (:func:`epoch_rows`) as the table :func:`summarise` takes."""
     return pd.DataFrame(rows, columns=list(EPOCH_COLUMNS))
+
+
+def epoch_table(rows: list[dict]) -> pa.Table:
+    """Epoch rows as a run's file of ``results/epochs.parquet`` holds them."""
+    return pa.Table.from_pylist(rows, schema=EPOCH_SCHEMA)
 
 
 def per_epoch(ep: pd.DataFrame) -> pd.DataFrame:
@@ -161,13 +167,3 @@ def summarise(runs: pd.DataFrame, ep: pd.DataFrame) -> pd.DataFrame:
         if base is not None and r["tta_s"] is not None:
             r["tta_speedup"] = base["tta_s"] / r["tta_s"]
     return pd.DataFrame(rows, columns=runs.columns)
-
-
-def write(out: Path, runs: pd.DataFrame) -> pd.DataFrame:
-    """Read the epoch runs' records, write ``results/epochs.parquet`` when there are any, and
-    return ``runs`` with the convergence columns."""
-    ep = read_epochs(out, runs)
-    if not ep.empty:
-        files.replace_with(out / "results" / "epochs.parquet",
-                           lambda tmp: ep.to_parquet(tmp, index=False))
-    return summarise(runs, ep)

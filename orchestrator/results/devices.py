@@ -1,7 +1,7 @@
 """Per-run device columns of the result set: what the devices did in the measured window
 (the ranks' footers' ``device_metrics``, rankside.devmetrics) and where each rank was bound
-(the headers' ``binding``); and the device samples over time (``results/devices.parquet``,
-:func:`write_samples`), which the report draws.
+(the headers' ``binding``); and the device samples over time (``results/devices.parquet``, a
+file per run, :func:`sample_table`), which the report draws.
 
 Every column is declared once, in :data:`COLUMNS`: its name, how the ranks' values make the
 run's, the footer or header key it reads, and what it means. Ranks that share a device (two
@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from .. import files, protocol
+from .. import protocol
 from ..rankside import devmetrics
-from . import cache
 
 
 class Column(NamedTuple):
@@ -300,61 +298,12 @@ def _number(value) -> float | None:
 
 
 # devices.parquet's types, declared (not inferred from the rows): a field no sample read is
-# a float column of nulls in every merge, whichever runs it holds.
+# a float column of nulls in every run's file.
 SAMPLE_SCHEMA = pa.schema([("run_id", pa.string()), ("task", pa.int64()),
                            *((f, pa.float64()) for f in SAMPLE_FIELDS)])
-# devices.parquet's own record of what it holds (Parquet key-value metadata): run id ->
-# [its device logs' key, its first row, its row count], for the runs whose logs had a key.
-HELD_KEY = b"orch.device_logs"
 
 
-def logs_key(ranks_dir: Path) -> str | None:
-    """What a run's device rows depend on: each device log's identity (cache.files_key); None
-    while one was written in the last cache.RACY_S seconds (read again next time, as the
-    merge's cache does)."""
-    return cache.files_key(sorted(ranks_dir.glob("device-*.jsonl")))
-
-
-def _held(path: Path) -> tuple[pa.Table | None, dict[str, list]]:
-    """The devices.parquet a merge replaces and what it holds (HELD_KEY); (None, {}) where
-    there is none, it cannot be read, or it was not written with its record."""
-    try:
-        held = json.loads((pq.read_schema(path).metadata or {})[HELD_KEY])
-        table = pq.read_table(path).replace_schema_metadata(None)
-    except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
-        return None, {}
-    ok = table.schema.equals(SAMPLE_SCHEMA) and isinstance(held, dict) and all(
-        isinstance(v, list) and len(v) == 3 and all(isinstance(n, int) for n in v[1:])
-        and v[1] + v[2] <= table.num_rows for v in held.values())
-    return (table, held) if ok else (None, {})
-
-
-def write_samples(out: Path, runs: list[tuple[str, Path]]) -> None:
-    """``results/devices.parquet`` in the sweep directory ``out``: the device samples of the
-    runs (run_id, run directory), where any has them (runs older than the sampler have none).
-
-    Incremental: a run whose device logs are those the file was written from (its
-    :func:`logs_key`) keeps its rows from it and reads none of its logs; the file is the same,
-    row for row, as one written by reading every log, and is not rewritten where nothing
-    changed."""
-    path = out / SAMPLES_FILE
-    old, held = _held(path)
-    pieces, record, rows = [], {}, 0
-    for run_id, rdir in runs:
-        ranks = rdir / protocol.RANKS_DIR
-        key = logs_key(ranks)
-        known = held.get(run_id)
-        if old is not None and key is not None and known is not None and known[0] == key:
-            piece = old.slice(known[1], known[2])
-        else:
-            piece = pa.Table.from_pylist(sample_rows(run_id, ranks), schema=SAMPLE_SCHEMA)
-        if key is not None:
-            record[run_id] = [key, rows, piece.num_rows]
-        pieces.append(piece)
-        rows += piece.num_rows
-    if not rows or (old is not None and record == held and rows == old.num_rows
-                    and len(record) == len(runs)):
-        return  # no samples at all, or the file already holds these rows
-    table = pa.concat_tables(pieces).replace_schema_metadata(
-        {HELD_KEY: json.dumps(record).encode()})
-    files.replace_with(path, lambda tmp: pq.write_table(table, tmp))
+def sample_table(run_id: str, ranks_dir: Path) -> pa.Table:
+    """A run's device samples (:func:`sample_rows`) as its file of ``results/devices.parquet``
+    holds them; no rows where it took none."""
+    return pa.Table.from_pylist(sample_rows(run_id, ranks_dir), schema=SAMPLE_SCHEMA)

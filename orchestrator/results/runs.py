@@ -11,6 +11,7 @@ import pandas as pd
 from .. import protocol, rundir, verdict
 from ..rundir import TERMINAL, JobRecord
 from ..spec.api import Run, column_names
+from . import cache
 
 RUN_FIELDS = column_names()  # the Run fields marked as columns (spec.api)
 
@@ -90,16 +91,31 @@ def attempts_summary(record: JobRecord) -> str:
     return "→".join(ends[a] for a in sorted(ends))
 
 
-def recheck(out: Path) -> None:
+def recheck(out: Path) -> dict[str, str | None]:
     """Re-check every finished run of ``out`` against its rank logs as they are now, and write
-    the records that change (:func:`reverify`). Run it before :func:`merge`, which only reads."""
+    the records that change (:func:`reverify`). Run it before :func:`merge`, which only reads;
+    returns each run's key (``cache.run_key``, taken before it was read) for the merge to
+    reuse: None for a run whose record it rewrote (its key changed with it).
+
+    A run none of whose files changed since it was last found consistent (its key is the one
+    remembered then) is not read again: re-checking reads every byte of every log
+    (``rundir.logs_digest``), which a live sweep's gathers cannot afford."""
+    cache_dir = out / cache.CACHE_DIR
+    memo = cache.read_checked(cache_dir)
+    keys: dict[str, str | None] = {}
     for rdir in rundir.run_dirs(out):
-        record = rundir.read_record(rdir)
-        if record is None:
+        key = keys[rdir.name] = cache.run_key(rdir)
+        if key is not None and memo.get(rdir.name) == key:
             continue
-        checked = reverify(rundir.read_run(rdir), rdir, record)
+        record = rundir.read_record(rdir)
+        checked = reverify(rundir.read_run(rdir), rdir, record) if record else None
         if checked != record:
             rundir.write_record(rdir, checked)
+            keys[rdir.name] = None
+    remembered = {run_id: key for run_id, key in keys.items() if key is not None}
+    if remembered != memo:
+        cache.write_checked(cache_dir, remembered)
+    return keys
 
 
 def reverify(run: Run, rdir: Path, record: JobRecord) -> JobRecord:

@@ -3,20 +3,17 @@
 ``iteration_rows`` + ``iteration_table`` build it row by row from parsed rank logs (the
 reference); ``merged_iteration_table`` builds the same table from logs whose iteration lines
 were left raw (``protocol.read_rank_log(..., raw_iters=True)``), with Arrow's native readers
-(``iterlines``), ~25x faster; ``read_iterations`` / ``write_parquet`` keep it on disk.
+(``iterlines``), ~25x faster; ``WRITE_OPTIONS`` say how the merge writes it.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from .. import files
 from ..protocol import (
     MAX_COUNT,
     PHASES,
@@ -108,11 +105,6 @@ def plain_strings(table: pa.Table) -> pa.Table:
     return table
 
 
-def read_iterations(path: Path) -> pa.Table:
-    """iterations.parquet in MERGE_SCHEMA."""
-    return pq.read_table(path, read_dictionary=list(STRING_COLUMNS))
-
-
 # Dictionary pages for the repeated strings only: trying them on every column (the default)
 # costs a third of the write on random floats, for nothing. Min/max statistics for the numbers
 # only: on the dictionary-encoded strings they cost a third of the write (a comparison of
@@ -120,13 +112,6 @@ def read_iterations(path: Path) -> pa.Table:
 WRITE_OPTIONS = {"use_dictionary": list(STRING_COLUMNS), "store_schema": False,
                  "write_statistics": [f.name for f in ITER_SCHEMA
                                       if f.name not in STRING_COLUMNS]}
-
-
-def write_parquet(table: pa.Table, path: Path) -> None:
-    """Write an ITER_SCHEMA or MERGE_SCHEMA table; it reads back in ITER_SCHEMA."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    files.replace_with(path, lambda tmp: pq.write_table(table, tmp, **WRITE_OPTIONS))
-
 
 
 def merged_iteration_table(
