@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 
-from .. import files
 from ..errors import UserError
 from ._common import err_console, renamed
 from .resultset import load_result_set
@@ -30,6 +29,7 @@ def export_cmd(
     Parquet opens in pandas (pd.read_parquet) and DuckDB (SELECT * FROM 'FILE'); the
     iterations, a file per run in the result set, become one file.
     """
+    from .. import files
     from ..results import resultset
 
     output = renamed(out, old_output, "--out", "--output")
