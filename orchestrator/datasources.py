@@ -38,6 +38,7 @@ from typing import Any
 from .errors import UserError
 
 DIGITS = "digits"
+TEXT = "text"  # byte-level tokens of text on the machine (orch data make --from text)
 # Where each embedded or well-known source comes from, for the manifest and the docs.
 ORIGIN = {
     "digits": "UCI Optical Recognition of Handwritten Digits (E. Alpaydin, C. Kaynak, 1998; "

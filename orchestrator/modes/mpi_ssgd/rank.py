@@ -294,7 +294,6 @@ def main(argv=None) -> None:
         import torch
         from mpi4py import MPI
 
-        from orchestrator.rankside.torch import models as models_torch
         from orchestrator.rankside.torch.common import (
             Dims,
             Steps,
@@ -304,6 +303,7 @@ def main(argv=None) -> None:
             parameter_checksum,
             rank_device,
         )
+        from orchestrator.rankside.torch.workload import Workload
 
         comm = MPI.COMM_WORLD
         info = s.info
@@ -320,7 +320,9 @@ def main(argv=None) -> None:
         s.footer["versions"] = harness.versions(torch=torch.__version__,
                                                 mpi4py=mpi4py.__version__, mpi=library)
         s.footer["threads"] = torch.get_num_threads()
-        model = models_torch.build(args.model, args.dataset, args.classes)
+        workload = Workload(args.model, args.dataset, args.classes)
+        workload.note(s.footer)
+        model = workload.model
         with torch.no_grad():  # everyone starts from rank 0's weights
             for p in model.parameters():
                 comm.Bcast(p.data.numpy(), root=0)
@@ -333,7 +335,7 @@ def main(argv=None) -> None:
         s.footer["comm_buckets"] = len(reducer.buckets) if reducer else 0
         s.footer["overlap"] = args.overlap
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
+        loss_fn = workload.loss_fn
 
         step = reference_step(dims, net, loss_fn, optimizer, reducer)
 
@@ -342,7 +344,7 @@ def main(argv=None) -> None:
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, models_torch, dims)
+        source = input_batches(args, info, workload, dims)
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step,
                       sync if device.type == "cuda" else None, dims)
