@@ -12,8 +12,10 @@ from .fmt import (
     PHASE_LABELS,
     PHASE_ORDER,
     as_float,
+    flops,
     fmt_num,
     fmt_signed,
+    gib,
     ms,
     ms_pm,
     ms_value,
@@ -107,6 +109,33 @@ def throughput_table(done: pd.DataFrame) -> Table:
                      "phase breakdown")
     return _pivot(done, cell, "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
                   "throughput", "; ".join(notes))
+
+
+def workload_table(done: pd.DataFrame) -> Table | None:
+    """tokens/s, model FLOP/s and MFU per device and peak memory per rank, per size (None
+    where no run has a FLOPs figure nor tokens: results.workload's columns)."""
+    if "flops_per_sample" not in done.columns or not (
+            done["flops_per_sample"].notna().any() or done["tokens_per_sample"].notna().any()):
+        return None
+
+    def cell(r: pd.Series) -> str:
+        parts = []
+        if as_float(r.get("tokens_per_s_per_device")) is not None:
+            parts.append(f"{r['tokens_per_s_per_device']:,.0f} tok/s")
+        parts.append(flops(r.get("model_flops_per_s_per_device")))
+        mfu = as_float(r.get("mfu"))
+        parts.append(f"MFU {mfu:.1%}" if mfu is not None else "MFU -")
+        parts.append(gib(r.get("peak_memory_bytes")))
+        return " · ".join(parts)
+
+    notes = ["per device: per training rank; model FLOPs per sample: a transformer's "
+             "T(6N + 12LHQT) after PaLM, a CNN's or your own model's counted by torch's "
+             "FlopCounterMode; MFU: model FLOP/s per device over the device's dense peak at "
+             "the run's precision; memory: a rank's peak (GPU reserved, else peak RSS)"]
+    reasons = sorted({str(x) for x in done.get("mfu_reason", pd.Series()).dropna()})
+    notes += [f"no MFU: {why}" for why in reasons]
+    return _pivot(done, cell, "Workload per device: tokens/s · model FLOP/s · MFU · peak memory",
+                  "workload", "; ".join(notes))
 
 
 def speedup_table(done: pd.DataFrame) -> Table:

@@ -29,7 +29,7 @@ from .. import fabric, files, protocol, rundir
 from ..protocol import RankLog
 from ..rundir import JobRecord
 from ..spec.api import Run
-from . import analyze, cache, convergence, devices, gather, tables
+from . import analyze, cache, convergence, devices, gather, tables, workload
 from .dimensions import dimension_facts
 from .runs import run_columns
 
@@ -242,6 +242,7 @@ def _write_runs(out: Path, inputs: list[RunInput], parts: list[RunPart]) -> pd.D
         info.update(dimension_facts(run, logs))  # precision, compile, ...
         info.update(devices.run_facts(logs))  # device metrics and binding
         info.update(fabric.attest(run, rdir, logs))
+        info.update(workload.run_facts(run, rdir, logs, info))  # tokens/s, MFU, memory
         rows.append(info)
     runs_df = analyze.add_invariants(analyze.add_scaling(pd.DataFrame(rows)))
     runs_df = convergence.write(out, runs_df)  # epoch runs: epochs.parquet, time to accuracy

@@ -184,15 +184,35 @@ def _default_loss(ds):
     return nn.CrossEntropyLoss()
 
 
+def flop_counter():
+    """``torch.utils.flop_counter.FlopCounterMode`` that also counts SDPA on a CPU: torch
+    2.13 counts the attention of its flash and memory-efficient GPU kernels but not of the CPU
+    one (``_scaled_dot_product_flash_attention_for_cpu``), which it would count as nothing.
+    Counted as the GPU kernels are: the two batched matrix products, the causal mask not
+    halving them (as PaLM's 12LHQT term counts attention)."""
+    import torch
+    from torch.utils import flop_counter as fc
+
+    def forward(q, k, v, *args, out_shape=None, **kwargs):
+        return fc.sdpa_flop_count(q, k, v)
+
+    def backward(grad, q, k, v, *args, out_shape=None, **kwargs):
+        return fc.sdpa_backward_flop_count(grad, q, k, v)
+
+    ops = torch.ops.aten
+    return fc.FlopCounterMode(display=False, custom_mapping={
+        ops._scaled_dot_product_flash_attention_for_cpu: forward,
+        ops._scaled_dot_product_flash_attention_for_cpu_backward: backward})
+
+
 def check(name: str, dataset: str, batch_size: int) -> dict:
     """Build the model and run one training step on CPU (the module docstring)."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
     w = Workload(name, dataset)
     gen = torch.Generator().manual_seed(0)
     x, y = w.synthetic(batch_size, gen)
-    counter = FlopCounterMode(display=False)
+    counter = flop_counter()
     try:
         with counter:
             loss = w.loss_fn(w.model(x), y)
