@@ -211,7 +211,8 @@ def comm_table(done: pd.DataFrame) -> Table:
         why = "" if total is not None else str(r.get("comm_total_reason") or "not recorded")
         rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]),
                      overlap_of(str(r["mode"]), r.get("options"),
-                                gradient_bytes(str(r["model"]), str(r["dataset"]))),
+                                gradient_bytes(str(r["model"]), str(r["dataset"]),
+                                               r.get("model_params"))),
                      ms(exposed), ms(total),
                      ms(hidden), fmt_num(hidden / total if hidden is not None and total else None,
                                          ".0%"),

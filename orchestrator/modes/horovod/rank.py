@@ -157,7 +157,7 @@ def main(argv=None) -> None:
 
             epochs_torch.train(s, args, info, step, model, device,
                                reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"),
-                               dims=dims)
+                               dims=dims, workload=workload)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             hvd.join()

@@ -264,7 +264,7 @@ def breakdown(s, steps, reducer: Allreducer | None, overlap: str):
                      update=("t_u", update))
 
 
-def train_epochs(s, args, step, model, device, dims, comm, MPI) -> None:
+def train_epochs(s, args, step, model, device, dims, comm, MPI, workload=None) -> None:
     """Time to accuracy: whole epochs of the labelled set, the ranks' sums all-reduced over
     MPI; then the footer's checksum and memory, and MPI finalized as at the end of main."""
     from orchestrator.rankside.torch import epochs as epochs_torch
@@ -274,7 +274,8 @@ def train_epochs(s, args, step, model, device, dims, comm, MPI) -> None:
         comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
         return t
 
-    epochs_torch.train(s, args, s.info, step, model, device, reduce=summed, dims=dims)
+    epochs_torch.train(s, args, s.info, step, model, device, reduce=summed, dims=dims,
+                       workload=workload)
     s.footer["param_checksum"] = parameter_checksum(model)
     note_device_memory(s.footer, device)
     comm.Barrier()
@@ -340,7 +341,7 @@ def main(argv=None) -> None:
         step = reference_step(dims, net, loss_fn, optimizer, reducer)
 
         if args.epochs:  # time to accuracy: DistributedSampler shares, as torch-ddp
-            train_epochs(s, args, step, model, device, dims, comm, MPI)
+            train_epochs(s, args, step, model, device, dims, comm, MPI, workload)
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.

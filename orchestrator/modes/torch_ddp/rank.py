@@ -140,7 +140,7 @@ def main(argv=None) -> None:
 
             plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
             epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn, dims), model,
-                               device, dims=dims)
+                               device, dims=dims, workload=workload)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             leave_distributed()

@@ -284,7 +284,7 @@ def main(argv=None) -> None:
         if args.epochs:  # time to accuracy: whole epochs of FSDP2's own step
             from orchestrator.rankside.torch import epochs as epochs_torch
 
-            epochs_torch.train(s, args, info, step, model, device, dims=dims)
+            epochs_torch.train(s, args, info, step, model, device, dims=dims, workload=workload)
             s.footer["param_checksum"] = full_parameter_checksum(model)
             note_device_memory(s.footer, device)
             leave_distributed()

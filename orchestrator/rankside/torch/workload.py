@@ -43,15 +43,20 @@ class UserModelError(Exception):
     """The user's module cannot be used; the message is one line, located where it can be."""
 
 
-def _located(exc: BaseException, path: str | None) -> str:
-    """``file:line: Type: message`` at the deepest frame in the user's file (else the last)."""
+def _located(exc: BaseException, path: str | None, fallback: str | None = None) -> str:
+    """``file:line: Type: message`` at the deepest frame in the user's file; where none is
+    in the traceback (a shape mismatch inside torch's own layers), ``fallback`` (the line of
+    the user's function), else the last frame."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if path and os.path.abspath(f.filename) == path]
     if isinstance(exc, SyntaxError) and exc.filename:
         where = f"{exc.filename}:{exc.lineno}"
-    elif mine or frames:
-        frame = (mine or frames)[-1]
-        where = f"{frame.filename}:{frame.lineno}"
+    elif mine:
+        where = f"{mine[-1].filename}:{mine[-1].lineno}"
+    elif fallback:
+        where = fallback
+    elif frames:
+        where = f"{frames[-1].filename}:{frames[-1].lineno}"
     else:
         where = path or "?"
     text = " ".join(str(exc).split()) or type(exc).__name__
@@ -98,7 +103,8 @@ class Workload:
         self.example_batch = None
         if self.user:
             module, function, self.path = user_module(name)
-            self.model = _call(getattr(module, function), self.path, f"{function}()")
+            self.where = _where(getattr(module, function), self.path, function)
+            self.model = _call(getattr(module, function), self.path, self.where)
             if not _is_module(self.model):
                 raise UserModelError(f"{self.path or name}: {function}() returned "
                                      f"{type(self.model).__name__}, not a torch.nn.Module")
@@ -109,7 +115,7 @@ class Workload:
         else:
             from . import models as models_torch
 
-            self.path = None
+            self.path = self.where = None
             self.model = models_torch.build(name, dataset, classes)
             self.loss_fn = models_torch.loss_for(name)
             self.objective = zoo.get(name).objective
@@ -120,7 +126,8 @@ class Workload:
         import torch
 
         if self.example_batch is not None:
-            return _call(self.example_batch, self.path, "example_batch()", batch_size)
+            return _call(self.example_batch, self.path,
+                         _where(self.example_batch, self.path, "example_batch"), batch_size)
         ds = self.dataset
         if ds.tokens:
             from .transformers import lm_pair
@@ -167,11 +174,23 @@ def _is_module(obj) -> bool:
     return isinstance(obj, nn.Module)
 
 
-def _call(fn, path, what, *args):
+def _where(fn, path, name: str) -> str:
+    """``file:line`` of the user's function ``fn`` (its ``def``), for errors with no frame
+    of theirs; the function's name when its line cannot be found."""
+    import inspect
+
+    try:
+        return f"{path or inspect.getsourcefile(fn)}:{inspect.getsourcelines(fn)[1]} " \
+               f"({name})"
+    except (OSError, TypeError):
+        return f"{path or '?'} ({name})"
+
+
+def _call(fn, path, where, *args):
     try:
         return fn(*args)
     except Exception as exc:
-        raise UserModelError(_located(exc, path)) from None
+        raise UserModelError(_located(exc, path, where)) from None
 
 
 def _default_loss(ds):
@@ -218,7 +237,7 @@ def check(name: str, dataset: str, batch_size: int) -> dict:
             loss = w.loss_fn(w.model(x), y)
             loss.backward()
     except Exception as exc:
-        raise UserModelError(_located(exc, w.path)) from None
+        raise UserModelError(_located(exc, w.path, w.where)) from None
     if not (isinstance(loss, torch.Tensor) and loss.numel() == 1):
         raise UserModelError(f"{w.path or name}: the loss is not a single number "
                              f"({type(loss).__name__} of shape "
