@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import backends, data, datasources, modes, protocol, usermodel, zoo
+from . import backends, data, datasources, modes, protocol, trainer, usermodel, zoo
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
@@ -153,7 +153,7 @@ def dataset_of(spec: SweepSpec, model: str) -> str:
     (cifar for the CNNs, bytes for the GPTs, ...; the dataset's default for a user's model)."""
     if spec.dataset is not None:
         return spec.dataset
-    if usermodel.is_user_model(model) or model not in zoo.MODELS:
+    if usermodel.is_user_model(model) or model not in zoo.MODELS:  # a user's, a trainer
         return USER_MODEL_DATASET
     return zoo.get(model).datasets[0]
 
@@ -165,7 +165,18 @@ def _check_models(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) ->
     """Every zoo model exists, has the dataset and is built by every mode's library (MXNet,
     CNTK and Chainer have no transformers); a user's model is checked by
     :func:`user_models` once the site is known."""
+    scripts = [m for m in mode_list if not m.phases]
     for model in spec.models:
+        if trainer.is_trainer_file(model):
+            plain = [m.name for m in mode_list if m.phases]
+            if plain:
+                script_modes = [m.name for m in modes.registry().values() if not m.phases]
+                raise UserError(f"{where('models', model)}: a trainer file runs in mode "
+                                f"{', '.join(script_modes)}, not {', '.join(plain)}")
+            continue
+        if scripts:
+            raise UserError(f"{where('models', model)}: mode {scripts[0].name} runs your own "
+                            "training script: give its trainer file (--model FILE.yaml)")
         if usermodel.is_user_model(model):
             continue
         try:
@@ -187,15 +198,20 @@ def _check_models(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) ->
 
 
 def user_models(spec: SweepSpec, site: Site, mode_list: list[modes.Mode],
-                where: Where) -> dict[str, tuple[str, usermodel.Facts]]:
-    """Each user's model of the sweep (as given) -> (its resolved name, what its check found),
-    checked in the torch environment before anything is submitted (:mod:`.usermodel`)."""
+                where: Where) -> dict[str, tuple[str, usermodel.Facts, str | None]]:
+    """Each user's model of the sweep (as given) -> (its resolved name, what its check found,
+    None), checked in the torch environment before anything is submitted (:mod:`.usermodel`);
+    each trainer file -> (its name, its sha256, the validated file as the rank's JSON)."""
     out = {}
     for model in spec.models:
-        if usermodel.is_user_model(model):
+        if trainer.is_trainer_file(model):
+            loaded, digest = trainer.load(model)
+            out[model] = (loaded.name, usermodel.Facts(None, None, digest, False),
+                          trainer.as_arg(loaded))
+        elif usermodel.is_user_model(model):
             name = usermodel.resolve(model)
             out[model] = (name, usermodel.check(site, mode_list, name, dataset_of(spec, model),
-                                                where("models", model)))
+                                                where("models", model)), None)
     return out
 
 
@@ -431,7 +447,7 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
               users: dict | None = None) -> Run:
     """One Run: the point's values, the spec's constants and the partition's defaults;
     ``users``: each user's model's resolved name and check (:func:`user_models`)."""
-    name, facts = (users or {}).get(model, (model, None))
+    name, facts, script = (users or {}).get(model, (model, None, None))
     return Run(
         site=site.name,
         scheduler=site.scheduler,
@@ -459,6 +475,7 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         model_sha256=facts.sha256 if facts else None,
         model_params=facts.params if facts else None,
         model_flops=facts.flops_per_sample if facts else None,
+        trainer=script,
     )
 
 

@@ -63,9 +63,14 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             message = _epochs_problem(run, log)
             if message:
                 problems.append((3, 0.0, f"{label}: {message}"))
-        elif rank in trains:
+        elif rank in trains and mode.phases:
             problems += [(3, 0.0, f"{label}: {message}")
                          for message in window_shortfalls(log, run.iters)]
+        elif rank == 0 and not any(not rec.get("warmup") for rec in log.iters):
+            # A script's figures (trainer mode): how many it prints is the script's own.
+            problems.append((3, 0.0, f"{label}: no measured figure of the script's "
+                                     f"throughput (all {len(log.iters)} were warm-up: lower "
+                                     "--warmup)"))
     first = first_failure(rdir, len(tasks))
     if problems and first is not None:
         rank, how = first

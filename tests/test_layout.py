@@ -44,7 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "orchestrator.datasources", "orchestrator.data", "orchestrator.sitedetect",
                 "orchestrator.containers.specs")),
     ("plan", ("orchestrator.sweep", "orchestrator.study", "orchestrator.spec.resolved",
-              "orchestrator.usermodel")),
+              "orchestrator.usermodel", "orchestrator.trainer")),
     ("render", ("orchestrator.render", "orchestrator.containers.recipes",
                 "orchestrator.containers.build", "orchestrator.containers.digest",
                 "orchestrator.containers.image", "orchestrator.containers.checks",

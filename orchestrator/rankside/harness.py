@@ -384,6 +384,17 @@ class Session:
                             "warmup": epoch == 1 and k < self.args.warmup, "t_start": wall,
                             "t_iter": t_iter, "samples": self.samples, "epoch": epoch})
 
+    def log_interval(self, t_start: float, t_iter: float, samples: float,
+                     warmup: bool) -> None:
+        """One interval of a script whose figures orch reads from its output (the trainer
+        mode): a native-window iteration of ``t_iter`` seconds from ``t_start`` (wall clock)
+        holding ``samples`` samples."""
+        it = self._next_iter
+        self._next_iter = it + 1
+        self.log.write({"type": protocol.ITER, "iter": it, "window": protocol.WINDOW_NATIVE,
+                        "warmup": bool(warmup), "t_start": t_start, "t_iter": t_iter,
+                        "samples": round(samples)})
+
     def log_epoch(self, epoch: int, t_start: float, t_epoch: float, t_eval: float,
                   train_loss: float, train_acc: float, test_acc: float, samples: int,
                   test_loss: "float | None" = None) -> bool:

@@ -92,7 +92,8 @@ def throughput_table(done: pd.DataFrame) -> Table:
     def cell(r: pd.Series) -> str:
         if as_float(r["samples_per_s"]) is None:
             return "-"
-        mark = " (epochs)" if r.get("throughput_from") == analyze.FROM_EPOCHS else ""
+        mark = {analyze.FROM_EPOCHS: " (epochs)", analyze.FROM_SCRIPT: " (script)"}.get(
+            r.get("throughput_from"), "")
         compute = as_float(r.get("samples_per_s_compute"))
         mark += f" (compute {compute:,.0f})" if compute is not None else ""
         return f"{r['samples_per_s']:,.0f} ± {r['samples_per_s_std']:,.0f}{mark}"
@@ -107,6 +108,11 @@ def throughput_table(done: pd.DataFrame) -> Table:
         notes.append("(epochs): an epoch run's figure, from the training steps of its epochs "
                      "(first epoch's warm-up steps and held-out evaluation left out); it has no "
                      "phase breakdown")
+    if "throughput_from" in done.columns and \
+            (done["throughput_from"] == analyze.FROM_SCRIPT).any():
+        notes.append("(script): a user's own training script (mode trainer), its throughput "
+                     "as its output printed it (its trainer file's pattern); orch did not "
+                     "time its phases: no phase breakdown, communication or prediction")
     return _pivot(done, cell, "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
                   "throughput", "; ".join(notes))
 

@@ -55,6 +55,7 @@ COLUMNS = (
            "the CUDA caching allocator's peak reserved memory, largest rank"),
     Column("peak_memory_bytes", "bytes",
            "a rank's peak memory: GPU reserved (else allocated) bytes, or peak RSS on a CPU"),
+    Column("script_loss", "", "a user's own trainer: the last loss its output printed"),
 )
 NAMES = tuple(c.name for c in COLUMNS)
 
@@ -118,7 +119,8 @@ def run_facts(run: Run, rdir: Path, logs: list[RankLog], measured: dict) -> dict
                 if f.get("peak_device_reserved_bytes")]
     rate = _number(measured.get("samples_per_s"))
     devices = max(1, run.ranks)
-    tokens = tokens_of(run)
+    script = next((f["trainer"] for f in footers if isinstance(f.get("trainer"), dict)), None)
+    tokens = tokens_of(run) if script is None else script.get("tokens_per_sample")
     flops, basis = flops_of(run)
     out = dict.fromkeys(NAMES)
     out.update(tokens_per_sample=tokens, flops_per_sample=flops, flops_basis=basis,
@@ -145,4 +147,24 @@ def run_facts(run: Run, rdir: Path, logs: list[RankLog], measured: dict) -> dict
         out["mfu_reason"] = "no throughput measured"
     else:
         out["mfu"] = out["model_flops_per_s_per_device"] / peak
+    if script is not None:
+        out.update(_script_figures(script, footers))
+    return out
+
+
+def _script_figures(script: dict, footers: list[dict]) -> dict:
+    """What a user's own trainer printed (the trainer mode's footers): its last loss, and
+    its own tokens/s and MFU where its trainer file declares them (the mean of the figures
+    past the warm-up ones), in place of orch's (which know no FLOPs of a script)."""
+    out: dict = {}
+    losses = [f["loss"] for f in footers if _number(f.get("loss")) is not None]
+    out["script_loss"] = losses[0] if losses else None
+    figures = script.get("figures") or {}
+    for name in ("tokens_per_s", "mfu"):
+        values = [v for v in figures.get(name) or [] if _number(v) is not None]
+        if values:
+            out[name] = sum(values) / len(values)
+            if name == "mfu":
+                out["mfu_reason"] = None
+                out["peak_flops_source"] = "printed by the training script"
     return out
