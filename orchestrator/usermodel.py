@@ -85,16 +85,19 @@ def check(site: Site, mode_list: list[modes.Mode], name: str, dataset: str,
         return Facts(None, None, file_sha256(name), False)
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "orch"
     lib = stage_lib(cache)
-    out = _run_check(python, str(lib), tuple(sorted(env.env.items())), name, dataset)
+    out = _run_check(python, str(lib), tuple(sorted(env.env.items())), name, dataset,
+                     file_sha256(name))
     if isinstance(out, str):
         raise UserError(f"{where}: {out}")
     return Facts(out.get("params"), out.get("flops_per_sample"), out.get("sha256"), True)
 
 
 @functools.lru_cache(maxsize=32)
-def _run_check(python: str, lib: str, env_items: tuple, name: str, dataset: str) -> dict | str:
+def _run_check(python: str, lib: str, env_items: tuple, name: str, dataset: str,
+               digest: str | None) -> dict | str:
     """The check's JSON, or its one-line error (functools caches it: a sweep asks once per
-    model and dataset, however many modes and sizes it has)."""
+    model and dataset, however many modes and sizes it has; ``digest``, the file's sha256,
+    keys it to the file's content)."""
     cmd = [python, "-m", "orchestrator.rankside.torch.workload", "--check", name,
            "--dataset", dataset, "--batch-size", str(CHECK_BATCH)]
     run_env = {**os.environ, **dict(env_items), "PYTHONPATH": lib}

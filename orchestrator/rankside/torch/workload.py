@@ -67,15 +67,14 @@ def user_module(name: str):
     """(the imported module, the function's name, the file's path or None) of ``name``."""
     match = USER_MODEL.match(name)
     if match is None:
-        raise UserModelError(f"--model {name}: expected FILE.py:FUNCTION or "
-                             "package.module:FUNCTION")
+        raise UserModelError(f"{name}: expected FILE.py:FUNCTION or package.module:FUNCTION")
     target, function = match.group("target"), match.group("function")
     path = None
     try:
         if target.endswith(".py"):
             path = os.path.abspath(target)
             if not os.path.isfile(path):
-                raise UserModelError(f"--model {name}: no file {path}")
+                raise UserModelError(f"no file {path}")
             spec = importlib.util.spec_from_file_location(
                 "orch_user_model_" + re.sub(r"\W", "_", os.path.basename(path)[:-3]), path)
             module = importlib.util.module_from_spec(spec)
@@ -89,7 +88,7 @@ def user_module(name: str):
         raise UserModelError(_located(exc, path)) from None
     if not callable(getattr(module, function, None)):
         where = path or target
-        raise UserModelError(f"{where}: defines no function {function}() (--model {name})")
+        raise UserModelError(f"{where}: defines no function {function}()")
     return module, function, path
 
 
