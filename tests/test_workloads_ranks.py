@@ -81,3 +81,16 @@ def test_gpt_nano_runs_in_the_mpi_modes(torch_mpi, tmp_path):  # noqa: F811
     assert {r["mode"] for r in recs} == {"mpi-ssgd", "horovod"}
     for r in recs:
         assert r["state"] == "COMPLETED" and r["checksums_agree"] and r["tokens_per_s"] > 0
+
+
+def test_gpt_nano_runs_in_the_tensorflow_modes(tmp_path):
+    from .conftest import built_python
+
+    built_python("tensorflow")
+    out = tmp_path / "runs"
+    sweep("--model", "gpt-nano", "--mode", "tf-allreduce,tf-ps", "--nodes", "2",
+          "--batch-size", "4", out=out)
+    recs = results(out)
+    assert {r["mode"] for r in recs} == {"tf-allreduce", "tf-ps"}
+    for r in recs:
+        assert r["state"] == "COMPLETED" and r["tokens_per_s"] > 0 and r["dataset"] == "bytes"
