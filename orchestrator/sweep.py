@@ -475,7 +475,7 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         model_sha256=facts.sha256 if facts else None,
         model_params=facts.params if facts else None,
         model_flops=facts.flops_per_sample if facts else None,
-        trainer=script,
+        script=script,
     )
 
 

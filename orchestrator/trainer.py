@@ -125,6 +125,6 @@ def load(path: str) -> tuple[TrainerSpec, str]:
 
 
 def as_arg(spec: TrainerSpec) -> str:
-    """The spec as the rank's ``--trainer`` argument (JSON; the renderer quotes it)."""
+    """The spec as the rank's ``--script`` argument (JSON; the renderer quotes it)."""
     return json.dumps(spec.model_dump(mode="json", by_alias=True), sort_keys=True,
                       separators=(",", ":"))

@@ -148,7 +148,7 @@ def test_a_trainer_file_becomes_runs_of_the_trainer_mode(local, tmp_path):
     path = write(tmp_path / "t.yaml", TRAINER)
     runs = expand(SweepSpec(models=(str(path),), modes=("trainer",), nodes=(1, 2)), local)
     assert [r.model for r in runs] == ["tiny", "tiny"]
-    spec = json.loads(runs[0].trainer)
+    spec = json.loads(runs[0].script)
     assert spec["cwd"] == str(tmp_path) and spec["command"][-1] == "{batch_size}"
     assert runs[0].model_sha256 and runs[0].run_id.startswith("trainer-tiny-local-n1-")
 

@@ -119,7 +119,7 @@ def run_facts(run: Run, rdir: Path, logs: list[RankLog], measured: dict) -> dict
                 if f.get("peak_device_reserved_bytes")]
     rate = _number(measured.get("samples_per_s"))
     devices = max(1, run.ranks)
-    script = next((f["trainer"] for f in footers if isinstance(f.get("trainer"), dict)), None)
+    script = next((f["script"] for f in footers if isinstance(f.get("script"), dict)), None)
     tokens = tokens_of(run) if script is None else script.get("tokens_per_sample")
     flops, basis = flops_of(run)
     out = dict.fromkeys(NAMES)

@@ -77,8 +77,8 @@ class Run(BaseModel):
     model_sha256: Annotated[str | None, COLUMN] = None
     model_params: Annotated[int | None, COLUMN] = None
     model_flops: Annotated[int | None, COLUMN] = None
-    # A user's own trainer (mode trainer): its validated trainer file, as the rank's JSON.
-    trainer: str | None = None
+    # A user's own training script (its trainer file, validated, as the rank's JSON).
+    script: str | None = None
 
     # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
     # for each run's id and task table several times per run. functools.cached_property keeps
@@ -127,7 +127,7 @@ def run_id(run: Run) -> str:
     if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
         del params["data"], params["prefetch"]
     for name in ("epochs", "target_accuracy", "classes", "model_sha256", "model_params",
-                 "model_flops", "trainer"):  # the same for runs of iterations and zoo models
+                 "model_flops", "script"):  # the same for runs of iterations and zoo models
         if params.get(name) is None:
             params.pop(name, None)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]

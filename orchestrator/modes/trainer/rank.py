@@ -7,7 +7,7 @@ is printed, and runs in the trainer file's directory. Its output is copied to th
 (``ranks/rank-<k>.out``). Each throughput figure is one native-window interval: from the
 previous figure (or the script's start) to its line, holding ``rate x seconds`` samples (a
 job-wide rate is recorded by task 0 alone, so the job's samples are counted once). The footer
-keeps every figure (``trainer``), the last loss, and the script's exit status: a script that
+keeps every figure (``script``), the last loss, and the script's exit status: a script that
 fails fails the rank, with its last line.
 """
 
@@ -85,17 +85,17 @@ class Intervals:
 
 def main(argv=None):
     p = harness.mode_parser(MODE)
-    p.add_argument("--trainer", required=True, help="the trainer file, validated, as JSON")
+    p.add_argument("--script", required=True, help="the trainer file, validated, as JSON")
     args = p.parse_args(argv)
     with harness.rank_log(args, framework="torch", mode="trainer") as s:
-        spec = json.loads(args.trainer)
+        spec = json.loads(args.script)
         info = s.info
         records = spec["throughput"]["scope"] == "rank" or info.rank == 0
         seen = {name: [] for name in METRICS}
         intervals = Intervals(s, spec, records)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         argv = command(spec, args, info)
-        s.footer["trainer"] = {"name": spec["name"], "command": argv, "figures": seen,
+        s.footer["script"] = {"name": spec["name"], "command": argv, "figures": seen,
                                "scope": spec["throughput"]["scope"],
                                "unit": spec["throughput"]["unit"],
                                "tokens_per_sample": spec.get("tokens_per_sample")}
@@ -114,7 +114,7 @@ def main(argv=None):
                     intervals.add(value)
         code = proc.wait()
         sys.stdout.flush()
-        s.footer["trainer"]["exit_code"] = code
+        s.footer["script"]["exit_code"] = code
         # The script's memory, not this wrapper's: the largest child's peak RSS (Linux: KiB).
         children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
         s.footer["peak_rss_bytes"] = max(children, harness.peak_rss_bytes())
