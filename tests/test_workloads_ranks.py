@@ -40,6 +40,16 @@ def test_gpt_nano_gives_tokens_flops_mfu_and_memory(gpt_sweep):
             assert r["t_comm_total"] > 0
 
 
+def test_transformer_runs_are_predicted_from_the_models_gradient(gpt_sweep):
+    """The 2-node runs were predicted before they ran, like the CNNs': gradient bytes from
+    gpt-nano's parameters, DDP's all-reduce and FSDP's all-gather/reduce-scatter pattern."""
+    preds = [json.loads(line) for line in
+             (gpt_sweep / "predictions.jsonl").read_text().splitlines()]
+    assert {(p["mode"], p["pattern"]) for p in preds} == {
+        ("torch-ddp", "allreduce"), ("torch-fsdp", "allgather-reducescatter")}
+    assert {p["grad_bytes"] for p in preds} == {4 * 445_952}
+
+
 def test_the_report_has_the_workload_table(gpt_sweep):
     from .conftest import run_orch
 
