@@ -69,9 +69,9 @@ def test_a_user_model_is_measured_like_a_zoo_model(tmp_path):
                                  nn.Linear(64, 10))
     """))
     out = tmp_path / "runs"
-    sweep("--model", f"{tmp_path / 'mymodel.py'}:build", "--nodes", "1,2", out=out)
+    sweep("--model", f"{tmp_path / 'mymodel.py'}:build", "--nodes", "2", out=out)
     recs = results(out)
-    assert {r["state"] for r in recs} == {"COMPLETED"} and len(recs) == 2
+    assert {r["state"] for r in recs} == {"COMPLETED"} and len(recs) == 1
     for r in recs:
         assert r["model"] == f"{tmp_path / 'mymodel.py'}:build"
         assert r["model_params"] == 3 * 32 * 32 * 64 + 64 + 64 * 10 + 10
@@ -79,8 +79,7 @@ def test_a_user_model_is_measured_like_a_zoo_model(tmp_path):
         assert r["model_flops_per_s_per_device"] > 0 and r["flops_basis"].startswith("counted")
         prov = json.loads((out / r["run_id"] / "provenance.json").read_text())
         assert prov["model"]["sha256"] == r["model_sha256"] and prov["model"]["params"]
-        if r["ranks"] == 2:
-            assert r["t_comm_total"] > 0 and r["checksums_agree"]
+        assert r["t_comm_total"] > 0 and r["checksums_agree"]
 
 
 def test_gpt_nano_runs_in_the_mpi_modes(torch_mpi, tmp_path):  # noqa: F811
@@ -104,3 +103,16 @@ def test_gpt_nano_runs_in_the_tensorflow_modes(tmp_path):
     assert {r["mode"] for r in recs} == {"tf-allreduce", "tf-ps"}
     for r in recs:
         assert r["state"] == "COMPLETED" and r["tokens_per_s"] > 0 and r["dataset"] == "bytes"
+
+
+def test_the_run_dimensions_apply_to_a_transformer(tmp_path):
+    """bf16 autocast computes gpt-nano's logits in bfloat16; nhwc, which has no 4-D tensor to
+    reorder there, says so in the footer instead of passing for a change."""
+    out = tmp_path / "runs"
+    sweep("--model", "gpt-nano", "--nodes", "1", "--batch-size", "2", "-o", "precision=bf16",
+          "-o", "memory_format=nhwc", out=out)
+    (r,) = results(out)
+    assert r["state"] == "COMPLETED" and r["activation_dtype"] == "bfloat16"
+    footer = json.loads((out / r["run_id"] / "ranks" / "rank-0.jsonl").read_text()
+                        .splitlines()[-1])
+    assert "no 4-D tensor" in footer["memory_format_note"]

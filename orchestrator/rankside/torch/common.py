@@ -186,6 +186,10 @@ class Dims:
 
         if not self.channels_last:
             return model
+        if not any(p.dim() == 4 for p in model.parameters()):
+            self.footer["memory_format_note"] = (
+                "the model has no 4-D tensor (a transformer on tokens): nhwc changes nothing")
+            return model
         if nchw_weights:
             self.footer["memory_format_note"] = (
                 f"weights NCHW ({nchw_weights}), batches channels_last")
