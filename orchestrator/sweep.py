@@ -191,7 +191,7 @@ def _check_models(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) ->
         for mode in mode_list:
             if not entry.built_by(mode.library):
                 having = [m.name for m in modes.registry().values()
-                          if m.trains and entry.built_by(m.library)]
+                          if m.trains and m.phases and entry.built_by(m.library)]
                 raise UserError(f"{where('models', model)}: mode '{mode.name}' has no "
                                 f"{model} ({mode.library}'s zoo lacks it); modes that have "
                                 f"it: {', '.join(having)}")

@@ -75,7 +75,7 @@ def check(site: Site, mode_list: list[modes.Mode], name: str, dataset: str,
     others = [m.name for m in mode_list if m.library not in LIBRARIES]
     if others:
         having = [m.name for m in modes.registry().values()
-                  if m.library in LIBRARIES and m.trains]
+                  if m.library in LIBRARIES and m.trains and m.phases]
         raise UserError(f"{where}: a user's model runs in the PyTorch modes ({', '.join(having)}),"
                         f" not in {', '.join(others)}")
     env = site.environment(mode_list[0].framework)

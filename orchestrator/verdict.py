@@ -66,8 +66,10 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
         elif rank in trains and mode.phases:
             problems += [(3, 0.0, f"{label}: {message}")
                          for message in window_shortfalls(log, run.iters)]
-        elif rank == 0 and not any(not rec.get("warmup") for rec in log.iters):
-            # A script's figures (trainer mode): how many it prints is the script's own.
+        elif rank in trains and rank == 0 and not any(not rec.get("warmup")
+                                                     for rec in log.iters):
+            # A user's script (a mode without phases): how many figures it prints is its
+            # own; task 0 reads a job-wide rate, so it must have one past the warm-up.
             problems.append((3, 0.0, f"{label}: no measured figure of the script's "
                                      f"throughput (all {len(log.iters)} were warm-up: lower "
                                      "--warmup)"))

@@ -8,7 +8,7 @@ from ..base import Mode
 MODE = Mode(
     name="trainer",
     framework="torch",  # the site's torch environment runs the script (its packages there)
-    library="trainer",  # no model zoo: its model is a trainer file
+    library="torch",  # the script's own: its model is a trainer file, not the zoo
     description="your own torchrun-style training script, run as it is; throughput, loss, "
     "tokens/s and MFU read from its output (phases not measured)",
     launchers=("srun", "local", "mpirun", "torchrun"),
