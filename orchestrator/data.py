@@ -92,6 +92,10 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
     """Write ``samples`` random images of ``dataset`` in each format (skips existing ones)."""
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    if zoo.DATASETS[dataset].tokens:
+        raise UserError(f"--dataset {dataset}: random tokens need no disk (a sweep without "
+                        "--data trains on synthetic token batches); a real token set comes "
+                        "from text: --from text")
     _check_formats(formats)
     if JPEG in formats:
         raise UserError("--format jpeg: only with --from an ImageFolder tree (random images "
@@ -248,6 +252,13 @@ def run_format(site: Site, mode, data_dir: str) -> str:
 def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     """The format ``mode`` will read from the data set at ``root``, or one line saying why it
     cannot: no format it reads, or JPEG to decode in an environment without Pillow."""
+    ds = zoo.DATASETS.get(manifest.dataset)
+    if ds is not None and ds.tokens and mode.library not in TOKEN_LIBRARIES:
+        readers = sorted(m.name for m in modes.registry().values()
+                         if m.library in TOKEN_LIBRARIES and m.data_format and m.phases)
+        raise UserError(f"mode '{mode.name}' does not read token sets from disk ({root}): "
+                        f"the modes that do are {', '.join(readers)}; without --data it "
+                        "trains on synthetic token batches")
     fmt = _site_format(site, mode, manifest)
     if fmt is None:
         if JPEG in manifest.formats and mode.data_format:
@@ -269,6 +280,8 @@ def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     return fmt
 
 
+# The model zoos whose rank-side input pipeline reads a token set's ``raw`` tokens.
+TOKEN_LIBRARIES = ("torch",)
 # The model zoos whose rank-side input pipeline (rankside/torch/datasets) decodes ``jpeg``.
 JPEG = "jpeg"
 JPEG_LIBRARIES = ("torch",)

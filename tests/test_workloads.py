@@ -247,3 +247,31 @@ def test_a_user_model_is_not_the_zoo(tmp_path):
     assert usermodel.is_user_model("a.py:build") and not usermodel.is_user_model("lenet5")
     assert usermodel.resolve("a.py:build", tmp_path) == f"{tmp_path.resolve()}/a.py:build"
     assert usermodel.resolve("pkg.mod:build") == "pkg.mod:build"
+
+
+# --- token data --------------------------------------------------------------------------------
+
+
+def test_a_token_set_from_text_with_a_held_out_tail(local, tmp_path):
+    from orchestrator import data
+
+    text = tmp_path / "corpus"
+    text.mkdir()
+    (text / "a.txt").write_bytes(b"the quick brown fox " * 200)  # 4,000 bytes
+    (text / "skip.bin").write_bytes(b"\0" * 1000)  # not a text suffix: left out
+    out = tmp_path / "tokens"
+    manifest = data.make_from(out, f"text:{text}", "bytes", None, local, test_fraction=0.25,
+                              log=lambda m: None)
+    assert (manifest.dataset, manifest.formats, manifest.classes) == ("bytes", ["raw"], 256)
+    train = (out / "raw" / "tokens.bin").read_bytes()
+    held = (out / "raw" / "test" / "tokens.bin").read_bytes()
+    assert train + held == b"the quick brown fox " * 200 and len(held) == 1000
+    assert manifest.samples == (3000 - 1) // 128 and manifest.test_samples == (1000 - 1) // 128
+    with pytest.raises(UserError, match="does not read token sets from disk"):
+        validate(SweepSpec(models=("gpt-nano",), modes=("tf-allreduce",), nodes=(1,),
+                           data=str(out)), local)
+    with pytest.raises(UserError, match="random tokens need no disk"):
+        data.make(tmp_path / "r", "bytes", 10, ["raw"], local, log=lambda m: None)
+    with pytest.raises(UserError, match="give --dataset bytes"):
+        data.make_from(tmp_path / "w", f"text:{text}", "webtext", None, local,
+                       log=lambda m: None)
