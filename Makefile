@@ -16,7 +16,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch==2.13.0 is the CPU wheel (an unpinned torch would pull a multi-GB CUDA build).
 	# docs: MkDocs, which tests/test_docs_site.py builds the site with, as `make docs` does.
-	$(BIN)/python -m pip install --quiet -e '.[torch,test,docs]'
+	# trainer: Hugging Face's Trainer, the PyPI trainer the trainer mode's how-to runs.
+	$(BIN)/python -m pip install --quiet -e '.[torch,test,docs,trainer]'
 	touch $@
 
 sweep: $(STAMP)

@@ -81,7 +81,9 @@ GOAL = 0.97  # orch/native >= this for every mode
 # rounds, not longer windows, narrow a median; see median_interval. ResNet-18, CIFAR: ~1.2 s a
 # step at 2 ranks, so 10 steps is a ~12 s window (6 steps left the first slow steps after
 # warm-up weighing on the rate).
-DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (10, 2), "alexnet": (10, 3)}
+# gpt-nano, bytes, batch 8: ~0.1-0.2 s a step at 2 ranks; 40 steps is a window of seconds.
+DEFAULT_ITERS = {"lenet5": (200, 20), "resnet18": (10, 2), "alexnet": (10, 3),
+                 "gpt-nano": (40, 5)}
 
 
 def trained_modes() -> list[str]:

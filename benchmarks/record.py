@@ -134,9 +134,10 @@ def _nth(path: Path) -> int:
 
 # What the gpu-check table shows of each run (orch results' JSON columns).
 GPU_COLUMNS = ("mode", "model", "launcher", "precision", "memory_format", "compile",
-               "pin_memory", "cudnn_benchmark", "samples_per_s", "t_h2d", "t_compile",
-               "gpu_util_mean", "power_mean_w", "energy_per_sample_j", "throttle_reasons",
-               "state")
+               "pin_memory", "cudnn_benchmark", "samples_per_s", "tokens_per_s",
+               "model_flops_per_s_per_device", "mfu", "peak_device_bytes",
+               "peak_device_reserved_bytes", "t_h2d", "t_compile", "gpu_util_mean",
+               "power_mean_w", "energy_per_sample_j", "throttle_reasons", "state")
 
 
 def _value(row: dict, column: str) -> Any:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -91,6 +92,10 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
     """Write ``samples`` random images of ``dataset`` in each format (skips existing ones)."""
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    if zoo.DATASETS[dataset].tokens:
+        raise UserError(f"--dataset {dataset}: random tokens need no disk (a sweep without "
+                        "--data trains on synthetic token batches); a real token set comes "
+                        "from text: --from text")
     _check_formats(formats)
     if JPEG in formats:
         raise UserError("--format jpeg: only with --from an ImageFolder tree (random images "
@@ -103,13 +108,16 @@ def make(out: Path, dataset: str, samples: int, formats: list[str], site: Site,
 
 
 def make_from(out: Path, source: str, dataset: str, formats: list[str] | None, site: Site,
-              test_fraction: float = 0.2, seed: int = 0, log=print) -> Manifest:
+              test_fraction: float = 0.2, seed: int = 0, log=print,
+              samples: int | None = None) -> Manifest:
     """Write the real labelled data set at ``source`` (or ``digits``) in each format, with its
     held-out split. ``formats`` None: ``jpeg`` for an ImageFolder tree (kept encoded, decoded
     by the ranks), ``raw`` for the others. Array formats always come with ``raw``, written
     first: the others convert from it."""
     if dataset not in zoo.DATASETS:
         raise UserError(f"unknown dataset '{dataset}'; valid: {', '.join(zoo.DATASETS)}")
+    if datasources.is_text(source) or zoo.DATASETS[dataset].tokens:
+        return make_text(out, source, dataset, formats, samples, test_fraction, log)
     kind = datasources.detect(source)
     if formats is None:
         formats = [JPEG] if kind == "imagefolder" else ["raw"]
@@ -161,6 +169,49 @@ def make_from(out: Path, source: str, dataset: str, formats: list[str] | None, s
     return _write_formats(out, want, ["raw", *rest], site, log, ["--from-raw", str(out / "raw")])
 
 
+TOKENS_FILE = "tokens.bin"  # a token set's ``raw`` format: its tokens, one byte each
+
+
+def make_text(out: Path, source: str, dataset: str, formats: list[str] | None,
+              samples: int | None, test_fraction: float, log=print) -> Manifest:
+    """A real token set from text on the machine (``--from text[:PATH]``): byte-level tokens
+    in the ``raw`` format (``raw/tokens.bin`` and ``raw/test/tokens.bin``, one uint8 token per
+    byte, read by the PyTorch modes' loader as sequences of the dataset's length and their
+    next tokens). ``samples``: at most this many training sequences (default: all the text);
+    ``test_fraction`` of the text's end is held out."""
+    if not datasources.is_text(source):
+        raise UserError(f"--dataset {dataset}: token sequences come from text: --from text "
+                        f"(the Python standard library's sources) or --from text:PATH")
+    ds = zoo.DATASETS[dataset]
+    if not ds.tokens or ds.num_classes != 256:
+        byte_sets = [n for n, d in zoo.DATASETS.items() if d.tokens and d.num_classes == 256]
+        raise UserError(f"--from {source}: byte-level tokens make a dataset of 256 tokens "
+                        f"({', '.join(byte_sets)}), not {dataset}: give --dataset "
+                        f"{byte_sets[0]}")
+    if formats not in (None, ["raw"]):
+        raise UserError(f"--format {','.join(formats)}: a token set is written as raw "
+                        "(the PyTorch modes read it)")
+    if samples is not None and samples < 1:
+        raise UserError("--samples: at least 1")
+    limit = None if samples is None else math.ceil((samples * ds.seq_len + 1) /
+                                                   (1 - test_fraction))
+    text = datasources.load_text(source, limit, test_fraction)
+    train, held = (len(text.train) - 1) // ds.seq_len, (len(text.test) - 1) // ds.seq_len
+    if train < 1 or held < 1:
+        raise UserError(f"--from {source}: {len(text.train) + len(text.test)} bytes of text "
+                        f"make no {ds.seq_len}-token sequence in one of the splits")
+    out = out.resolve()
+    for sub, data in (("raw", text.train), ("raw/test", text.test)):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+        files.replace_with(out / sub / TOKENS_FILE, lambda tmp, d=data: tmp.write_bytes(d))
+    want = Manifest(dataset=dataset, samples=train, seed=0, formats=["raw"], source=source,
+                    origin=text.origin, classes=ds.num_classes, test_samples=held)
+    files.write_json_atomic(out / MANIFEST, _dump(want))
+    log(f"raw: {len(text.train):,} training and {len(text.test):,} held-out byte tokens of "
+        f"{text.origin}")
+    return want
+
+
 def _write_jpeg(out: Path, encoded) -> None:
     """The ``jpeg`` format (rankside.jpeg_shards): the tree's files as they are, split."""
     from .rankside import jpeg_shards
@@ -201,6 +252,13 @@ def run_format(site: Site, mode, data_dir: str) -> str:
 def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     """The format ``mode`` will read from the data set at ``root``, or one line saying why it
     cannot: no format it reads, or JPEG to decode in an environment without Pillow."""
+    ds = zoo.DATASETS.get(manifest.dataset)
+    if ds is not None and ds.tokens and mode.library not in TOKEN_LIBRARIES:
+        readers = sorted(m.name for m in modes.registry().values()
+                         if m.library in TOKEN_LIBRARIES and m.data_format and m.phases)
+        raise UserError(f"mode '{mode.name}' does not read token sets from disk ({root}): "
+                        f"the modes that do are {', '.join(readers)}; without --data it "
+                        "trains on synthetic token batches")
     fmt = _site_format(site, mode, manifest)
     if fmt is None:
         if JPEG in manifest.formats and mode.data_format:
@@ -222,6 +280,8 @@ def check_reading(site: Site, mode, root: Path, manifest: Manifest) -> str:
     return fmt
 
 
+# The model zoos whose rank-side input pipeline reads a token set's ``raw`` tokens.
+TOKEN_LIBRARIES = ("torch",)
 # The model zoos whose rank-side input pipeline (rankside/torch/datasets) decodes ``jpeg``.
 JPEG = "jpeg"
 JPEG_LIBRARIES = ("torch",)

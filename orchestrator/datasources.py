@@ -38,6 +38,7 @@ from typing import Any
 from .errors import UserError
 
 DIGITS = "digits"
+TEXT = "text"  # byte-level tokens of text on the machine (orch data make --from text)
 # Where each embedded or well-known source comes from, for the manifest and the docs.
 ORIGIN = {
     "digits": "UCI Optical Recognition of Handwritten Digits (E. Alpaydin, C. Kaynak, 1998; "
@@ -329,3 +330,64 @@ def load_encoded(source: str, test_fraction: float = 0.2, seed: int = 0) -> Enco
                       train=[(files[i], labels[i]) for i in train],
                       test=[(files[i], labels[i]) for i in test],
                       ignored=ignored_files(source))
+
+
+# --- text: byte-level tokens --------------------------------------------------------------
+
+# What ``--from text`` reads when it names nothing else: the Python standard library's own
+# sources, on every machine orch runs on (real English comments and code, megabytes of it).
+TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py", ".tex", ".html", ".json", ".csv")
+
+
+@dataclass
+class TextSet:
+    """Text as byte-level tokens (one token per byte, vocabulary 256): the training split
+    and the held-out one (the corpus' last ``test_fraction``, so no sequence straddles)."""
+
+    origin: str
+    train: bytes
+    test: bytes
+
+
+def is_text(source: str) -> bool:
+    return source == TEXT or source.startswith(TEXT + ":")
+
+
+def text_files(source: str) -> tuple[list[Path], str]:
+    """The files ``--from text[:PATH]`` reads, in a fixed order, and their origin."""
+    if source == TEXT:
+        import sys
+        import sysconfig
+
+        root = Path(sysconfig.get_paths()["stdlib"])
+        files = sorted(p for p in root.glob("*.py") if p.is_file())
+        return files, (f"the Python {sys.version.split()[0]} standard library's sources "
+                       f"({root}/*.py), as bytes")
+    path = Path(source[len(TEXT) + 1:]).expanduser()
+    if path.is_file():
+        return [path], f"{path.resolve()}, as bytes"
+    if not path.is_dir():
+        raise UserError(f"--from {source}: {path} is neither a file nor a directory")
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
+    if not files:
+        raise UserError(f"--from {source}: no text files ({', '.join(TEXT_SUFFIXES)}) under "
+                        f"{path}")
+    return files, f"the text files under {path.resolve()}, as bytes"
+
+
+def load_text(source: str, limit: int | None, test_fraction: float = 0.1) -> TextSet:
+    """At most ``limit`` bytes of the text at ``source`` (all of it: None), split: the last
+    ``test_fraction`` held out."""
+    if not 0 < test_fraction < 1:
+        raise UserError(f"--test-fraction {test_fraction}: must be between 0 and 1 (exclusive)")
+    files, origin = text_files(source)
+    chunks, size = [], 0
+    for f in files:
+        if limit is not None and size >= limit:
+            break
+        data = f.read_bytes()
+        chunks.append(data)
+        size += len(data)
+    text = b"".join(chunks)[:limit]
+    cut = int(len(text) * (1 - test_fraction))
+    return TextSet(origin=origin, train=text[:cut], test=text[cut:])

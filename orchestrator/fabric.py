@@ -181,7 +181,10 @@ def read_out(path: Path) -> str:
 
 # --- expected bytes ------------------------------------------------------------------------
 
-def gradient_bytes(model: str, dataset: str) -> int | None:
+def gradient_bytes(model: str, dataset: str, params: int | None = None) -> int | None:
+    """float32 gradient bytes: a user's model's counted ``params``, else the zoo's."""
+    if params is not None:
+        return 4 * params
     try:
         return 4 * zoo.get(model).params(dataset)
     except Exception:
@@ -306,7 +309,8 @@ def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
     train = {k for k, t in enumerate(tasks) if t.role in mode.training_roles}
     if run.nodes < 2:
         return _result(UNVERIFIED, "one node: nothing crosses the fabric")
-    pattern_grad = None if not mode.trains else gradient_bytes(run.model, run.dataset)
+    pattern_grad = None if not mode.trains else gradient_bytes(run.model, run.dataset,
+                                                                   run.model_params)
     per_rank = (expected_sent_per_rank(mode.pattern, len(train), pattern_grad, run.options)
                 if pattern_grad else None)
 

@@ -119,6 +119,11 @@ def build(resolved: ResolvedRun, rdir: Path, lib: Path, files: dict[str, str],
         "lib_dir": str(lib),
         "rerun_of": rerun_of,
         "study": study,
+        # A user's own model: the file the ranks import and its sha256 when it was checked.
+        "model": {"name": run.model, "sha256": run.model_sha256,
+                  "file": run.model.rpartition(":")[0] if run.model_sha256 else None,
+                  "params": run.model_params, "flops_per_sample": run.model_flops}
+        if ":" in run.model else None,
     }
 
 

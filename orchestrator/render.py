@@ -128,6 +128,8 @@ def workload_args(resolved: ResolvedRun, run_dir: Path) -> list[str]:
         args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
     if run.classes is not None:
         args += ["--classes", str(run.classes)]
+    if run.script is not None:  # a user's own training script (orchestrator.trainer)
+        args += ["--script", run.script]
     if run.epochs is not None:
         args += ["--epochs", str(run.epochs)]
         if run.target_accuracy is not None:

@@ -208,6 +208,12 @@ class Partition(_Strict):
         None, description="the lowest all-reduce bus bandwidth across nodes (nccl-tests' busbw, "
         "e.g. 20GB/s or 100Gb/s) a sweep's pre-flight must measure; below it the sweep stops "
         "before its runs (a degraded link found in a minute, not after a night)")
+    peak_tflops: dict[Literal["fp32", "tf32", "bf16", "fp16"],
+                      Annotated[float, Field(gt=0, le=1e6)]] = Field(
+        default_factory=dict,
+        description="dense peak TFLOP/s of one device (GPU, or a CPU rank's cores) of this "
+        "partition per precision, e.g. {bf16: 989.4}: MFU's denominator where orch's table of "
+        "devices lacks it (a CPU) or should be overridden")
     gpu_request: Literal["gpus-per-node", "gres"] = Field(
         "gpus-per-node", description="the sbatch option that asks for the node's GPUs: "
         "'gpus-per-node' (--gpus-per-node=N) or 'gres' (--gres=gpu:N, for sites that reject "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from . import backends, data, datasources, modes, protocol, zoo
+from . import backends, data, datasources, modes, protocol, trainer, usermodel, zoo
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
@@ -68,9 +68,10 @@ def expand(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: bo
     """The sweep's runs in a stable order. Every input error is raised before anything runs
     (``dry_run``: every error but the data set's, see :func:`validate`)."""
     mode_list, partitions, data_dir = validate(spec, site, where, dry_run=dry_run)
+    users = user_models(spec, site, mode_list, where)
     runs: list[Run] = []
     for point in matrix(spec, partitions, mode_list, data_dir):
-        runs += runs_at(spec, site, data_dir, *point, where=where)
+        runs += runs_at(spec, site, data_dir, *point, where=where, users=users)
     return runs
 
 
@@ -82,12 +83,12 @@ def validate(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: 
     ``dry_run``: a data directory not made yet is no error (a dry run prints scripts, it reads
     no data: a fresh clone dry-runs every study); one that is there is checked all the same."""
     _check_numbers(spec, where)
-    if spec.dataset not in zoo.DATASETS:
+    if spec.dataset is not None and spec.dataset not in zoo.DATASETS:
         raise UserError(f"{where('dataset', spec.dataset)}: unknown dataset '{spec.dataset}'; "
                         f"valid: {', '.join(zoo.DATASETS)}")
     _check_failure(spec.inject_failure, where)
     mode_list = [_mode(m, where) for m in spec.modes]
-    _check_models(spec.models, spec.dataset, where)
+    _check_models(spec, mode_list, where)
     _check_options(spec, mode_list, where)
     partitions = [_partition(site, p, where) for p in spec.partitions]
     _check_nodes(spec.nodes, partitions, site, where)
@@ -147,16 +148,71 @@ def _check_numbers(spec: SweepSpec, where: Where) -> None:
                             f"(at most {most})")
 
 
-def _check_models(models: tuple[str, ...], dataset: str, where: Where) -> None:
-    for model in models:
+def dataset_of(spec: SweepSpec, model: str) -> str:
+    """The dataset a model of the sweep trains on: ``--dataset``, else the model's first
+    (cifar for the CNNs, bytes for the GPTs, ...; the dataset's default for a user's model)."""
+    if spec.dataset is not None:
+        return spec.dataset
+    if usermodel.is_user_model(model) or model not in zoo.MODELS:  # a user's, a trainer
+        return USER_MODEL_DATASET
+    return zoo.get(model).datasets[0]
+
+
+USER_MODEL_DATASET = "cifar"  # the geometry a user's model gets without --dataset
+
+
+def _check_models(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:
+    """Every zoo model exists, has the dataset and is built by every mode's library (MXNet,
+    CNTK and Chainer have no transformers); a user's model is checked by
+    :func:`user_models` once the site is known."""
+    scripts = [m for m in mode_list if not m.phases]
+    for model in spec.models:
+        if trainer.is_trainer_file(model):
+            plain = [m.name for m in mode_list if m.phases]
+            if plain:
+                script_modes = [m.name for m in modes.registry().values() if not m.phases]
+                raise UserError(f"{where('models', model)}: a trainer file runs in mode "
+                                f"{', '.join(script_modes)}, not {', '.join(plain)}")
+            continue
+        if scripts:
+            raise UserError(f"{where('models', model)}: mode {scripts[0].name} runs your own "
+                            "training script: give its trainer file (--model FILE.yaml)")
+        if usermodel.is_user_model(model):
+            continue
         try:
             entry = zoo.get(model)
         except (KeyError, ValueError) as exc:
             raise UserError(f"{where('models', model)}: {str(exc).strip(chr(39) + chr(34))}"
-                            ) from None
+                            " (or a model of your own: FILE.py:FUNCTION)") from None
+        dataset = dataset_of(spec, model)
         if dataset not in entry.datasets:
             raise UserError(f"{where('models', model)}: model '{model}' has no '{dataset}' "
                             f"variant; valid: {', '.join(entry.datasets)}")
+        for mode in mode_list:
+            if not entry.built_by(mode.library):
+                having = [m.name for m in modes.registry().values()
+                          if m.trains and m.phases and entry.built_by(m.library)]
+                raise UserError(f"{where('models', model)}: mode '{mode.name}' has no "
+                                f"{model} ({mode.library}'s zoo lacks it); modes that have "
+                                f"it: {', '.join(having)}")
+
+
+def user_models(spec: SweepSpec, site: Site, mode_list: list[modes.Mode],
+                where: Where) -> dict[str, tuple[str, usermodel.Facts, str | None]]:
+    """Each user's model of the sweep (as given) -> (its resolved name, what its check found,
+    None), checked in the torch environment before anything is submitted (:mod:`.usermodel`);
+    each trainer file -> (its name, its sha256, the validated file as the rank's JSON)."""
+    out = {}
+    for model in spec.models:
+        if trainer.is_trainer_file(model):
+            loaded, digest = trainer.load(model)
+            out[model] = (loaded.name, usermodel.Facts(None, None, digest, False),
+                          trainer.as_arg(loaded))
+        elif usermodel.is_user_model(model):
+            name = usermodel.resolve(model)
+            out[model] = (name, usermodel.check(site, mode_list, name, dataset_of(spec, model),
+                                                where("models", model)), None)
+    return out
 
 
 def _check_options(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:
@@ -211,9 +267,11 @@ def _check_data(spec: SweepSpec, mode_list: list[modes.Mode], site: Site, where:
         raise UserError(f"{where('data', spec.data)}: no {data.MANIFEST} there; make the data "
                         f"set with '{_make_command(spec, mode_list)}'")
     root, manifest = data.load_manifest(spec.data)
-    if manifest.dataset != spec.dataset:
-        raise UserError(f"{where('data', spec.data)}: holds {manifest.dataset} images; the "
-                        f"sweep trains on {spec.dataset} ({where('dataset')})")
+    for model in spec.models:
+        if manifest.dataset != dataset_of(spec, model):
+            raise UserError(f"{where('data', spec.data)}: holds {manifest.dataset} samples; "
+                            f"{model} trains on {dataset_of(spec, model)} "
+                            f"({where('dataset')} {manifest.dataset} to train on it)")
     for mode in mode_list:
         data.check_reading(site, mode, root, manifest)
     return str(root)
@@ -233,9 +291,11 @@ def _make_command(spec: SweepSpec, mode_list: list[modes.Mode]) -> str:
     """The ``orch data make`` that makes the data set the sweep needs: labelled (the embedded
     digits) where it trains epochs, in every format its modes read."""
     formats = sorted({m.data_format for m in mode_list if m.data_format})
-    default = settings.BY_NAME["dataset"].default
-    dataset = f" --dataset {spec.dataset}" if spec.dataset != default else ""
+    want = dataset_of(spec, spec.models[0])
+    dataset = f" --dataset {want}" if want != USER_MODEL_DATASET else ""
     labelled = f" --from {datasources.DIGITS}" if spec.epochs is not None else ""
+    if zoo.get_dataset(want).tokens:
+        dataset, labelled = "", f" --from {datasources.TEXT}"
     return f"orch data make --out {spec.data}{dataset}{labelled} --format {','.join(formats)}"
 
 
@@ -304,7 +364,8 @@ NEEDS_GPUS = (("backend", "nccl", "gloo"), ("implementation", "nccl", "ring"),
 
 def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, mode: modes.Mode,
             model: str, nodes: int, tasks_per_node: int | None, batch: int, prefetch: bool,
-            repeat: int, *, where: Where = cli_where) -> list[Run]:
+            repeat: int, *, where: Where = cli_where,
+            users: dict | None = None) -> list[Run]:
     """The runs of one matrix point: one per option combination."""
     per_node = tasks_per_node or part.gpus_per_node or 1
     if per_node > MAX_TASKS_PER_CORE * max(part.cpus_per_node, part.gpus_per_node):
@@ -330,7 +391,7 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
                             f"partition '{part.name}' has {part.gpus_per_node}; use "
                             f"--tasks-per-node {part.gpus_per_node} or backend=gloo (ranks "
                             f"then share the GPUs)")
-    return [build_run(spec, site, part, mode, launcher, opts, model=model, nodes=nodes,
+    return [build_run(spec, site, part, mode, launcher, opts, model=model, users=users, nodes=nodes,
                       tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
                       repeat=repeat, data_dir=data_dir)
             for opts in option_sets(spec, mode)]
@@ -382,8 +443,11 @@ def _partition_field(site: Site, part: Partition, field: str) -> str:
 
 def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, launcher: str,
               opts: dict[str, str], *, model: str, nodes: int, batch: int, prefetch: bool,
-              repeat: int, data_dir: str | None, tasks_per_node: int | None = None) -> Run:
-    """One Run: the point's values, the spec's constants and the partition's defaults."""
+              repeat: int, data_dir: str | None, tasks_per_node: int | None = None,
+              users: dict | None = None) -> Run:
+    """One Run: the point's values, the spec's constants and the partition's defaults;
+    ``users``: each user's model's resolved name and check (:func:`user_models`)."""
+    name, facts, script = (users or {}).get(model, (model, None, None))
     return Run(
         site=site.name,
         scheduler=site.scheduler,
@@ -392,8 +456,8 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         mode=mode.name,
         framework=mode.framework,
         launcher=launcher,
-        model=model,
-        dataset=spec.dataset,
+        model=name,
+        dataset=dataset_of(spec, model),
         nodes=nodes,
         tasks_per_node=tasks_per_node or part.gpus_per_node or 1,
         batch_size=batch,
@@ -408,6 +472,10 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         epochs=spec.epochs,
         target_accuracy=spec.target_accuracy,
         classes=_data_classes(data_dir) if data_dir else None,
+        model_sha256=facts.sha256 if facts else None,
+        model_params=facts.params if facts else None,
+        model_flops=facts.flops_per_sample if facts else None,
+        script=script,
     )
 
 

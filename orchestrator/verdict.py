@@ -67,9 +67,16 @@ def verdict(run: Run, rdir: Path, logs: list[RankLog]) -> tuple[bool, str | None
             message = _epochs_problem(run, log)
             if message:
                 problems.append((4, 0.0, f"{label}: {message}"))
-        elif rank in trains:
+        elif rank in trains and mode.phases:
             problems += [(4, 0.0, f"{label}: {message}")
                          for message in window_shortfalls(log, run.iters)]
+        elif rank in trains and rank == 0 and not any(not rec.get("warmup")
+                                                     for rec in log.iters):
+            # A user's script (a mode without phases): how many figures it prints is its
+            # own; task 0 reads a job-wide rate, so it must have one past the warm-up.
+            problems.append((3, 0.0, f"{label}: no measured figure of the script's "
+                                     f"throughput (all {len(log.iters)} were warm-up: lower "
+                                     "--warmup)"))
     first = first_failure(rdir, len(tasks))
     if problems and first is not None:
         rank, how = first

@@ -41,6 +41,36 @@ Resulting spatial sizes on a 32x32 input:
   9216 -> 4096 -> 4096 -> 10 unchanged apart from the output width.
 
 LeNet-5 exists only for CIFAR (it is not defined for 224x224 inputs).
+
+Transformers
+------------
+``gpt-nano``, ``gpt2-small``, ``gpt2-medium`` (GPT-2 decoders: pre-LayerNorm blocks, learned
+position embeddings, GELU MLP of 4x the width, the output layer tied to the token embedding,
+as Hugging Face's ``GPT2LMHeadModel``), ``bert-base`` (BERT-base encoder with its masked-LM
+head, the decoder tied to the word embedding, as ``BertForMaskedLM`` without the pooler) and
+``vit-b16`` (torchvision's ViT-B/16). Their attention is scaled dot-product attention
+(``torch.nn.functional.scaled_dot_product_attention`` in PyTorch: flash or memory-efficient
+kernels on a GPU). The language models train on token datasets: a sample is a sequence of
+``seq_len`` tokens, its targets the next tokens (GPT) or the masked ones (BERT: 15 % of the
+positions, the others ignored).
+
+Token datasets
+--------------
+``bytes``     byte-level tokens (vocabulary 256), 128-token sequences: ``orch data make --from
+              text`` writes real ones from text on the machine; synthetic by default.
+``webtext``   GPT-2's geometry: 50,257 BPE tokens, 1,024-token context (synthetic tokens).
+``bookswiki`` BERT's geometry: 30,522 WordPiece tokens, 512-token sequences (synthetic).
+
+Model FLOPs
+-----------
+:meth:`ModelSpec.flops_per_sample` is what a training step computes per sample (forward and
+backward), the numerator of MFU. Transformers: ``T * (6N + 12 L H Q T)`` after the PaLM paper
+(appendix B), T the tokens of a sample, N the parameters that take part in a matrix product
+(all but the position, token-type and class-token tables; an embedding tied to the output
+layer counts, as it is one), L layers, H heads, Q the head dimension; attention recomputation
+is not counted. CNNs: what ``torch.utils.flop_counter.FlopCounterMode`` counts for one
+training step of PyTorch's build (forward + backward; tests/test_models_torch.py counts it
+again).
 """
 
 from __future__ import annotations
@@ -54,6 +84,7 @@ __all__ = [
     "MODELS",
     "Dataset",
     "ModelSpec",
+    "Transformer",
     "UnknownDatasetError",
     "UnknownModelError",
     "get",
@@ -80,9 +111,16 @@ class UnknownDatasetError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+IMAGE, TOKENS = "image", "tokens"  # the kinds of dataset
+
+
 @dataclass(frozen=True)
 class Dataset:
-    """Input/label geometry of a benchmark dataset (synthetic data uses the same geometry)."""
+    """Input/label geometry of a benchmark dataset (synthetic data uses the same geometry).
+
+    An ``image`` dataset's sample is a C x H x W image with one of ``num_classes`` labels; a
+    ``tokens`` dataset's is a sequence of ``seq_len`` token ids below ``num_classes`` (the
+    vocabulary: the language model's output width)."""
 
     name: str
     channels: int
@@ -90,6 +128,12 @@ class Dataset:
     width: int
     num_classes: int
     description: str = ""
+    kind: str = IMAGE
+    seq_len: int = 0
+
+    @property
+    def tokens(self) -> bool:
+        return self.kind == TOKENS
 
     @property
     def shape_chw(self) -> tuple[int, int, int]:
@@ -120,8 +164,24 @@ DATASETS: Mapping[str, Dataset] = MappingProxyType(
             num_classes=1000,
             description="ImageNet-1k (ILSVRC-2012): 224x224 RGB crops, 1000 classes",
         ),
+        "bytes": Dataset(
+            name="bytes", channels=0, height=0, width=0, num_classes=256, kind=TOKENS,
+            seq_len=128,
+            description="byte-level tokens of text (vocabulary 256), 128-token sequences",
+        ),
+        "webtext": Dataset(
+            name="webtext", channels=0, height=0, width=0, num_classes=50257, kind=TOKENS,
+            seq_len=1024,
+            description="GPT-2's geometry: 50,257 BPE tokens, 1,024-token sequences",
+        ),
+        "bookswiki": Dataset(
+            name="bookswiki", channels=0, height=0, width=0, num_classes=30522, kind=TOKENS,
+            seq_len=512,
+            description="BERT's geometry: 30,522 WordPiece tokens, 512-token sequences",
+        ),
     }
 )
+IMAGE_DATASETS = tuple(n for n, d in DATASETS.items() if not d.tokens)
 
 
 def get_dataset(name: str) -> Dataset:
@@ -131,6 +191,39 @@ def get_dataset(name: str) -> Dataset:
     except (KeyError, TypeError):
         valid = ", ".join(sorted(DATASETS))
         raise UnknownDatasetError(f"unknown dataset {name!r}; valid: {valid}") from None
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A transformer's shape: ``family`` gpt (causal decoder), bert (encoder, masked LM) or
+    vit (encoder over image patches of ``patch`` pixels); ``layers`` blocks of ``heads``
+    attention heads over ``d_model`` features, an MLP of 4 x d_model."""
+
+    family: str
+    layers: int
+    d_model: int
+    heads: int
+    patch: int = 0
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def objective(self) -> str:
+        return {"gpt": "causal-lm", "bert": "masked-lm"}.get(self.family, "classify")
+
+    def tokens(self, ds: Dataset) -> int:
+        """Tokens one sample is: its sequence, or a ViT's patches and class token."""
+        if self.family == "vit":
+            return (ds.height // self.patch) * (ds.width // self.patch) + 1
+        return ds.seq_len
+
+    def lookup_params(self, ds: Dataset) -> int:
+        """Parameters that are only looked up, never a matrix product's: position
+        embeddings, BERT's token types, ViT's class token."""
+        extra = {"bert": 2 * self.d_model, "vit": self.d_model}.get(self.family, 0)
+        return self.tokens(ds) * self.d_model + extra
 
 
 @dataclass(frozen=True)
@@ -148,10 +241,17 @@ class ModelSpec:
     description: str
     datasets: tuple[str, ...]
     expected_params: Mapping[str, int] = field(default_factory=dict)
+    # The frameworks (model libraries: torch, tensorflow, mxnet, cntk, chainer) that build it;
+    # None: every one.
+    libraries: tuple[str, ...] | None = None
+    transformer: Transformer | None = None
+    # CNNs: training FLOPs per sample as counted (see the module docstring), per dataset.
+    counted_flops: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "datasets", tuple(self.datasets))
         object.__setattr__(self, "expected_params", MappingProxyType(dict(self.expected_params)))
+        object.__setattr__(self, "counted_flops", MappingProxyType(dict(self.counted_flops)))
         for ds in self.datasets:
             if ds not in DATASETS:
                 raise ValueError(f"model {self.name!r}: unknown dataset {ds!r}")
@@ -179,6 +279,29 @@ class ModelSpec:
         self.check_dataset(dataset)
         return self.expected_params[dataset]
 
+    def built_by(self, library: str) -> bool:
+        return self.libraries is None or library in self.libraries
+
+    @property
+    def objective(self) -> str:
+        """classify (an image's label), causal-lm (next tokens) or masked-lm."""
+        return self.transformer.objective if self.transformer else "classify"
+
+    def tokens_per_sample(self, dataset: str) -> int | None:
+        """Tokens of one sample of a token dataset (its sequence); None for images."""
+        ds = self.check_dataset(dataset)
+        return ds.seq_len if ds.tokens else None
+
+    def flops_per_sample(self, dataset: str) -> int | None:
+        """Training FLOPs per sample (forward + backward; the module docstring says how)."""
+        ds = self.check_dataset(dataset)
+        t = self.transformer
+        if t is None:
+            return self.counted_flops.get(dataset)
+        tokens = t.tokens(ds)
+        matmul = self.expected_params[dataset] - t.lookup_params(ds)
+        return tokens * (6 * matmul + 12 * t.layers * t.heads * t.head_dim * tokens)
+
 
 _MODELS: tuple[ModelSpec, ...] = (
     ModelSpec(
@@ -197,6 +320,7 @@ _MODELS: tuple[ModelSpec, ...] = (
         ),
         datasets=("cifar",),
         expected_params={"cifar": 62_006},
+        counted_flops={"cifar": 3_204_720},
     ),
     ModelSpec(
         name="alexnet",
@@ -216,6 +340,7 @@ _MODELS: tuple[ModelSpec, ...] = (
         ),
         datasets=("cifar", "imagenet"),
         expected_params={"cifar": 57_023_306, "imagenet": 61_100_840},
+        counted_flops={"cifar": 5_108_367_360, "imagenet": 4_144_577_280},
     ),
     ModelSpec(
         name="googlenet",
@@ -232,6 +357,7 @@ _MODELS: tuple[ModelSpec, ...] = (
         ),
         datasets=("cifar", "imagenet"),
         expected_params={"cifar": 5_602_474, "imagenet": 6_624_904},
+        counted_flops={"cifar": 8_702_717_952, "imagenet": 8_754_229_248},
     ),
     ModelSpec(
         name="resnet18",
@@ -248,6 +374,7 @@ _MODELS: tuple[ModelSpec, ...] = (
         ),
         datasets=("cifar", "imagenet"),
         expected_params={"cifar": 11_173_962, "imagenet": 11_689_512},
+        counted_flops={"cifar": 3_328_997_376, "imagenet": 10_648_412_160},
     ),
     ModelSpec(
         name="resnet50",
@@ -264,6 +391,81 @@ _MODELS: tuple[ModelSpec, ...] = (
         ),
         datasets=("cifar", "imagenet"),
         expected_params={"cifar": 23_520_842, "imagenet": 25_557_032},
+        counted_flops={"cifar": 7_783_440_384, "imagenet": 24_299_077_632},
+    ),
+    ModelSpec(
+        name="gpt-nano",
+        title="GPT nano",
+        paper_ref="A. Radford et al.: Language models are unsupervised multitask learners "
+        "(GPT-2). OpenAI, 2019",
+        description=(
+            "A GPT-2 decoder small enough for CPUs and tests: 2 blocks, 4 heads, width 128, "
+            "context of the dataset's sequence, output layer tied to the token embedding."
+        ),
+        datasets=("bytes", "webtext"),
+        expected_params={"bytes": 445_952, "webtext": 6_960_768},
+        libraries=("torch", "tensorflow"),
+        transformer=Transformer("gpt", layers=2, d_model=128, heads=4),
+    ),
+    ModelSpec(
+        name="gpt2-small",
+        title="GPT-2 small (124M)",
+        paper_ref="A. Radford et al.: Language models are unsupervised multitask learners "
+        "(GPT-2). OpenAI, 2019",
+        description=(
+            "GPT-2 small as Hugging Face's GPT2LMHeadModel: 12 pre-LayerNorm blocks, 12 heads, "
+            "width 768, GELU MLP 3072, learned positions, output layer tied to the token "
+            "embedding (124,439,808 parameters on webtext)."
+        ),
+        datasets=("bytes", "webtext"),
+        expected_params={"bytes": 85_350_912, "webtext": 124_439_808},
+        libraries=("torch", "tensorflow"),
+        transformer=Transformer("gpt", layers=12, d_model=768, heads=12),
+    ),
+    ModelSpec(
+        name="gpt2-medium",
+        title="GPT-2 medium (355M)",
+        paper_ref="A. Radford et al.: Language models are unsupervised multitask learners "
+        "(GPT-2). OpenAI, 2019",
+        description=(
+            "GPT-2 medium: 24 blocks, 16 heads, width 1024, GELU MLP 4096, output layer tied "
+            "(354,823,168 parameters on webtext)."
+        ),
+        datasets=("bytes", "webtext"),
+        expected_params={"bytes": 302_704_640, "webtext": 354_823_168},
+        libraries=("torch", "tensorflow"),
+        transformer=Transformer("gpt", layers=24, d_model=1024, heads=16),
+    ),
+    ModelSpec(
+        name="bert-base",
+        title="BERT-base (masked LM)",
+        paper_ref="J. Devlin et al.: BERT: Pre-training of deep bidirectional transformers for "
+        "language understanding. NAACL 2019, arXiv:1810.04805",
+        description=(
+            "BERT-base as Hugging Face's BertForMaskedLM without the pooler: word, position "
+            "and token-type embeddings + LayerNorm, 12 post-LayerNorm encoder blocks (12 heads, "
+            "width 768, GELU MLP 3072), the masked-LM head (dense + GELU + LayerNorm, decoder "
+            "tied to the word embedding, its own bias). Loss on the 15 % masked positions."
+        ),
+        datasets=("bookswiki",),
+        expected_params={"bookswiki": 109_514_298},
+        libraries=("torch",),
+        transformer=Transformer("bert", layers=12, d_model=768, heads=12),
+    ),
+    ModelSpec(
+        name="vit-b16",
+        title="ViT-B/16",
+        paper_ref="A. Dosovitskiy et al.: An image is worth 16x16 words: transformers for image "
+        "recognition at scale. ICLR 2021, arXiv:2010.11929",
+        description=(
+            "torchvision's vit_b_16: 16x16 patches by a strided conv (768 channels), class "
+            "token, learned positions, 12 pre-LayerNorm blocks (12 heads, GELU MLP 3072), "
+            "final LayerNorm, linear head."
+        ),
+        datasets=("imagenet",),
+        expected_params={"imagenet": 86_567_656},
+        libraries=("torch",),
+        transformer=Transformer("vit", layers=12, d_model=768, heads=12, patch=16),
     ),
 )
 

@@ -223,8 +223,9 @@ def rendered(site_name, partition, mode, nodes=2, **spec):
     from orchestrator.sweep import SweepSpec, expand
 
     site = sitemod.load(site_name)[0]
-    run = expand(SweepSpec(nodes=(nodes,), modes=(mode,), partitions=(partition,), **spec),
-                 site)[0]
+    run = expand(SweepSpec(nodes=(nodes,), modes=(mode,), partitions=(partition,),
+                           **model_of(mode, spec)), site)[0]
+    run = fixed_script(run)
     part = site.partition(partition)
     env = site.environment(run.framework)
     # A fixed interpreter path keeps the golden files machine-independent.
@@ -232,6 +233,28 @@ def rendered(site_name, partition, mode, nodes=2, **spec):
     return run, render_run(ResolvedRun(run, site, part, env, modes.get(run.mode)),
                            Path("/scratch/runs") / run.run_id,
                            Path("/scratch/runs/.orch/lib-0123456789ab"))
+
+
+TRAINER_FILE = ROOT / "tests" / "fixtures" / "trainer" / "tiny.yaml"
+
+
+def model_of(mode: str, spec: dict) -> dict:
+    """``spec`` with a model the mode runs: a trainer file for a mode that runs a user's own
+    script (``Mode.phases`` False), the sweep's default zoo model otherwise."""
+    from orchestrator import modes
+
+    if modes.get(mode).phases or "models" in spec:
+        return spec
+    return {**spec, "models": (str(TRAINER_FILE),)}
+
+
+def fixed_script(run):
+    """A run of a trainer file with the file's directory as a fixed path (its JSON in the
+    rendered scripts is then the same on every machine: golden files)."""
+    if run.script is None:
+        return run
+    return run.model_copy(update={"script": run.script.replace(str(TRAINER_FILE.parent),
+                                                               "/scratch/trainer")})
 
 
 @pytest.fixture(scope="module")

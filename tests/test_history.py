@@ -180,7 +180,8 @@ def test_failed_runs_have_no_samples():
 
 
 def test_direction_is_declared_once_per_metric():
-    rates = {"samples_per_s", "samples_per_s_compute", "tokens_per_s", "mfu"}
+    rates = {"samples_per_s", "samples_per_s_compute", "tokens_per_s",
+             "model_flops_per_s_per_device", "mfu"}
     assert all(samples.BY_NAME[m].higher_is_better for m in rates)
     assert not any(m.higher_is_better for m in samples.METRICS if m.name not in rates)
 

@@ -85,3 +85,20 @@ def test_a_stopped_fidelity_run_is_recorded_from_the_rounds_it_printed():
     assert [r.step_ratio for r in got] == [0.88, None, 1.15]  # as printed: 3 decimals
     (row,) = fidelity.summarize(rounds)
     assert row["ratio"] == pytest.approx(3652.0 / 3799.2)
+
+
+def test_token_batches_and_loss_are_orchs():
+    """gpt-nano's twin feeds the tensors orch's ranks feed (rankside.torch.workload) and its
+    nanoGPT-style loss is orch's SequenceCrossEntropy: the fidelity ratio compares equals."""
+    from orchestrator.rankside.torch.workload import Workload
+
+    a = argparse.Namespace(batch_size=3, dataset="bytes", model="gpt-nano")
+    twin = native.synthetic_batches(a, rank=1)
+    w = Workload("gpt-nano", "bytes")
+    info = argparse.Namespace(rank=1, world_size=2)
+    mine = w.batches(argparse.Namespace(data=None, batch_size=3), info)
+    for _ in range(5):
+        (x, y), (x2, y2) = next(twin), next(mine)
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+    logits = torch.randn(3, 128, 256)
+    assert torch.equal(native.loss_function(a)(logits, y), w.loss_fn(logits, y))

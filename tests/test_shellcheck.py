@@ -25,7 +25,7 @@ from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.spec.resolved import ResolvedRun
 from orchestrator.sweep import SweepSpec, expand
 
-from .conftest import IN_CI
+from .conftest import IN_CI, model_of
 
 GOLDEN = Path(__file__).parent / "golden"
 RUNS = Path("/scratch/runs")
@@ -51,7 +51,8 @@ def shellcheck(paths: list[Path]) -> None:
 def render(site: sitemod.Site, partition: str, mode: str, launcher: str | None = None,
            packed: bool = False) -> Rendered:
     spec = {"launcher": launcher} if launcher else {}
-    run = expand(SweepSpec(nodes=(2,), modes=(mode,), partitions=(partition,), **spec), site)[0]
+    run = expand(SweepSpec(nodes=(2,), modes=(mode,), partitions=(partition,),
+                           **model_of(mode, spec)), site)[0]
     env = site.environment(run.framework)
     env = env.model_copy(update={"python": env.python or "/opt/orch/venv/bin/python"})
     return render_run(ResolvedRun(run, site, site.partition(partition), env, modes.get(mode)),

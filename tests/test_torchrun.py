@@ -162,7 +162,7 @@ def test_registered_like_the_other_launchers():
     assert "torchrun" in backends.scheduler("slurm").launchers
     assert "torchrun" in backends.scheduler("local").launchers
     users = sorted(m.name for m in modes.registry().values() if "torchrun" in m.launchers)
-    assert users == sorted(TORCH_MODES)
+    assert users == sorted([*TORCH_MODES, "trainer"])  # a user's torchrun-style script too
 
 
 @pytest.mark.parametrize("mode", ["tf-allreduce", "mxnet-kvstore", "mpi-ssgd", "horovod",

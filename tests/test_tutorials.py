@@ -30,6 +30,10 @@ FAILED_AT = re.compile(r"^tutorial: failed at script line (\d+)$", re.M)
 # What each tutorial needs beyond orch: the test cluster, real ranks, Charliecloud's tools.
 NEEDS = {"first-sweep.md": ("ranks",), "add-your-cluster.md": ("slurm", "ranks"),
          "containers.md": ("ranks", "charliecloud")}
+# How-tos that run in CI the same way (their marked blocks), and what they need: Hugging Face's
+# Trainer (orch[trainer]) for the trainer mode's.
+HOWTOS = ROOT / "docs" / "howto"
+HOWTO_NEEDS = {"own-model.md": ("ranks",), "own-trainer.md": ("ranks", "trainer")}
 
 
 @dataclass
@@ -134,6 +138,11 @@ def _marks(page: str) -> list:
             *(getattr(pytest.mark, n) for n in NEEDS[page] if n in ("ranks", "slurm"))]
 
 
+def _marks_howto(page: str) -> list:
+    return [pytest.mark.orch_process,
+            *(getattr(pytest.mark, n) for n in HOWTO_NEEDS[page] if n in ("ranks", "slurm"))]
+
+
 @pytest.mark.parametrize("page", [pytest.param(p, marks=_marks(p)) for p in sorted(NEEDS)])
 def test_tutorial_runs(page, tmp_path, request):
     if "slurm" in NEEDS[page]:
@@ -143,3 +152,17 @@ def test_tutorial_runs(page, tmp_path, request):
               "the containers tutorial needs root, ch-run and debootstrap (make container-tools)")
     rc, out, failed = run_blocks(runnable_blocks(TUTORIALS / page), tmp_path)
     assert rc == 0, f"{failed}: the tutorial's command failed\n{out[-4000:]}"
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=_marks_howto(p))
+                                  for p in sorted(HOWTO_NEEDS)])
+def test_howto_runs(page, tmp_path):
+    if "trainer" in HOWTO_NEEDS[page]:
+        import importlib.util
+
+        _need(all(importlib.util.find_spec(m) for m in ("transformers", "accelerate")),
+              "the trainer how-to needs orch[trainer] (transformers, accelerate)")
+    blocks = runnable_blocks(HOWTOS / page)
+    assert blocks, f"{page} has no runnable block"
+    rc, out, failed = run_blocks(blocks, tmp_path)
+    assert rc == 0, f"{failed}: the how-to's command failed\n{out[-4000:]}"

@@ -26,12 +26,16 @@ TORCHVISION_IMAGENET = {
 }
 
 
+CNNS = ["alexnet", "googlenet", "lenet5", "resnet18", "resnet50"]
+TRANSFORMERS = ["bert-base", "gpt-nano", "gpt2-medium", "gpt2-small", "vit-b16"]
+
+
 def test_names_sorted_and_complete() -> None:
-    assert zoo.names() == ["alexnet", "googlenet", "lenet5", "resnet18", "resnet50"]
+    assert zoo.names() == sorted(CNNS + TRANSFORMERS)
 
 
 @pytest.mark.parametrize("name", ["alexnet", "googlenet", "lenet5", "resnet18", "resnet50"])
-def test_get_returns_matching_spec(name: str) -> None:
+def test_get_returns_matching_spec(name: str) -> None:  # the CNNs
     spec = zoo.get(name)
     assert isinstance(spec, zoo.ModelSpec)
     assert spec.name == name
@@ -46,18 +50,22 @@ def test_unknown_model_message_lists_valid_names() -> None:
         zoo.get("vgg16")
     assert isinstance(excinfo.value, ValueError)
     assert str(excinfo.value) == (
-        "unknown model 'vgg16'; valid: alexnet, googlenet, lenet5, resnet18, resnet50"
+        "unknown model 'vgg16'; valid: alexnet, bert-base, googlenet, gpt-nano, gpt2-medium, "
+        "gpt2-small, lenet5, resnet18, resnet50, vit-b16"
     )
 
 
 def test_datasets() -> None:
-    assert set(zoo.DATASETS) == {"cifar", "imagenet"}
+    assert set(zoo.DATASETS) == {"cifar", "imagenet", "bytes", "webtext", "bookswiki"}
     cifar, imagenet = zoo.DATASETS["cifar"], zoo.DATASETS["imagenet"]
     assert cifar.shape_chw == (3, 32, 32) and cifar.shape_hwc == (32, 32, 3)
     assert cifar.num_classes == 10
     assert imagenet.shape_chw == (3, 224, 224) and imagenet.shape_hwc == (224, 224, 3)
     assert imagenet.num_classes == 1000
-    with pytest.raises(KeyError, match="valid: cifar, imagenet"):
+    assert zoo.DATASETS["bytes"].tokens and zoo.DATASETS["bytes"].num_classes == 256
+    webtext = zoo.DATASETS["webtext"]
+    assert (webtext.seq_len, webtext.num_classes) == (1024, 50257)
+    with pytest.raises(KeyError, match="valid: bookswiki, bytes, cifar, imagenet, webtext"):
         zoo.get_dataset("mnist")
 
 
@@ -108,3 +116,35 @@ def test_zoo_source_has_no_framework_imports() -> None:
         elif isinstance(node, ast.ImportFrom) and node.module:
             imported.add(node.module.split(".")[0])
     assert not imported & set(FRAMEWORKS)
+
+
+# Hugging Face's and torchvision's counts of the same architectures (GPT2LMHeadModel for
+# gpt2 and gpt2-medium, BertForMaskedLM without the pooler, torchvision's vit_b_16).
+PUBLISHED = {("gpt2-small", "webtext"): 124_439_808, ("gpt2-medium", "webtext"): 354_823_168,
+             ("bert-base", "bookswiki"): 109_514_298, ("vit-b16", "imagenet"): 86_567_656}
+
+
+def test_transformer_counts_are_the_published_ones() -> None:
+    for (name, ds), count in PUBLISHED.items():
+        assert zoo.get(name).params(ds) == count
+
+
+def test_transformer_flops_follow_palm() -> None:
+    # GPT-2 small on webtext: N = 124,439,808 - 1024*768 (wpe), 12 layers, 12 heads of 64.
+    spec = zoo.get("gpt2-small")
+    n = 124_439_808 - 1024 * 768
+    assert spec.flops_per_sample("webtext") == 1024 * (6 * n + 12 * 12 * 12 * 64 * 1024)
+    assert spec.tokens_per_sample("webtext") == 1024
+    # ViT: 197 tokens (196 patches + the class token), positions and class token looked up.
+    vit = zoo.get("vit-b16")
+    n = 86_567_656 - 197 * 768 - 768
+    assert vit.flops_per_sample("imagenet") == 197 * (6 * n + 12 * 12 * 12 * 64 * 197)
+    assert vit.tokens_per_sample("imagenet") is None  # an image, not a token sequence
+    assert zoo.get("resnet50").flops_per_sample("imagenet") == 24_299_077_632
+
+
+def test_which_libraries_build_what() -> None:
+    assert all(zoo.get(m).built_by(lib) for m in CNNS
+               for lib in ("torch", "tensorflow", "mxnet", "cntk", "chainer"))
+    assert zoo.get("gpt-nano").built_by("tensorflow") and not zoo.get("gpt-nano").built_by("mxnet")
+    assert not zoo.get("vit-b16").built_by("tensorflow")

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from benchmarks.native._common import Clock, report
+from orchestrator import zoo
 from orchestrator.modes.torch_options import RUN_DIMENSIONS
 from orchestrator.rankside.torch import common as torch_common
 from orchestrator.rankside.torch import models as models_torch
@@ -22,8 +23,21 @@ DIMENSION_FLAGS = tuple((o.flag, o.default) for o in RUN_DIMENSIONS)
 
 def synthetic_batches(args, rank, pin=False):
     """The same input as orch's ranks: four synthetic batches in host memory, cycled (in
-    pinned memory with ``pin``, as a DataLoader's ``pin_memory=True`` gives them)."""
+    pinned memory with ``pin``, as a DataLoader's ``pin_memory=True`` gives them). A token
+    dataset's batch is nanoGPT's: ``seq_len + 1`` random tokens per sample, the inputs all but
+    the last, the targets all but the first."""
     gen = torch.Generator().manual_seed(1000 + rank)
+    ds = zoo.get_dataset(args.dataset)
+    if ds.tokens:
+        def batch():
+            seq = torch.randint(0, ds.num_classes, (args.batch_size, ds.seq_len + 1),
+                                generator=gen)
+            return seq[:, :-1].contiguous(), seq[:, 1:].contiguous()
+
+        pool = [batch() for _ in range(4)]
+        if pin:
+            pool = [(x.pin_memory(), y.pin_memory()) for x, y in pool]
+        return itertools.cycle(pool)
     shape = (args.batch_size, *models_torch.input_shape(args.dataset))
     classes = models_torch.num_classes(args.dataset)
     pool = [(torch.randn(shape, generator=gen),
@@ -92,6 +106,20 @@ class Recipe:
             scaler.update()
 
         return step
+
+
+def loss_function(args):
+    """The loss the model's own recipe writes: cross-entropy of the labels, or nanoGPT's
+    ``F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))`` for a language
+    model's token logits."""
+    if not zoo.get_dataset(args.dataset).tokens:
+        return torch.nn.CrossEntropyLoss()
+
+    def lm_loss(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)),
+                                                 targets.view(-1))
+
+    return lm_loss
 
 
 def device_for_rank():

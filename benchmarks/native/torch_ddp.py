@@ -10,7 +10,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from benchmarks.native._common import parse_args
-from benchmarks.native._torch import DIMENSION_FLAGS, Recipe, device_for_rank, leave, run
+from benchmarks.native._torch import (
+    DIMENSION_FLAGS,
+    Recipe,
+    device_for_rank,
+    leave,
+    loss_function,
+    run,
+)
 from orchestrator.rankside.torch import models as models_torch
 
 
@@ -24,7 +31,7 @@ def main():
     model = recipe.model(models_torch.build(args.model, args.dataset).to(device))
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = loss_function(args)
     step = recipe.step(recipe.compiled(ddp), optimizer, loss_fn)
     run("torch-ddp", args, rank, step, device, recipe)
     leave()

@@ -13,14 +13,27 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from benchmarks.native._common import parse_args
-from benchmarks.native._torch import DIMENSION_FLAGS, Recipe, device_for_rank, leave, run
+from benchmarks.native._torch import (
+    DIMENSION_FLAGS,
+    Recipe,
+    device_for_rank,
+    leave,
+    loss_function,
+    run,
+)
 from orchestrator.rankside.torch import models as models_torch
 
 
 def layers(model):
+    """FSDP2's tutorial shards each layer: a transformer's blocks (torchtitan's unit; the
+    embeddings, tied to the output, stay with the root), else each parameter-holding child."""
     def has_params(m):
         return any(True for _ in m.parameters())
 
+    blocks = [c for c in model.children() if isinstance(c, nn.ModuleList)]
+    if blocks:
+        yield from (b for stack in blocks for b in stack)
+        return
     for child in model.children():
         if isinstance(child, nn.Sequential):
             yield from (c for c in child.children() if has_params(c))
@@ -44,7 +57,7 @@ def main():
         fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    loss_fn = loss_function(args)
     step = recipe.step(recipe.compiled(model), optimizer, loss_fn)
     run("torch-fsdp", args, rank, step, device, recipe)
     leave()

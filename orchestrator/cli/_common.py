@@ -171,12 +171,18 @@ def print_runs(recs: list[dict]) -> None:
     shared = any(co_tenant_ids(r.get("co_tenants")) for r in recs)
     # samples/s without input I/O (DLE's compute_ips) beside the total, where a run has it.
     compute = any(r.get("samples_per_s_compute") is not None for r in recs)
-    for c in (*sizes, "samples/s", *(("compute samples/s",) if compute else ()), "speedup",
+    # The field's figures (results.workload) where a run has them: tokens, FLOPs, memory.
+    work = _workload_cells(recs)
+    for c in (*sizes, "samples/s", *(("compute samples/s",) if compute else ()),
+              *(work[0] if work else ()), "speedup",
               "efficiency", *tail, "fabric", "state",
               *(("attempts",) if retried else ()), *(("shared with",) if shared else ()),
               "run"):
         table.add_column(c, justify="right" if c in ("nodes", "tasks/node", "ranks",
                                                     "samples/s", "compute samples/s",
+                                                    "tokens/s", "tokens/s/device",
+                                                    "model FLOP/s/device", "MFU",
+                                                    "peak mem/rank",
                                                     "speedup", "efficiency",
                                                     "baseline") else "left")
     for r in sorted(recs, key=lambda r: (r["mode"], r["model"], r["partition"], r["ranks"],
@@ -192,6 +198,7 @@ def print_runs(recs: list[dict]) -> None:
         row += [str(r["nodes"]), *([str(r.get("tasks_per_node"))] if per_node else []),
                 str(r["ranks"]), rate_s,
                 *([fmt(r.get("samples_per_s_compute"), ",.0f")] if compute else []),
+                *(work[1](r) if work else []),
                 fmt(r.get("speedup"), ".2f"),
                 fmt(r.get("efficiency"), ".0%"),
                 *([f"{int(base)} rank{'s' if base != 1 else ''}" if base is not None
@@ -202,6 +209,28 @@ def print_runs(recs: list[dict]) -> None:
                 r["run_id"]]
         table.add_row(*row)
     out_console.print(table)
+
+
+def _workload_cells(recs: list[dict]):
+    """(column names, row -> cells) of tokens/s, model FLOP/s and MFU per device and peak
+    memory per rank, the columns the runs have; None where none has any."""
+    from ..report.fmt import flops, gib
+
+    cols = [("tokens/s", "tokens_per_s", lambda v: f"{v:,.0f}"),
+            ("tokens/s/device", "tokens_per_s_per_device", lambda v: f"{v:,.0f}"),
+            ("model FLOP/s/device", "model_flops_per_s_per_device", flops),
+            ("MFU", "mfu", lambda v: f"{v:.1%}"),
+            ("peak mem/rank", "peak_memory_bytes", gib)]
+    if not any(r.get("flops_per_sample") is not None or r.get("tokens_per_sample") is not None
+               for r in recs):
+        return None
+    keep = [c for c in cols if c[0] == "MFU" or any(r.get(c[1]) is not None for r in recs)]
+    return ([c[0] for c in keep],
+            lambda r: [fmt_with(r.get(key), f) for _, key, f in keep])
+
+
+def fmt_with(value, f) -> str:
+    return "-" if value is None else f(value)
 
 
 def _shared_cell(co: list[str]) -> str:

@@ -50,6 +50,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("tokens_per_s", "tokens/s", "tokens/s", True, per_run=True),
     Metric("mfu", "model FLOPs utilisation", "fraction", True, per_run=True),
     Metric("energy_per_sample_j", "energy per sample", "J/sample", False, per_run=True),
+    # The field's figures (results.workload): one value per run.
+    Metric("tokens_per_s", "tokens/s", "tokens/s", True, per_run=True),
+    Metric("model_flops_per_s_per_device", "model FLOP/s per device", "FLOP/s", True,
+           per_run=True),
+    Metric("mfu", "MFU", "", True, per_run=True),
+    Metric("peak_memory_bytes", "peak memory per rank", "bytes", False, per_run=True),
 )
 BY_NAME = {m.name: m for m in METRICS}
 PHASES = ("t_iter", "t_io", "t_h2d", "t_f", "t_b", "t_u", "t_comm", "t_comm_total")

@@ -414,8 +414,14 @@ def _csv_int(text: str, path: Path, line: int, column: str, minimum: int | None)
 # --------------------------------------------------------------------------------------------
 
 
-def gradient_bytes(model: str, dataset: str) -> int | None:
-    """float32 gradient bytes of a zoo model, or None if the zoo does not know it."""
+def gradient_bytes(model: str, dataset: str, params: object = None) -> int | None:
+    """float32 gradient bytes of a zoo model, or of a user's model whose ``params`` (the
+    run's ``model_params``, counted before submission) are known; None otherwise."""
+    try:
+        if params is not None and float(params) == float(params):  # not NaN (pandas' null)
+            return 4 * int(params)
+    except (TypeError, ValueError):
+        pass
     try:
         return 4 * int(zoo.get(model).expected_params[dataset])
     except (KeyError, ValueError, TypeError):

@@ -192,7 +192,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         raise _NotPredicted(f"no pre-flight network for partition {run['partition']}: not "
                             "predicted")
     opts = run_options(run.get("options"))
-    grad = gradient_bytes(str(run["model"]), str(run["dataset"]))
+    grad = gradient_bytes(str(run["model"]), str(run["dataset"]), run.get("model_params"))
     if grad is None:
         raise _NotPredicted(f"model {run['model']} not in the zoo (gradient size unknown): not "
                             "predicted")

@@ -161,7 +161,10 @@ class Mode:
       held-out accuracy (``--epochs``, time to accuracy);
     * ``cpu_only_backends``: values of its ``backend`` option that cannot run on a GPU
       partition (the sweep refuses them there at render time, with the reason), as
-      ``{value: reason}``.
+      ``{value: reason}``;
+    * ``phases``: False for a mode that runs a user's own training script as it is (its
+      model is a trainer file, orchestrator.trainer): no breakdown window, its throughput
+      from the script's output, its phases not measured.
 
     ``package`` (the folder's name) is filled in by the registry.
     """
@@ -175,7 +178,7 @@ class Mode:
         "pattern": "allreduce", "overlap": "none", "overlap_option": None,
         "first_bucket_bytes": None, "python_modules": None, "trains": True, "epochs": False,
         "package": None,
-        "cpu_only_backends": {},
+        "cpu_only_backends": {}, "phases": True,
     }
 
     def __init__(self, **fields):

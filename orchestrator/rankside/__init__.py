@@ -7,8 +7,10 @@ mode's own rank is ``orchestrator/modes/<name>/rank.py``.
 """
 
 
-def zoo_names():
-    """(model, datasets) of the catalogue, for rank-side code on Python >= 3.7."""
+def zoo_names(library=None):
+    """(model, datasets) of the catalogue (those ``library``'s zoo builds), for rank-side code
+    on Python >= 3.7."""
     from orchestrator import zoo
 
-    return [(name, zoo.get(name).datasets) for name in zoo.names()]
+    return [(name, zoo.get(name).datasets) for name in zoo.names()
+            if library is None or zoo.get(name).built_by(library)]

@@ -18,9 +18,10 @@ def _torch():
     from .torch import models as models_torch
 
     counts = {}
-    for name, datasets in zoo_names():
+    for name, datasets in zoo_names("torch"):
         for ds in datasets:
-            net = models_torch.build(name, ds)
+            with torch.device("meta"):  # counted, not initialised: gpt2-medium at once
+                net = models_torch.build(name, ds)
             counts.setdefault(name, {})[ds] = sum(p.numel() for p in net.parameters()
                                                   if p.requires_grad)
     return counts, {"torch": torch.__version__}
@@ -33,7 +34,7 @@ def _tensorflow():
     from .tf import models as models_tf
 
     counts = {}
-    for name, datasets in zoo_names():
+    for name, datasets in zoo_names("tensorflow"):
         for ds in datasets:
             counts.setdefault(name, {})[ds] = int(models_tf.count_params(
                 models_tf.build(name, ds)))
@@ -47,7 +48,7 @@ def _mxnet():
     from .mxnet import models as mm
 
     counts = {}
-    for name, datasets in zoo_names():
+    for name, datasets in zoo_names("mxnet"):
         for ds in datasets:
             net = mm.build(name, ds)
             net.initialize(mx.init.Xavier())
@@ -75,7 +76,7 @@ def _chainer():
     from .chainer import models as mch
 
     counts = {}
-    for name, datasets in zoo_names():
+    for name, datasets in zoo_names("chainer"):
         if name not in mch.MODELS:
             continue
         for ds in datasets:

@@ -388,14 +388,30 @@ class Session:
                             "warmup": epoch == 1 and k < self.args.warmup, "t_start": wall,
                             "t_iter": t_iter, "samples": self.samples, "epoch": epoch})
 
+    def log_interval(self, t_start: float, t_iter: float, samples: float,
+                     warmup: bool) -> None:
+        """One interval of a script whose figures orch reads from its output (the trainer
+        mode): a native-window iteration of ``t_iter`` seconds from ``t_start`` (wall clock)
+        holding ``samples`` samples."""
+        it = self._next_iter
+        self._next_iter = it + 1
+        self.log.write({"type": protocol.ITER, "iter": it, "window": protocol.WINDOW_NATIVE,
+                        "warmup": bool(warmup), "t_start": t_start, "t_iter": t_iter,
+                        "samples": round(samples)})
+
     def log_epoch(self, epoch: int, t_start: float, t_epoch: float, t_eval: float,
-                  train_loss: float, train_acc: float, test_acc: float, samples: int) -> bool:
+                  train_loss: float, train_acc: float, test_acc: float, samples: int,
+                  test_loss: "float | None" = None) -> bool:
         """Write one epoch record; True when training should stop there (the held-out accuracy
-        reached ``--target-accuracy``)."""
-        self.log.write({"type": protocol.EPOCH, "epoch": epoch, "t_start": t_start,
-                        "t_epoch": t_epoch, "t_eval": t_eval, "train_loss": float(train_loss),
-                        "train_acc": float(train_acc), "test_acc": float(test_acc),
-                        "samples": int(samples)})
+        reached ``--target-accuracy``). ``test_loss``: a language model's mean held-out loss
+        per token (its perplexity is the exponential), where the rank computes it."""
+        record = {"type": protocol.EPOCH, "epoch": epoch, "t_start": t_start,
+                  "t_epoch": t_epoch, "t_eval": t_eval, "train_loss": float(train_loss),
+                  "train_acc": float(train_acc), "test_acc": float(test_acc),
+                  "samples": int(samples)}
+        if test_loss is not None:
+            record["test_loss"] = float(test_loss)
+        self.log.write(record)
         target = self.args.target_accuracy
         return target is not None and test_acc >= target
 

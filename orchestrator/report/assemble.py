@@ -26,6 +26,7 @@ from .tables import (
     rank_table,
     speedup_table,
     throughput_table,
+    workload_table,
 )
 
 
@@ -74,6 +75,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     tables = [
         throughput_table(rates),
         speedup_table(rates),
+        *([w] if (w := workload_table(rates)) is not None else []),
         *([scorecard_table(scorecard)] if scorecard is not None else []),
         prediction_table(train, label_of, pred_by),
         phase_table(done),

@@ -40,11 +40,15 @@ def tables(runs: pd.DataFrame) -> list[Table]:
     if done.empty:
         return []
     rows = []
+    # Language models: their held-out loss per token and perplexity beside the accuracy.
+    lm = "final_perplexity" in done.columns and done["final_perplexity"].notna().any()
     for _, r in done.iterrows():
         tta = as_float(r.get("tta_s"))
         rows.append([
             label(r), str(int(r["nodes"])), str(int(r["epochs_done"])),
             fmt_num(r.get("final_test_acc"), ".3f"), fmt_num(r.get("best_test_acc"), ".3f"),
+            *([fmt_num(r.get("final_test_loss"), ".3f"),
+               fmt_num(r.get("final_perplexity"), ".2f")] if lm else []),
             "-" if tta is None else f"{tta:.1f} s ({int(r['tta_epochs'])} ep.)",
             fmt_num(r.get("tta_speedup"), ".2f"), fmt_num(r.get("samples_per_s"), ",.0f"),
             fmt_num(r.get("speedup"), ".2f"),
@@ -52,13 +56,17 @@ def tables(runs: pd.DataFrame) -> list[Table]:
         ])
     out = [Table("tta", "Time to accuracy: held-out accuracy reached, and the speedup in time "
                  "to accuracy beside the speedup in samples/s",
-                 ["run", "nodes", "epochs", "final acc.", "best acc.", "time to acc.",
+                 ["run", "nodes", "epochs", "final acc.", "best acc.",
+                  *(["held-out loss", "perplexity"] if lm else []), "time to acc.",
                   "speedup (tta)", "samples/s", "speedup (samples/s)", "why no time"], rows,
-                 key_columns=1, text_columns=(5, 9),
+                 key_columns=1, text_columns=(7, 11) if lm else (5, 9),
                  note="Time to accuracy runs from the first epoch's start to the end of the "
                  "evaluation of the first epoch at or above --target-accuracy (evaluation "
                  "included). Speedup in time to accuracy is against the configuration's run "
-                 "with the fewest ranks at the same per-rank batch.")]
+                 "with the fewest ranks at the same per-rank batch." + (
+                     " A language model's accuracy is its next-token (masked-token) accuracy "
+                     "over the held-out tokens; its held-out loss is per token, perplexity its "
+                     "exponential." if lm else ""))]
     checked = done[done["sync_check"].notna() | done["sync_detail"].notna()] \
         if "sync_check" in done.columns else done.iloc[0:0]
     if not checked.empty:

@@ -52,3 +52,19 @@ def nodes_word(n: int) -> str:
 def ms_value(value) -> float | None:
     v = as_float(value)
     return None if v is None else v * 1e3
+
+
+def flops(value) -> str:
+    """FLOP/s in the unit that reads best: 12.3 TFLOP/s, 45.6 GFLOP/s."""
+    v = as_float(value)
+    if v is None:
+        return "-"
+    for scale, unit in ((1e15, "PFLOP/s"), (1e12, "TFLOP/s"), (1e9, "GFLOP/s")):
+        if v >= scale:
+            return f"{v / scale:.1f} {unit}"
+    return f"{v / 1e6:.1f} MFLOP/s"
+
+
+def gib(value) -> str:
+    v = as_float(value)
+    return "-" if v is None else f"{v / 2**30:.2f} GiB"

@@ -47,7 +47,8 @@ def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd
         first = group.iloc[0]
         base = baseline(group)
         model = comm(str(first["site"]), str(first["partition"]))
-        grad = gradient_bytes(str(first["model"]), str(first["dataset"]))
+        grad = gradient_bytes(str(first["model"]), str(first["dataset"]),
+                              first.get("model_params"))
         overlap = overlap_of(first["mode"], first.get("options"), grad)
         ab = model.alpha_beta if grad is not None else None
         for _, run in group.iterrows():

@@ -12,8 +12,10 @@ from .fmt import (
     PHASE_LABELS,
     PHASE_ORDER,
     as_float,
+    flops,
     fmt_num,
     fmt_signed,
+    gib,
     ms,
     ms_pm,
     ms_value,
@@ -90,7 +92,8 @@ def throughput_table(done: pd.DataFrame) -> Table:
     def cell(r: pd.Series) -> str:
         if as_float(r["samples_per_s"]) is None:
             return "-"
-        mark = " (epochs)" if r.get("throughput_from") == analyze.FROM_EPOCHS else ""
+        mark = {analyze.FROM_EPOCHS: " (epochs)", analyze.FROM_SCRIPT: " (script)"}.get(
+            r.get("throughput_from"), "")
         compute = as_float(r.get("samples_per_s_compute"))
         mark += f" (compute {compute:,.0f})" if compute is not None else ""
         return f"{r['samples_per_s']:,.0f} ± {r['samples_per_s_std']:,.0f}{mark}"
@@ -105,8 +108,40 @@ def throughput_table(done: pd.DataFrame) -> Table:
         notes.append("(epochs): an epoch run's figure, from the training steps of its epochs "
                      "(first epoch's warm-up steps and held-out evaluation left out); it has no "
                      "phase breakdown")
+    if "throughput_from" in done.columns and \
+            (done["throughput_from"] == analyze.FROM_SCRIPT).any():
+        notes.append("(script): a user's own training script (mode trainer), its throughput "
+                     "as its output printed it (its trainer file's pattern); orch did not "
+                     "time its phases: no phase breakdown, communication or prediction")
     return _pivot(done, cell, "Throughput (samples/s, whole job; ± spread of per-iteration rate)",
                   "throughput", "; ".join(notes))
+
+
+def workload_table(done: pd.DataFrame) -> Table | None:
+    """tokens/s, model FLOP/s and MFU per device and peak memory per rank, per size (None
+    where no run has a FLOPs figure nor tokens: results.workload's columns)."""
+    if "flops_per_sample" not in done.columns or not (
+            done["flops_per_sample"].notna().any() or done["tokens_per_sample"].notna().any()):
+        return None
+
+    def cell(r: pd.Series) -> str:
+        parts = []
+        if as_float(r.get("tokens_per_s_per_device")) is not None:
+            parts.append(f"{r['tokens_per_s_per_device']:,.0f} tok/s")
+        parts.append(flops(r.get("model_flops_per_s_per_device")))
+        mfu = as_float(r.get("mfu"))
+        parts.append(f"MFU {mfu:.1%}" if mfu is not None else "MFU -")
+        parts.append(gib(r.get("peak_memory_bytes")))
+        return " · ".join(parts)
+
+    notes = ["per device: per training rank; model FLOPs per sample: a transformer's "
+             "T(6N + 12LHQT) after PaLM, a CNN's or your own model's counted by torch's "
+             "FlopCounterMode; MFU: model FLOP/s per device over the device's dense peak at "
+             "the run's precision; memory: a rank's peak (GPU reserved, else peak RSS)"]
+    reasons = sorted({str(x) for x in done.get("mfu_reason", pd.Series()).dropna()})
+    notes += [f"no MFU: {why}" for why in reasons]
+    return _pivot(done, cell, "Workload per device: tokens/s · model FLOP/s · MFU · peak memory",
+                  "workload", "; ".join(notes))
 
 
 def speedup_table(done: pd.DataFrame) -> Table:
@@ -182,7 +217,8 @@ def comm_table(done: pd.DataFrame) -> Table:
         why = "" if total is not None else str(r.get("comm_total_reason") or "not recorded")
         rows.append([r["_label"], str(r["nodes"]), str(r["ranks"]),
                      overlap_of(str(r["mode"]), r.get("options"),
-                                gradient_bytes(str(r["model"]), str(r["dataset"]))),
+                                gradient_bytes(str(r["model"]), str(r["dataset"]),
+                                               r.get("model_params"))),
                      ms(exposed), ms(total),
                      ms(hidden), fmt_num(hidden / total if hidden is not None and total else None,
                                          ".0%"),

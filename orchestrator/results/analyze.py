@@ -306,10 +306,18 @@ THROUGHPUT_FROM = {protocol.WINDOW_NATIVE: "native window",
 FROM_EPOCHS = "epoch steps"
 
 
+FROM_SCRIPT = "script output"  # a user's own trainer: the figures its output printed
+
+
 def throughput_from(run: dict) -> str | None:
+    from .. import modes
+
     window = run.get("throughput_window")
     if window is None or (isinstance(window, float) and np.isnan(window)):
         return None
+    mode = modes.registry().get(run.get("mode"))
+    if mode is not None and not mode.phases:
+        return FROM_SCRIPT
     epochs = run.get("epochs")
     if epochs is not None and not pd.isna(epochs) and window == protocol.WINDOW_NATIVE:
         return FROM_EPOCHS

@@ -24,6 +24,7 @@ derives:
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pyarrow as pa
@@ -36,9 +37,11 @@ from .. import modes, protocol
 SYNC_RTOL = 0.005
 SYNC_ACC_TOL = 0.01
 EPOCH_COLUMNS = ("run_id", "mode", "nodes", "ranks", "rank", "epoch", "t_start", "t_epoch",
-                 "t_eval", "train_loss", "train_acc", "test_acc", "samples")
-RUN_COLUMNS = ("epochs_done", "final_test_acc", "best_test_acc", "tta_s", "tta_epochs",
-               "tta_reason", "tta_speedup", "sync_check", "sync_detail")
+                 "t_eval", "train_loss", "train_acc", "test_acc", "test_loss", "samples")
+# A language model's held-out loss per token (``test_loss``) and its exponential, perplexity.
+RUN_COLUMNS = ("epochs_done", "final_test_acc", "best_test_acc", "final_test_loss",
+               "final_perplexity", "tta_s", "tta_epochs", "tta_reason", "tta_speedup",
+               "sync_check", "sync_detail")
 # Apart from size and per-rank batch: what makes two epoch runs the same configuration.
 _SAME = ("site", "partition", "mode", "model", "dataset", "launcher", "options", "data",
          "prefetch", "epochs", "target_accuracy")
@@ -51,7 +54,8 @@ def epoch_rows(run_id: str, mode: str, nodes: int, ranks: int, logs) -> list[dic
         for rec in log.epochs:
             row = {"run_id": run_id, "mode": mode, "nodes": nodes, "ranks": ranks,
                    "rank": log.rank, "epoch": rec["epoch"]}
-            row.update({k: rec.get(k) for k in (*protocol.EPOCH_FIELDS, "samples")})
+            row.update({k: rec.get(k) for k in (*protocol.EPOCH_FIELDS, "test_loss",
+                                                "samples")})
             rows.append(row)
     return rows
 
@@ -79,17 +83,19 @@ def per_epoch(ep: pd.DataFrame) -> pd.DataFrame:
     end on the wall clock (latest rank, evaluation included) since the run's first start."""
     if ep.empty:
         return pd.DataFrame(columns=["run_id", "epoch", "train_loss", "train_acc", "test_acc",
-                                     "elapsed_s"])
+                                     "test_loss", "elapsed_s"])
     ep = ep.assign(loss_x=ep["train_loss"] * ep["samples"], acc_x=ep["train_acc"] * ep["samples"],
                    end=ep["t_start"] + ep["t_epoch"] + ep["t_eval"])
     g = ep.groupby(["run_id", "epoch"], sort=True)
     out = g.agg(loss_x=("loss_x", "sum"), acc_x=("acc_x", "sum"), samples=("samples", "sum"),
-                test_acc=("test_acc", "mean"), end=("end", "max")).reset_index()
+                test_acc=("test_acc", "mean"), test_loss=("test_loss", "mean"),
+                end=("end", "max")).reset_index()
     out["train_loss"] = out["loss_x"] / out["samples"]
     out["train_acc"] = out["acc_x"] / out["samples"]
     start = ep.groupby("run_id")["t_start"].min()
     out["elapsed_s"] = out["end"] - out["run_id"].map(start)
-    return out[["run_id", "epoch", "train_loss", "train_acc", "test_acc", "elapsed_s"]]
+    return out[["run_id", "epoch", "train_loss", "train_acc", "test_acc", "test_loss",
+                "elapsed_s"]]
 
 
 def run_summary(run: dict, curve: pd.DataFrame) -> dict:
@@ -101,6 +107,9 @@ def run_summary(run: dict, curve: pd.DataFrame) -> dict:
     out.update(epochs_done=int(curve["epoch"].max()),
                final_test_acc=float(curve["test_acc"].iloc[-1]),
                best_test_acc=float(curve["test_acc"].max()))
+    if "test_loss" in curve and curve["test_loss"].notna().any():
+        loss = float(curve["test_loss"].dropna().iloc[-1])
+        out.update(final_test_loss=loss, final_perplexity=math.exp(min(loss, 700.0)))
     target = run.get("target_accuracy")
     if target is None or pd.isna(target):
         out["tta_reason"] = "no --target-accuracy given"

@@ -43,7 +43,7 @@ from .. import fabric, files, protocol, rundir
 from ..protocol import RankLog
 from ..rundir import JobRecord
 from ..spec.api import Run
-from . import analyze, cache, convergence, devices, gather, tables
+from . import analyze, cache, convergence, devices, gather, tables, workload
 from .dimensions import dimension_facts
 from .runs import run_columns
 
@@ -276,6 +276,7 @@ def _row(run_input: RunInput, metrics: dict, logs: list[RankLog]) -> dict:
     info.update(dimension_facts(run, logs))  # precision, compile, ...
     info.update(devices.run_facts(logs, rdir / protocol.RANKS_DIR))  # devices, binding
     info.update(fabric.attest(run, rdir, logs))
+    info.update(workload.run_facts(run, rdir, logs, info))  # tokens/s, MFU, memory
     return info
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
@@ -70,6 +71,14 @@ class Run(BaseModel):
     # The labelled data set's class count (its manifest's): the models' output width; None:
     # the dataset's (random images, or no --data).
     classes: int | None = None
+    # A user's own model (``--model FILE.py:FUNCTION``): its file's sha256 (the id changes with
+    # the file), parameter count (gradient bytes) and training FLOPs per sample (MFU), as the
+    # check before submission found them; None for zoo models, or where it could not run.
+    model_sha256: Annotated[str | None, COLUMN] = None
+    model_params: Annotated[int | None, COLUMN] = None
+    model_flops: Annotated[int | None, COLUMN] = None
+    # A user's own training script (its trainer file, validated, as the rank's JSON).
+    script: str | None = None
 
     # Derived values are computed once per Run (it is frozen): planning a 1,200-run sweep asked
     # for each run's id and task table several times per run. functools.cached_property keeps
@@ -117,11 +126,24 @@ def run_id(run: Run) -> str:
     params = run.model_dump(mode="json")
     if params["data"] is None:  # keeps the ids of in-memory runs what they were before --data
         del params["data"], params["prefetch"]
-    for name in ("epochs", "target_accuracy", "classes"):  # the same for runs of iterations
+    for name in ("epochs", "target_accuracy", "classes", "model_sha256", "model_params",
+                 "model_flops", "script"):  # the same for runs of iterations and zoo models
         if params.get(name) is None:
             params.pop(name, None)
     digest = hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:8]
-    return f"{run.mode}-{run.model}-{run.partition}-n{run.nodes}-r{run.repeat}-{digest}"
+    return (f"{run.mode}-{model_label(run.model)}-{run.partition}-n{run.nodes}-r{run.repeat}-"
+            f"{digest}")
+
+
+def model_label(model: str) -> str:
+    """A model's name as run ids and tables show it: a zoo name as it is; a user's model
+    ``/path/mymodel.py:build`` as ``mymodel.build`` (no path, nothing a file name or a shell
+    would take apart)."""
+    if ":" not in model:
+        return model
+    target, _, function = model.rpartition(":")
+    stem = target.rsplit("/", 1)[-1].removesuffix(".py")
+    return re.sub(r"[^A-Za-z0-9_.]", "_", f"{stem}.{function}")
 
 
 

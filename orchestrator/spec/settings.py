@@ -115,11 +115,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("modes", "name", ("torch-ddp",), "Distributed mode(s), comma-separated.",
             doc="distributed modes (default: orch sweep's)", flag="--mode", dimension=True,
             zippable=True, run_field="mode"),
-    Setting("models", "name", ("lenet5",), "Model(s) from the zoo, comma-separated.",
-            doc="models from the zoo", flag="--model", dimension=True, zippable=True,
+    Setting("models", "name", ("lenet5",), "Model(s) from the zoo, or your own as "
+            "FILE.py:FUNCTION or package.module:FUNCTION (a torch.nn.Module), comma-separated.",
+            doc="models from the zoo, or FILE.py:FUNCTION / package.module:FUNCTION",
+            flag="--model", dimension=True, zippable=True,
             run_field="model"),
-    Setting("dataset", "name", "cifar", "cifar (32x32) or imagenet (224x224).",
-            doc="cifar or imagenet", run_field="dataset"),
+    Setting("dataset", "name", None, "cifar (32x32 images), imagenet (224x224), or token "
+            "sequences: bytes, webtext, bookswiki; default: the model's first (cifar for the "
+            "CNNs and a model of your own, bytes for the GPTs).",
+            doc="cifar, imagenet, bytes, webtext or bookswiki; default the model's first",
+            run_field="dataset"),
     Setting("partitions", "name", (None,), "Partition(s), comma-separated; default: the site's "
             "default.", doc="partitions; default the site's", flag="--partition",
             dimension=True, zippable=True, run_field="partition"),

@@ -114,7 +114,6 @@ def main(argv=None) -> None:
         import horovod.torch as hvd
         import torch
 
-        from orchestrator.rankside.torch import models as models_torch
         from orchestrator.rankside.torch.common import (
             Dims,
             Steps,
@@ -124,6 +123,7 @@ def main(argv=None) -> None:
             parameter_checksum,
             rank_device,
         )
+        from orchestrator.rankside.torch.workload import Workload
 
         info = s.info
         join_horovod(hvd, info)
@@ -135,7 +135,9 @@ def main(argv=None) -> None:
                                                 horovod=horovod.__version__)
         s.footer["threads"] = torch.get_num_threads()
         s.footer["controller"] = "mpi"
-        model = dims.prepare(models_torch.build(args.model, args.dataset, args.classes).to(device),
+        workload = Workload(args.model, args.dataset, args.classes)
+        workload.note(s.footer)
+        model = dims.prepare(workload.model.to(device),
                              nchw_weights="Horovod sends only contiguous tensors")
         net = dims.compiled(model)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -145,7 +147,7 @@ def main(argv=None) -> None:
         optimizer = hvd.DistributedOptimizer(optimizer,
                                              named_parameters=model.named_parameters(),
                                              op=hvd.Average)
-        loss_fn = torch.nn.CrossEntropyLoss()
+        loss_fn = workload.loss_fn
 
         step = training_step(dims, net, loss_fn, optimizer)
 
@@ -155,7 +157,7 @@ def main(argv=None) -> None:
 
             epochs_torch.train(s, args, info, step, model, device,
                                reduce=lambda t: hvd.allreduce(t, op=hvd.Sum, name="held_out"),
-                               dims=dims)
+                               dims=dims, workload=workload)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             hvd.join()
@@ -163,7 +165,7 @@ def main(argv=None) -> None:
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, models_torch, dims)
+        source = input_batches(args, info, workload, dims)
         alone = info.world_size == 1
         if not alone:  # one rank: none to see (t_comm_total = 0)
             s.footer[protocol.COMM_TOTAL_REASON] = (

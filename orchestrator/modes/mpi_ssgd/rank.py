@@ -264,7 +264,7 @@ def breakdown(s, steps, reducer: Allreducer | None, overlap: str):
                      update=("t_u", update))
 
 
-def train_epochs(s, args, step, model, device, dims, comm, MPI) -> None:
+def train_epochs(s, args, step, model, device, dims, comm, MPI, workload=None) -> None:
     """Time to accuracy: whole epochs of the labelled set, the ranks' sums all-reduced over
     MPI; then the footer's checksum and memory, and MPI finalized as at the end of main."""
     from orchestrator.rankside.torch import epochs as epochs_torch
@@ -274,7 +274,8 @@ def train_epochs(s, args, step, model, device, dims, comm, MPI) -> None:
         comm.Allreduce(MPI.IN_PLACE, t.numpy(), op=MPI.SUM)
         return t
 
-    epochs_torch.train(s, args, s.info, step, model, device, reduce=summed, dims=dims)
+    epochs_torch.train(s, args, s.info, step, model, device, reduce=summed, dims=dims,
+                       workload=workload)
     s.footer["param_checksum"] = parameter_checksum(model)
     note_device_memory(s.footer, device)
     comm.Barrier()
@@ -294,7 +295,6 @@ def main(argv=None) -> None:
         import torch
         from mpi4py import MPI
 
-        from orchestrator.rankside.torch import models as models_torch
         from orchestrator.rankside.torch.common import (
             Dims,
             Steps,
@@ -304,6 +304,7 @@ def main(argv=None) -> None:
             parameter_checksum,
             rank_device,
         )
+        from orchestrator.rankside.torch.workload import Workload
 
         comm = MPI.COMM_WORLD
         info = s.info
@@ -320,7 +321,9 @@ def main(argv=None) -> None:
         s.footer["versions"] = harness.versions(torch=torch.__version__,
                                                 mpi4py=mpi4py.__version__, mpi=library)
         s.footer["threads"] = torch.get_num_threads()
-        model = models_torch.build(args.model, args.dataset, args.classes)
+        workload = Workload(args.model, args.dataset, args.classes)
+        workload.note(s.footer)
+        model = workload.model
         with torch.no_grad():  # everyone starts from rank 0's weights
             for p in model.parameters():
                 comm.Bcast(p.data.numpy(), root=0)
@@ -333,16 +336,16 @@ def main(argv=None) -> None:
         s.footer["comm_buckets"] = len(reducer.buckets) if reducer else 0
         s.footer["overlap"] = args.overlap
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
+        loss_fn = workload.loss_fn
 
         step = reference_step(dims, net, loss_fn, optimizer, reducer)
 
         if args.epochs:  # time to accuracy: DistributedSampler shares, as torch-ddp
-            train_epochs(s, args, step, model, device, dims, comm, MPI)
+            train_epochs(s, args, step, model, device, dims, comm, MPI, workload)
             return
 
         # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, models_torch, dims)
+        source = input_batches(args, info, workload, dims)
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step,
                       sync if device.type == "cuda" else None, dims)

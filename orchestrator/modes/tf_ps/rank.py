@@ -263,6 +263,11 @@ def coordinate(s, args) -> None:
     batch = args.batch_size
 
     def dataset_fn():
+        if len(shape) == 1:  # token sequences and their next tokens (a causal LM's)
+            tokens = tf.random.uniform((tf_common.POOL, batch, shape[0] + 1), 0, classes,
+                                       dtype=tf.int32)
+            return tf.data.Dataset.from_tensor_slices(
+                (tokens[:, :, :-1], tokens[:, :, 1:])).repeat()
         x = tf.random.normal((tf_common.POOL, batch, *shape))
         y = tf.random.uniform((tf_common.POOL, batch), 0, classes, dtype=tf.int32)
         return tf.data.Dataset.from_tensor_slices((x, y)).repeat()

@@ -121,7 +121,7 @@ def main(argv=None) -> None:
         import torch
         from torch.nn.parallel import DistributedDataParallel
 
-        from orchestrator.rankside.torch import models as models_torch
+        from orchestrator.rankside.torch.workload import Workload
 
         torch.manual_seed(0)  # same initial weights everywhere (DDP also broadcasts rank 0's)
         s.footer["versions"] = harness.versions(torch=torch.__version__)
@@ -129,21 +129,23 @@ def main(argv=None) -> None:
         info = s.info
         device = init_distributed(args.backend, info)
         dims = Dims(args, device, s.footer)
-        model = dims.prepare(models_torch.build(args.model, args.dataset, args.classes).to(device))
+        workload = Workload(args.model, args.dataset, args.classes)
+        workload.note(s.footer)
+        model = dims.prepare(workload.model.to(device))
         device_ids = [device.index] if device.type == "cuda" else None  # ranks may share a GPU
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
+        loss_fn = workload.loss_fn
         if args.epochs:  # time to accuracy: whole epochs of DDP's own step
             from orchestrator.rankside.torch import epochs as epochs_torch
 
             plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
             epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn, dims), model,
-                               device, dims=dims)
+                               device, dims=dims, workload=workload)
             s.footer["param_checksum"] = parameter_checksum(model)
             note_device_memory(s.footer, device)
             leave_distributed()
             return
-        source = input_batches(args, info, models_torch, dims)
+        source = input_batches(args, info, workload, dims)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
         delay = comm_delay_s(args)

@@ -87,14 +87,22 @@ from .mode import MODE
 
 
 def shard_units(model):
-    """The submodules given their own ``fully_shard``, in forward order (see the docstring)."""
+    """The submodules given their own ``fully_shard``, in forward order (see the docstring).
+    A model with a stack of blocks (an ``nn.ModuleList`` child: the zoo's transformers) shards
+    each block, as torchtitan does, and leaves the rest to the root: GPT's and BERT's token
+    embedding is also their output layer, whose weight a unit of its own would have resharded
+    by the time the output uses it."""
     from torch import nn
 
     def has_params(m):
         return any(True for _ in m.parameters())
 
+    children = list(model.children())
+    stacks = [c for c in children if isinstance(c, nn.ModuleList)]
+    if stacks:
+        return [block for stack in stacks for block in stack if has_params(block)]
     units = []
-    for child in model.children():
+    for child in children:
         if isinstance(child, nn.Sequential):
             units += [c for c in child.children() if has_params(c)]
         elif has_params(child):
@@ -249,7 +257,7 @@ def main(argv=None) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        from orchestrator.rankside.torch import models as models_torch
+        from orchestrator.rankside.torch.workload import Workload
 
         torch.manual_seed(0)  # same initial weights everywhere (FSDP2 broadcasts nothing)
         s.footer["versions"] = harness.versions(torch=torch.__version__)
@@ -257,7 +265,9 @@ def main(argv=None) -> None:
         info = s.info
         device = init_distributed(args.backend, info)
         dims = Dims(args, device, s.footer)
-        model = models_torch.build(args.model, args.dataset, args.classes).to(device)
+        workload = Workload(args.model, args.dataset, args.classes)
+        workload.note(s.footer)
+        model = workload.model.to(device)
         model = dims.prepare(model, nchw_weights="FSDP2 shards only contiguous parameters")
         mesh = init_device_mesh(device.type, (info.world_size,))
         reshard = args.reshard_after_forward == "yes"
@@ -266,7 +276,7 @@ def main(argv=None) -> None:
             fully_shard(unit, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        loss_fn = torch.nn.CrossEntropyLoss()
+        loss_fn = workload.loss_fn
         net = dims.compiled(model)
         step = plain_step(net, optimizer, loss_fn, dims)
         s.footer["fsdp_units"] = len(units)
@@ -274,12 +284,12 @@ def main(argv=None) -> None:
         if args.epochs:  # time to accuracy: whole epochs of FSDP2's own step
             from orchestrator.rankside.torch import epochs as epochs_torch
 
-            epochs_torch.train(s, args, info, step, model, device, dims=dims)
+            epochs_torch.train(s, args, info, step, model, device, dims=dims, workload=workload)
             s.footer["param_checksum"] = full_parameter_checksum(model)
             note_device_memory(s.footer, device)
             leave_distributed()
             return
-        source = input_batches(args, info, models_torch, dims)
+        source = input_batches(args, info, workload, dims)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         dims.compile_step(step, source, sync)
         native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)

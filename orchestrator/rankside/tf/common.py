@@ -37,9 +37,17 @@ def sync_devices(tf, on_gpu: bool) -> None:
         tf.test.experimental.sync_devices()
 
 
-def synthetic_pool(tf, batch: int, shape: tuple[int, int, int], classes: int, seed: int):
-    """A few distinct (images, labels) batches in host memory, NHWC float32 / int32 labels."""
+def synthetic_pool(tf, batch: int, shape: tuple[int, ...], classes: int, seed: int):
+    """A few distinct (images, labels) batches in host memory, NHWC float32 / int32 labels;
+    for a token dataset (``shape`` (T,), ``classes`` its vocabulary) int32 token sequences and
+    their next tokens, as a causal language model trains."""
     pool = []
+    if len(shape) == 1:
+        for k in range(POOL):
+            tokens = tf.random.stateless_uniform((batch, shape[0] + 1), seed=(seed, k),
+                                                 minval=0, maxval=classes, dtype=tf.int32)
+            pool.append((tokens[:, :-1], tokens[:, 1:]))
+        return pool
     for k in range(POOL):
         x = tf.random.stateless_normal((batch, *shape), seed=(seed, k))
         y = tf.random.stateless_uniform((batch,), seed=(seed, 100 + k), minval=0,
@@ -147,9 +155,18 @@ def summed(tf, strategy, comm):
 
 
 def loss_fn(tf, logits, labels):
-    """Mean softmax cross-entropy of the local batch (like torch's CrossEntropyLoss)."""
+    """Mean softmax cross-entropy of the local batch (like torch's CrossEntropyLoss), over
+    every target token of a language model's sequences."""
     return tf.reduce_mean(
         tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
+def per_example_loss(tf, logits, labels):
+    """Each sample's cross-entropy (a sequence's: its mean over the tokens), what
+    ``tf.nn.compute_average_loss`` averages over the global batch."""
+    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    return xent if len(xent.shape) == 1 else tf.reduce_mean(xent, axis=list(
+        range(1, len(xent.shape))))
 
 
 def checksum(tf, variables) -> float:
@@ -183,8 +200,7 @@ def native_replica_fn(tf, strategy, model, global_batch: int, precision: str = "
 
     def replica_fn(x, y):
         with tf.GradientTape() as tape:
-            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(
-                labels=y, logits=model(x, training=True))
+            per_example = per_example_loss(tf, model(x, training=True), y)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             scaled = mixed.scaled(optimizer, loss)
         grads = tape.gradient(scaled, params)

@@ -36,6 +36,7 @@ import tensorflow as tf
 from orchestrator import zoo
 
 __all__ = [
+    "GPT",
     "AlexNet",
     "GoogLeNet",
     "LeNet5",
@@ -93,9 +94,10 @@ def _read(var, cast: bool = True):
     return value
 
 
-def input_shape(dataset: str) -> tuple[int, int, int]:
-    """Per-sample input shape (H, W, C) of ``dataset``."""
-    return zoo.get_dataset(dataset).shape_hwc
+def input_shape(dataset: str) -> tuple[int, ...]:
+    """Per-sample input shape (H, W, C) of ``dataset``; (T,) token ids of a token dataset."""
+    ds = zoo.get_dataset(dataset)
+    return (ds.seq_len,) if ds.tokens else ds.shape_hwc
 
 
 def num_classes(dataset: str) -> int:
@@ -442,6 +444,76 @@ class ResNet(tf.Module):
 
 
 # --------------------------------------------------------------------------------------------
+# GPT (the zoo's GPT-2 decoders), as the PyTorch zoo builds them (rankside/torch/transformers)
+# --------------------------------------------------------------------------------------------
+
+
+class LayerNorm(tf.Module):
+    def __init__(self, d: int, eps: float = 1e-5, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.eps = eps
+        self.gamma = tf.Variable(_ones((d,)), name="gamma")
+        self.beta = tf.Variable(_zeros((d,)), name="beta")
+
+    def __call__(self, x):
+        mean, var = tf.nn.moments(tf.cast(x, tf.float32), axes=[-1], keepdims=True)
+        y = (tf.cast(x, tf.float32) - mean) * tf.math.rsqrt(var + self.eps)
+        return tf.cast(y * _read(self.gamma, cast=False) + _read(self.beta, cast=False),
+                       x.dtype)
+
+
+class Block(tf.Module):
+    """GPT-2's pre-LayerNorm block: causal multi-head self-attention (one fused q/k/v
+    projection) and a GELU (tanh) MLP of 4 x the width."""
+
+    def __init__(self, s: _Seeds, d: int, heads: int, name: str | None = None) -> None:
+        super().__init__(name=name)
+        self.heads = heads
+        self.ln_1 = LayerNorm(d, name="ln_1")
+        self.qkv = Dense(s, d, 3 * d, std=0.02, name="qkv")
+        self.proj = Dense(s, d, d, std=0.02, name="proj")
+        self.ln_2 = LayerNorm(d, name="ln_2")
+        self.fc = Dense(s, d, 4 * d, std=0.02, name="fc")
+        self.out = Dense(s, 4 * d, d, std=0.02, name="out")
+
+    def attention(self, x):
+        b, t, d = tf.shape(x)[0], x.shape[1], x.shape[2]
+        q, k, v = tf.split(tf.reshape(self.qkv(x), (b, t, 3, self.heads, d // self.heads)),
+                           3, axis=2)
+        q, k, v = (tf.transpose(tf.squeeze(z, 2), (0, 2, 1, 3)) for z in (q, k, v))
+        scores = tf.matmul(q, k, transpose_b=True) / math.sqrt(d // self.heads)
+        causal = tf.linalg.band_part(tf.ones((t, t), tf.bool), -1, 0)
+        scores = tf.where(causal, scores, tf.cast(-1e4, scores.dtype))
+        y = tf.matmul(tf.nn.softmax(scores, axis=-1), v)
+        return self.proj(tf.reshape(tf.transpose(y, (0, 2, 1, 3)), (b, t, d)))
+
+    def __call__(self, x):
+        x = x + self.attention(self.ln_1(x))
+        return x + self.out(tf.nn.gelu(self.fc(self.ln_2(x)), approximate=True))
+
+
+class GPT(tf.Module):
+    """A GPT-2 decoder: int32 token ids (B, T) -> next-token logits (B, T, vocab); the output
+    layer is the token embedding (tied), as GPT-2's."""
+
+    def __init__(self, vocab: int, context: int, layers: int, d: int, heads: int,
+                 name: str = "gpt") -> None:
+        super().__init__(name=name)
+        s = _Seeds()
+        self.wte = tf.Variable(_normal((vocab, d), 0.02, s), name="wte")
+        self.wpe = tf.Variable(_normal((context, d), 0.02, s), name="wpe")
+        self.blocks = [Block(s, d, heads, name=f"block{i}") for i in range(layers)]
+        self.ln_f = LayerNorm(d, name="ln_f")
+
+    def __call__(self, idx, training: bool = True):
+        wte = _read(self.wte)
+        x = tf.gather(wte, idx) + _read(self.wpe)[: idx.shape[1]]
+        for block in self.blocks:
+            x = block(x)
+        return tf.matmul(self.ln_f(x), wte, transpose_b=True)
+
+
+# --------------------------------------------------------------------------------------------
 # Factory
 # --------------------------------------------------------------------------------------------
 
@@ -467,4 +539,10 @@ def build(name: str, dataset: str = "cifar", classes: int | None = None) -> tf.M
     """
     spec = zoo.get(name)
     ds = spec.check_dataset(dataset)
+    t = spec.transformer
+    if t is not None:
+        if t.family != "gpt":
+            raise NotImplementedError(f"model {name!r} has no TensorFlow implementation")
+        return GPT(ds.num_classes, ds.seq_len, t.layers, t.d_model, t.heads,
+                   name=name.replace("-", "_"))
     return _BUILDERS[spec.name](classes or ds.num_classes, ds.name == "imagenet")

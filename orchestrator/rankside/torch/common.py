@@ -75,13 +75,18 @@ def delayed_allreduce(world_size: int, delay_s: float):
 
 
 def note_device_memory(footer: dict, device) -> None:
-    """Peak GPU memory of this rank into its footer (``peak_device_bytes``) where it computes
-    on a GPU: PyTorch's allocator's peak of memory held by tensors since the process began
-    (what the survey paper compares; the allocator's cache above it is not the model's)."""
+    """Peak GPU memory of this rank into its footer where it computes on a GPU:
+    ``peak_device_bytes``, PyTorch's allocator's peak of memory held by tensors since the
+    process began (what the survey paper compares), and ``peak_device_reserved_bytes``, the
+    peak the caching allocator held from the device (what ``nvidia-smi`` sees, what runs out);
+    and the device's name (``device_name``), which the peak FLOP/s of MFU is looked up by. On a
+    CPU the footer's ``peak_rss_bytes`` is the rank's peak memory."""
     if device.type == "cuda":
         import torch
 
         footer["peak_device_bytes"] = int(torch.cuda.max_memory_allocated(device))
+        footer["peak_device_reserved_bytes"] = int(torch.cuda.max_memory_reserved(device))
+        footer["device_name"] = torch.cuda.get_device_name(device)
 
 
 def parameter_checksum(model) -> float:
@@ -92,31 +97,10 @@ def parameter_checksum(model) -> float:
         return float(sum(p.detach().double().sum() for p in model.parameters()))
 
 
-def input_batches(args, info, models_torch, dims=None):
-    """Batches from disk (--data: the framework's own loader, prefetch on or off) or, by
-    default, a few synthetic batches in host memory cycled, where t_io is only taking one.
-    With ``dims`` pinning (``pin_memory=yes`` on a GPU) the batches are in pinned memory: the
-    synthetic pool pinned once, the loader's batches pinned by the DataLoader."""
-    import itertools
-
-    import torch
-
-    pin = dims is not None and dims.pin
-    if args.data:
-        from orchestrator.rankside.torch import datasets as datasets_torch
-
-        dl = datasets_torch.loader(args.data, args.dataset, args.batch_size, info.rank,
-                                   info.world_size, prefetch=args.prefetch == "yes",
-                                   pin_memory=pin)
-        return datasets_torch.batches(dl)
-    gen = torch.Generator().manual_seed(1000 + info.rank)
-    shape = (args.batch_size, *models_torch.input_shape(args.dataset))
-    classes = models_torch.num_classes(args.dataset)
-    pool = [(torch.randn(shape, generator=gen),
-             torch.randint(0, classes, (shape[0],), generator=gen)) for _ in range(4)]
-    if pin:
-        pool = [(x.pin_memory(), y.pin_memory()) for x, y in pool]
-    return itertools.cycle(pool)
+def input_batches(args, info, workload, dims=None):
+    """The rank's batches: :meth:`workload.Workload.batches` (from disk with ``--data``, else
+    a few synthetic batches in host memory cycled)."""
+    return workload.batches(args, info, dims)
 
 
 # Autocast's dtype per precision; fp32 and tf32 compute without autocast.
@@ -201,6 +185,10 @@ class Dims:
         import torch
 
         if not self.channels_last:
+            return model
+        if not any(p.dim() == 4 for p in model.parameters()):
+            self.footer["memory_format_note"] = (
+                "the model has no 4-D tensor (a transformer on tokens): nhwc changes nothing")
             return model
         if nchw_weights:
             self.footer["memory_format_note"] = (

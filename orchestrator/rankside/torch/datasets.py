@@ -61,18 +61,48 @@ class JpegRecords(Dataset):
         return x.sub_(0.5).div_(0.25), int(self.shards.labels[i])
 
 
-def records(root: str, dataset: str) -> Dataset:
-    """The split at ``root`` in the format its files say: ``jpeg`` shards or ``raw`` records."""
+TOKENS_FILE = "tokens.bin"  # orchestrator.data's: a token set's bytes, one token each
+
+
+class TokenSequences(Dataset):
+    """A token set (``orch data make --from text``): memory-mapped byte tokens, cut into
+    sequences of the dataset's length; sample ``i`` is tokens ``i*T .. i*T+T`` and its
+    targets (the next tokens for a causal LM, the masked ones for a masked LM)."""
+
+    def __init__(self, root: str, dataset: str, objective: str = "causal-lm") -> None:
+        from orchestrator import zoo
+
+        self.seq_len = zoo.get_dataset(dataset).seq_len
+        self.tokens = np.memmap(os.path.join(root, TOKENS_FILE), dtype=np.uint8, mode="r")
+        self.objective = objective
+
+    def __len__(self) -> int:
+        return max(0, (len(self.tokens) - 1) // self.seq_len)
+
+    def __getitem__(self, i: int):
+        from .transformers import lm_pair
+
+        start = i * self.seq_len
+        seq = torch.from_numpy(self.tokens[start:start + self.seq_len + 1].astype(np.int64))
+        x, y = lm_pair(seq.unsqueeze(0), self.objective)
+        return x[0], y[0]
+
+
+def records(root: str, dataset: str, objective: str = "classify") -> Dataset:
+    """The split at ``root`` in the format its files say: a token set's ``tokens.bin``,
+    ``jpeg`` shards or ``raw`` records."""
+    if os.path.isfile(os.path.join(root, TOKENS_FILE)):
+        return TokenSequences(root, dataset, objective)
     if jpeg_shards.is_jpeg_dir(root):
         return JpegRecords(root, dataset)
     return RawRecords(root, dataset)
 
 
 def loader(root: str, dataset: str, batch_size: int, rank: int, world: int,
-           prefetch: bool, pin_memory: bool = False) -> DataLoader:
+           prefetch: bool, pin_memory: bool = False, objective: str = "classify") -> DataLoader:
     """``pin_memory``: the DataLoader puts each batch in pinned memory (only where CUDA is:
     the rank then copies it with ``non_blocking=True``)."""
-    data = records(root, dataset)
+    data = records(root, dataset, objective)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=0,
                                  drop_last=True)
     dl = DataLoader(data, batch_size=batch_size, sampler=sampler, drop_last=True,
@@ -81,7 +111,7 @@ def loader(root: str, dataset: str, batch_size: int, rank: int, world: int,
                     persistent_workers=prefetch, pin_memory=pin_memory)
     if len(dl) == 0:  # batches() would loop for ever without yielding one
         raise ValueError(f"--batch-size {batch_size} x {world} ranks is more than the "
-                         f"{len(data)} images of {root}: not one batch per epoch")
+                         f"{len(data)} samples of {root}: not one batch per epoch")
     return dl
 
 

@@ -21,15 +21,25 @@ import os
 import time
 
 
-def loaders(args, info, pin_memory: bool = False):
+def hits(logits, y):
+    """(correct, counted) predictions of a batch: an image's label, or every target token of
+    a sequence (positions marked ignored, BERT's unmasked ones, not counted)."""
+    from orchestrator.rankside.torch.transformers import IGNORE
+
+    pred = logits.argmax(dim=-1).cpu()
+    counted = y != IGNORE
+    return int(((pred == y) & counted).sum()), int(counted.sum())
+
+
+def loaders(args, info, pin_memory: bool = False, objective: str = "classify"):
     """(training DataLoader with its DistributedSampler, this rank's held-out Subset);
     ``pin_memory``: training batches in pinned memory (a GPU run's ``pin_memory=yes``)."""
     from torch.utils.data import DataLoader, DistributedSampler, Subset
 
     from orchestrator.rankside.torch.datasets import records
 
-    train = records(args.data, args.dataset)
-    test = records(os.path.join(args.data, "test"), args.dataset)
+    train = records(args.data, args.dataset, objective)
+    test = records(os.path.join(args.data, "test"), args.dataset, objective)
     sampler = DistributedSampler(train, num_replicas=info.world_size, rank=info.rank,
                                  shuffle=True, seed=0, drop_last=True)
     prefetch = args.prefetch == "yes"
@@ -44,10 +54,11 @@ def loaders(args, info, pin_memory: bool = False):
 
 
 def evaluate(model, share, device, world_size: int, batch_size: int = 256,
-             reduce=None) -> float:
-    """Held-out accuracy over the whole split: this rank's share, counts summed over ranks
-    (``reduce(tensor) -> summed tensor``: the mode's own all-reduce; torch.distributed's by
-    default).
+             reduce=None, loss_fn=None) -> tuple[float, float | None]:
+    """Held-out accuracy over the whole split, and the mean held-out loss per target (with
+    ``loss_fn``: a language model's, whose exponential is its perplexity): this rank's share,
+    sums over ranks (``reduce(tensor) -> summed tensor``: the mode's own all-reduce;
+    torch.distributed's by default).
 
     Every rank runs the same number of forwards (its share cut into as many batches as the
     largest share needs at ``batch_size``): a sharded model's forward (torch-fsdp) is a
@@ -60,29 +71,36 @@ def evaluate(model, share, device, world_size: int, batch_size: int = 256,
 
     was_training = model.training
     model.eval()
-    counts = torch.zeros(2, dtype=torch.float64)
+    counts = torch.zeros(3, dtype=torch.float64)  # correct, counted, loss sum
     largest = math.ceil(len(share.dataset) / world_size)
     chunks = torch.arange(len(share)).tensor_split(max(1, math.ceil(largest / batch_size)))
     with torch.no_grad():
         for x, y in DataLoader(share, batch_sampler=[c.tolist() for c in chunks]):
-            pred = model(x.to(device)).argmax(dim=1).cpu()
-            counts[0] += int((pred == y).sum())
-            counts[1] += len(y)
+            logits = model(x.to(device))
+            correct, counted = hits(logits, y)
+            counts[0] += correct
+            counts[1] += counted
+            if loss_fn is not None and counted:
+                counts[2] += float(loss_fn(logits, y.to(device))) * counted
     if world_size > 1 and reduce is not None:
         counts = reduce(counts)
     elif world_size > 1 and dist.is_initialized():
         dist.all_reduce(counts)
     model.train(was_training)
-    return float(counts[0] / counts[1]) if counts[1] else 0.0
+    if not counts[1]:
+        return 0.0, None
+    return float(counts[0] / counts[1]), (float(counts[2] / counts[1]) if loss_fn else None)
 
 
-def train(s, args, info, step, model, device, reduce=None, dims=None) -> None:
+def train(s, args, info, step, model, device, reduce=None, dims=None, workload=None) -> None:
     """Train ``--epochs`` epochs (or until ``--target-accuracy``) with ``step(x, y) -> (loss,
     logits)``, the mode's own training step; evaluate ``model`` after each epoch (held-out
     counts summed with ``reduce``, see :func:`evaluate`). ``dims``: the run's
     :class:`~orchestrator.rankside.torch.common.Dims` pins and moves the training batches
     (a compiled step compiles in the first epoch's first steps: time to accuracy holds it)."""
-    dl, share = loaders(args, info, pin_memory=dims is not None and dims.pin)
+    lm = workload is not None and workload.objective != "classify"
+    dl, share = loaders(args, info, pin_memory=dims is not None and dims.pin,
+                        objective=workload.objective if workload is not None else "classify")
     move = dims.to_device if dims is not None else (lambda x, y: (x.to(device), y.to(device)))
     steps = len(dl)
     for epoch in range(1, args.epochs + 1):
@@ -93,13 +111,16 @@ def train(s, args, info, step, model, device, reduce=None, dims=None) -> None:
         for _ in s.epoch_steps(steps, epoch):
             x, y = next(batches)
             loss, logits = step(*move(x, y))
-            loss_sum += float(loss) * len(y)
-            correct += int((logits.argmax(dim=1).cpu() == y).sum())
-            seen += len(y)
+            right, counted = hits(logits, y)
+            loss_sum += float(loss) * counted
+            correct += right
+            seen += counted
         t_epoch = time.perf_counter() - t0
         t1 = time.perf_counter()
-        acc = evaluate(model, share, device, info.world_size, reduce=reduce)
+        acc, test_loss = evaluate(model, share, device, info.world_size, reduce=reduce,
+                                  loss_fn=workload.loss_fn if lm else None)
         t_eval = time.perf_counter() - t1
-        if s.log_epoch(epoch, wall, t_epoch, t_eval, loss_sum / seen, correct / seen, acc, seen):
+        if s.log_epoch(epoch, wall, t_epoch, t_eval, loss_sum / seen, correct / seen, acc,
+                       steps * args.batch_size, test_loss=test_loss):
             break
 

@@ -40,6 +40,16 @@ def num_classes(dataset: str) -> int:
     return zoo.get_dataset(dataset).num_classes
 
 
+def loss_for(name: str) -> nn.Module:
+    """The training loss of zoo model ``name``: cross-entropy of its logits against the labels,
+    or for a language model against every target token of the sequences."""
+    if zoo.get(name).objective == "classify":
+        return nn.CrossEntropyLoss()
+    from .transformers import SequenceCrossEntropy
+
+    return SequenceCrossEntropy()
+
+
 def _is_imagenet(dataset: str) -> bool:
     return dataset == "imagenet"
 
@@ -401,6 +411,10 @@ def build(name: str, dataset: str = "cifar", classes: int | None = None) -> nn.M
     """
     spec = zoo.get(name)
     ds = spec.check_dataset(dataset)
+    if spec.transformer is not None:
+        from . import transformers
+
+        return transformers.build(spec, ds, classes)
     try:
         builder = _BUILDERS[spec.name]
     except KeyError:  # catalogue entry without a PyTorch implementation
