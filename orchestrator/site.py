@@ -146,8 +146,9 @@ class SbatchOptions(_Strict):
         None, description="default --time limit ([D-]HH:MM:SS or minutes); a sweep may lower it"
     )
     extra: list[str] = Field(
-        default_factory=list, description="further sbatch flags, verbatim (e.g. '--gres=gpu:4')"
-    )
+        default_factory=list,
+        description="further sbatch flags, verbatim (e.g. '--mail-type=FAIL'); never GPUs, which "
+        "gpus_per_node and gpu_request ask for")
 
     @field_validator("time")
     @classmethod
@@ -160,7 +161,18 @@ class SbatchOptions(_Strict):
         for flag in v:
             if not re.match(r"^--[A-Za-z][A-Za-z0-9-]*(=.+)?$", flag):
                 raise ValueError(f"'{flag}' is not an sbatch long option; write '--name=value'")
+            if _GPU_REQUEST.match(flag):
+                raise ValueError(
+                    f"'{flag}' asks for GPUs, which orch already asks for from the partition's "
+                    "gpus_per_node (--gpus-per-node=N, or --gres=gpu:N with gpu_request: gres): "
+                    "remove it from extra")
         return v
+
+
+# sbatch options that ask for GPUs: a second request beside the one gpus_per_node renders
+# would ask twice (Slurm then takes one of them, or refuses the job). A GRES that is not a GPU
+# (--gres=nvme:1) stays allowed.
+_GPU_REQUEST = re.compile(r"^--(gpus(-per-[a-z]+)?|gres=(.*,)?gpu([:,]|$).*)(=|$)")
 
 
 class Partition(_Strict):

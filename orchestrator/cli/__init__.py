@@ -51,6 +51,8 @@ COMMANDS: tuple[Entry, ...] = (
     Entry("data", "data:app", "On-disk data sets in each framework's native format."),
     Entry("trace", "trace:trace", "A run's layer-wise trace (id, name, forward_us, "
           "backward_us, comm_us, size_bytes)."),
+    Entry("modes", "modes:modes_cmd", "Every distributed mode: its framework environment, "
+          "launchers and options."),
     Entry("models", "models:models", "The model zoo and each model's parameter count, "
           "expected and per framework."),
     Entry("report", "report:report_cmd", "Tables on the terminal, PNG plots, and a Markdown "
