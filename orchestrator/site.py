@@ -197,7 +197,8 @@ class Partition(_Strict):
         description="InfiniBand HCAs for NCCL_IB_HCA / UCX, e.g. [mlx5_0]; infiniband only",
     )
     launcher: Launcher = Field("srun", description="default launcher of multi-node jobs")
-    sbatch: SbatchOptions = Field(default_factory=SbatchOptions)
+    sbatch: SbatchOptions = Field(default_factory=SbatchOptions,
+                                  description="#SBATCH options every job on the partition needs")
     env: dict[str, str] = Field(
         default_factory=dict,
         description="variables set after the interconnect's defaults, overriding them "
@@ -281,7 +282,7 @@ class Container(_Strict):
 
     image: str = Field(pattern=r"\S", description="image path (.sif, SquashFS, or "
                        "directory; '~' expands)")
-    runtime: ContainerRuntime = "apptainer"
+    runtime: ContainerRuntime = Field("apptainer", description="what runs the image")
     binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts "
                              "(data directories)")
     python: str = Field("python3", pattern=r"^\S+$",
@@ -379,7 +380,9 @@ class Environment(_Strict):
     )
     modules: list[str] = Field(default_factory=list, description="'module load' lines, in order")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
-    container: Container | None = None
+    container: Container | None = Field(
+        None, description="run the framework inside this image (apptainer, singularity or "
+        "charliecloud)")
 
     @field_validator("env")
     @classmethod
@@ -412,9 +415,10 @@ class Site(_Strict):
 
     name: str = Field(pattern=_NAME, max_length=64,
                       description="site name used on the command line")
-    description: str = ""
+    description: str = Field("", description="one line: what the cluster is")
     scheduler: Scheduler = Field(description="'slurm' submits with sbatch; 'local' runs here")
-    partitions: list[Partition] = Field(min_length=1)
+    partitions: list[Partition] = Field(min_length=1, description="the partitions (Slurm) or "
+                                        "the one local machine a sweep may use")
     default_partition: str | None = Field(None, description="partition used when none is given")
     environments: dict[str, Environment] = Field(
         description="framework name (torch, tensorflow, mxnet, ...) -> how to run it"

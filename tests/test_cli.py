@@ -381,3 +381,13 @@ def test_ctrl_c_with_cancel_on_interrupt_cancels(slurm_cluster, tmp_path):
         assert json.loads((rdir / "job.json").read_text())["state"] == "CANCELLED"
     finally:
         run_orch("cancel", out)
+
+
+def test_every_command_has_examples_of_itself():
+    """The command reference shows an example of every command (tests/test_docs_commands.py
+    runs each against the CLI once it is in docs/reference/cli.md)."""
+    for entry in COMMANDS:
+        assert entry.examples, entry.name
+        for command, what in entry.examples:
+            assert command.startswith(f"orch {entry.name}") and what, (entry.name, command)
+        assert all(code not in (0, 2) for code, _ in entry.exits), entry.name

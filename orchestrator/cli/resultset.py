@@ -19,6 +19,7 @@ def load_result_set(directory: Path):
     import pandas as pd
 
     from .. import results, rundir
+    from ..results.columns import read_runs
 
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory; give a sweep directory (orch sweep "
@@ -37,7 +38,7 @@ def load_result_set(directory: Path):
     else:
         raise UserError(f"{directory}: not a sweep directory (no <run-id>/run.json) and no "
                         "results/runs.parquet; run orch sweep first")
-    runs = pd.read_parquet(res / "runs.parquet")
+    runs = read_runs(res / "runs.parquet")
     iters_path = res / "iterations.parquet"
     iters = pd.read_parquet(iters_path) if iters_path.is_file() else pd.DataFrame(
         columns=["run_id", "rank", "host", "iter", "warmup_iter", "t_iter"])

@@ -29,7 +29,7 @@ from .. import fabric, files, protocol, rundir
 from ..protocol import RankLog
 from ..rundir import JobRecord
 from ..spec.api import Run
-from . import analyze, cache, convergence, devices, gather, tables
+from . import analyze, cache, columns, convergence, devices, gather, tables
 from .dimensions import dimension_facts
 from .runs import run_columns
 
@@ -247,5 +247,7 @@ def _write_runs(out: Path, inputs: list[RunInput], parts: list[RunPart]) -> pd.D
     runs_df = convergence.write(out, runs_df)  # epoch runs: epochs.parquet, time to accuracy
     devices.write_samples(out, [(i.run.run_id, i.rdir) for i in inputs])  # devices.parquet
     if not runs_df.empty:
-        files.replace_with(out / RUNS, lambda tmp: runs_df.to_parquet(tmp, index=False))
+        # In the declared types (results.columns): a column no run has a value for is typed too.
+        table = columns.arrow_table(runs_df)
+        files.replace_with(out / RUNS, lambda tmp: pq.write_table(table, tmp))
     return runs_df
