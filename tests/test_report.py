@@ -26,7 +26,7 @@ import pytest
 from orchestrator import protocol, report, results, rundir
 from orchestrator.history import references, store
 from orchestrator.model import AlphaBeta, allreduce_time
-from orchestrator.report import trend
+from orchestrator.report import overview, trend
 from orchestrator.results import analyze, gather, tables
 from orchestrator.rundir import JobRecord
 from orchestrator.spec.api import Run
@@ -316,10 +316,32 @@ def test_build_tables_labels_failed_runs_and_netbench_runs():
                if t.key not in ("failed", "network") for row in t.rows)
     straggler = [row for row in tables["ranks"].rows if row[1] == "4"]
     assert all(row[-1].startswith("rank 3 (node3): compute +30%") for row in straggler)
-    assert any("Straggler at 4 nodes: rank 3" in line for line in rep.summary)
+    assert any("Straggler at 4 nodes: rank 3" in line for line in rep.notes)
+    # the summary is a few lines over the sweep; the overview a row per configuration
+    assert 3 <= len(rep.summary) <= 5
+    assert rep.summary[0].startswith("6 completed training run(s) of 2 configuration(s)")
+    assert "1 did not complete" in rep.summary[0]
+    assert [row[0] for row in rep.overview.rows] == ["torch-ddp lenet5 eth",
+                                                     "torch-ddp lenet5 ib"]
     md, page = report.to_markdown(rep), report.to_html(rep)
     assert "| configuration | 1 node | 2 nodes | 4 nodes |" in md
     assert "<table>" in page and "rank 3: boom" in page
+    # the summary and the overview come first, the detail tables folded after them
+    assert md.index("## Summary") < md.index("## Each configuration at a glance") < md.index(
+        "<details><summary>Detail: ") < md.index("## Throughput (samples/s")
+    assert page.index("Each configuration at a glance") < page.index("<details>")
+
+
+def test_flagged_reasons_are_said_once_with_their_runs():
+    card = pd.DataFrame([
+        {"run_id": f"r{n}-{m}", "mode": m, "nodes": n, "workers": n, "error_t_iter": 0.3,
+         "valid": n < 4, "flags": "assumption broken: 4 ranks on 2 cores" if n == 4 else ""}
+        for m in ("horovod", "torch-ddp") for n in (1, 2, 4)])
+    card.loc[card["run_id"] == "r4-torch-ddp", "flags"] += "; network model unreliable: R²"
+    groups = overview.flagged_groups(card)
+    assert groups == [("assumption broken: 4 ranks on 2 cores",
+                       ["horovod at 4 nodes (4 ranks)", "torch-ddp at 4 nodes (4 ranks)"]),
+                      ("network model unreliable: R²", ["torch-ddp at 4 nodes (4 ranks)"])]
 
 
 def png_pixels(data: bytes):
