@@ -2,7 +2,8 @@
 
 What a report answers, for every configuration (mode, model, partition, batch, options …):
 
-* how fast: samples/s per node count, speedup and efficiency against the 1-node run;
+* how fast: samples/s per node count, speedup and efficiency against the configuration's run
+  with the fewest ranks (results.analyze.add_scaling: one definition everywhere);
 * where the time goes: phase breakdown (mean ± std over measured rank-iterations), exposed vs
   total communication (how much was hidden behind backward);
 * who is slow: per-rank spread of the iteration and of its compute part; a straggler is a rank

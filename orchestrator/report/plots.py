@@ -130,14 +130,15 @@ def _plot_speedup(done: pd.DataFrame, pred_by: pd.DataFrame, color: dict,
         top = max(top, float(np.nanmax(s)) if s.notna().any() else 1.0, float(ideal.max()),
                   max(py) if py else 1.0)
     xs = np.array(sizes, dtype=float)
-    ax.plot(xs, xs / (xs.min() if size == "ranks" else 1.0), color="black", linestyle="--",
-            linewidth=1, alpha=0.6, label="ideal")
+    # speedup is 1 at the smallest size (each configuration's run with the fewest ranks)
+    ax.plot(xs, xs / xs.min(), color="black", linestyle="--", linewidth=1, alpha=0.6,
+            label="ideal")
     _node_axis(ax, sizes)
     if size == "ranks":
         ax.set_xlabel("ranks (nodes x tasks per node)")
         ax.set_ylabel(f"speedup vs {sizes[0]} rank{'s' if sizes[0] > 1 else ''}")
     else:
-        ax.set_ylabel("speedup vs 1 node")
+        ax.set_ylabel(f"speedup vs {nodes_word(sizes[0])}")
     ax.set_ylim(0, top * 1.1)
     ax.set_title("Speedup: measured (filled) vs predicted (hollow)")
     _legend(ax)
