@@ -353,3 +353,16 @@ def test_oversubscription_counts_physical_cores_and_says_the_logical_ones():
     # a level recorded before its physical cores were: the logical count, as before
     old = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1))
     assert old.shared_machine_cores() == (2, 2, "logical CPUs (no CPU topology in sysfs)")
+
+
+def test_the_sweep_says_each_flag_once_with_its_runs():
+    from orchestrator.execute.staged import flag_groups
+
+    cores = "assumption broken: 4 ranks on 2 cores (the nodes are one machine): 2 ranks a core"
+    fit = "network model unreliable: R² = -0.016"
+    records = [{"run_id": "a-n4", "workers": 4, "flags": [fit, cores]},
+               {"run_id": "b-n2", "workers": 2, "flags": [fit]},
+               {"run_id": "c-n4", "workers": 4, "flags": [cores]},
+               {"run_id": "d-n2", "workers": 2, "flags": []}]
+    assert flag_groups(records) == [(fit, ["a-n4 (4 ranks)", "b-n2 (2 ranks)"]),
+                                    (cores, ["a-n4 (4 ranks)", "c-n4 (4 ranks)"])]
