@@ -333,15 +333,16 @@ def test_build_tables_labels_failed_runs_and_netbench_runs():
 
 
 def test_flagged_reasons_are_said_once_with_their_runs():
+    cores = "assumption broken: 4 ranks on 2 cores"
+    fit = ("network model unreliable: R² = -0.016, worst residual 80% (inter fit; needs R² ≥ "
+           "0.9 and worst residual ≤ 50%)")  # a flag whose own words hold "; "
     card = pd.DataFrame([
-        {"run_id": f"r{n}-{m}", "mode": m, "nodes": n, "workers": n, "error_t_iter": 0.3,
-         "valid": n < 4, "flags": "assumption broken: 4 ranks on 2 cores" if n == 4 else ""}
+        {"run_id": f"{m}-n{n}", "mode": m, "nodes": n, "workers": n, "error_t_iter": 0.3,
+         "valid": n < 4, "flags": cores if n == 4 else ""}
         for m in ("horovod", "torch-ddp") for n in (1, 2, 4)])
-    card.loc[card["run_id"] == "r4-torch-ddp", "flags"] += "; network model unreliable: R²"
-    groups = overview.flagged_groups(card)
-    assert groups == [("assumption broken: 4 ranks on 2 cores",
-                       ["horovod at 4 nodes (4 ranks)", "torch-ddp at 4 nodes (4 ranks)"]),
-                      ("network model unreliable: R²", ["torch-ddp at 4 nodes (4 ranks)"])]
+    card.loc[card["run_id"] == "torch-ddp-n4", "flags"] = f"{fit}; {cores}"
+    assert overview.flagged_groups(card) == [(cores, ["horovod-n4", "torch-ddp-n4"]),
+                                             (fit, ["torch-ddp-n4"])]
 
 
 def png_pixels(data: bytes):

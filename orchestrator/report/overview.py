@@ -11,8 +11,11 @@ every 4-rank run with the same words).
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 
+from ..model.validity import BROKEN, UNRELIABLE
 from .fmt import PHASE_LABELS, PHASE_ORDER, as_float, fmt_num, nodes_word
 from .tables import Table
 
@@ -53,7 +56,7 @@ def _prediction_cell(run: pd.Series, pred_by: pd.DataFrame, stated: pd.DataFrame
         error = as_float(s.get("error_t_iter"))
         if error is not None:
             held = "held" if abs(error) <= HELD else "missed"
-            flag = "" if s.get("valid", True) is not False else ", flagged"
+            flag = "" if bool(s.get("valid", True)) else " (flagged before the run)"
             return f"{held}: t_iter {error:+.0%}{flag}"
     if run["run_id"] in pred_by.index:
         p = pred_by.loc[run["run_id"]]
@@ -158,16 +161,19 @@ def _predictions_line(tops: list[pd.Series], pred_by: pd.DataFrame,
             return None
         flagged = scored["valid"].eq(False) if "valid" in scored.columns else \
             pd.Series(False, index=scored.index)
-        valid = scored[~flagged]
+        valid, bad = scored[~flagged], scored[flagged]
+        reasons = len(flagged_groups(scored))
+        if valid.empty:
+            return (f"Predictions stated before the runs: all {len(bad)} were flagged before "
+                    f"their runs, for {reasons} reason(s) (below), and are scored apart: median "
+                    f"error {bad['error_t_iter'].astype(float).abs().median():.0%}.")
         held = int((valid["error_t_iter"].astype(float).abs() <= HELD).sum())
         text = (f"Predictions stated before the runs: {held} of {len(valid)} valid one(s) held "
-                f"(within {HELD:.0%} of the measured iteration time)")
-        if len(valid):
-            text += f", median error {valid['error_t_iter'].astype(float).abs().median():.0%}"
-        if flagged.any():
-            reasons = len(flagged_groups(scored))
-            text += (f"; {int(flagged.sum())} flagged before their runs for {reasons} "
-                     "reason(s), scored apart (below)")
+                f"(within {HELD:.0%} of the measured iteration time), median error "
+                f"{valid['error_t_iter'].astype(float).abs().median():.0%}")
+        if not bad.empty:
+            text += (f"; {len(bad)} flagged before their runs for {reasons} reason(s), scored "
+                     "apart (below)")
         return text + "."
     errors = []
     for t in tops:
@@ -183,17 +189,24 @@ def _predictions_line(tops: list[pd.Series], pred_by: pd.DataFrame,
             f"largest-scale speedup(s) within {HELD:.0%}.")
 
 
+# A scorecard's flags are joined by "; ", which a flag's own words may hold too: a new flag
+# starts with its kind (model.validity).
+_FLAG_START = re.compile(rf"; (?=(?:{re.escape(UNRELIABLE)}|{re.escape(BROKEN)}):)")
+
+
+def split_flags(text: str) -> list[str]:
+    return [f.strip() for f in _FLAG_START.split(text or "") if f.strip()]
+
+
 def flagged_groups(scorecard: pd.DataFrame | None) -> list[tuple[str, list[str]]]:
-    """Each reason a prediction was flagged for, once, with the runs it covers (mode and size),
-    in the order first met."""
+    """Each reason a prediction was flagged for, once, with the runs it covers, in the order
+    first met."""
     if scorecard is None or scorecard.empty or "flags" not in scorecard.columns:
         return []
     groups: dict[str, list[str]] = {}
     ordered = scorecard.sort_values(["mode", "nodes"]) if "nodes" in scorecard.columns \
         else scorecard
     for _, r in ordered.iterrows():
-        for reason in str(r.get("flags") or "").split("; "):
-            if reason.strip():
-                groups.setdefault(reason.strip(), []).append(
-                    f"{r['mode']} at {nodes_word(int(r['nodes']))} ({r['workers']} ranks)")
+        for reason in split_flags(str(r.get("flags") or "")):
+            groups.setdefault(reason, []).append(str(r["run_id"]))
     return list(groups.items())
