@@ -584,3 +584,16 @@ def test_a_run_recorded_before_its_mode_declared_a_dimension_is_the_previous_swe
     today = table(7, mode="tf-allreduce").assign(precision="fp32")
     (t,), _, _ = trend.section(history_view(tmp_path), today, figures=False)
     assert t.rows[0][1].startswith(store.entries(tmp_path)[0][0].id)
+
+
+def test_a_figure_of_runs_shows_each_size_once_by_its_median_repeat():
+    from orchestrator.report import plots
+
+    done = pd.DataFrame({"_label": ["a"] * 5, "nodes": [1, 1, 1, 2, 2], "ranks": [1, 1, 1, 2, 2],
+                         "repeat": [0, 1, 2, 0, 1], "run_id": list("vwxyz"),
+                         "samples_per_s": [30.0, 10.0, 20.0, 5.0, 7.0]})
+    assert list(plots.median_repeats(done)["run_id"]) == ["x", "y"]
+    shown, note = plots._few_runs(done, 40)
+    assert list(shown["run_id"]) == ["x", "y"] and "median" in note
+    single = done.drop_duplicates(["nodes"])
+    assert plots.median_repeats(single) is single

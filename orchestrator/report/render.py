@@ -168,8 +168,14 @@ def _html_figure(report: Report, name: str) -> str:
     png = report.figures[name]
     data = base64.b64encode(png).decode("ascii")
     e = html.escape
-    return (f'<figure style="max-width: {png_width(png) + 22}px"><img alt="{e(title)}" '
+    width = png_width(png)
+    # a figure drawn wide (many configurations, its legend beside it) takes a row of its own
+    row = "flex-basis: 100%; " if width > WIDE_PX else ""
+    return (f'<figure style="{row}max-width: {width + 22}px"><img alt="{e(title)}" '
             f'src="data:image/png;base64,{data}"><figcaption>{e(title)}</figcaption></figure>')
+
+
+WIDE_PX = 1000
 
 
 def png_width(png: bytes) -> int:
