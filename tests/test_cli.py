@@ -391,3 +391,19 @@ def test_every_command_has_examples_of_itself():
         for command, what in entry.examples:
             assert command.startswith(f"orch {entry.name}") and what, (entry.name, command)
         assert all(code not in (0, 2) for code, _ in entry.exits), entry.name
+
+
+def test_a_reason_with_brackets_is_printed_as_written(capsys):
+    """A failed run's reason quotes a rank's error, brackets included (Gloo's
+    '[/__w/pytorch/.../pair.cc:152]'); printing it must neither fail nor drop them."""
+    from types import SimpleNamespace
+
+    from orchestrator.cli import _common
+
+    reason = ("rank 0: RuntimeError: Gloo connectFullMesh failed with "
+              "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out")
+    _common.print_event(SimpleNamespace(run_id="r-[1]"),
+                        SimpleNamespace(state="FAILED", job_id="7", reason=reason))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "r-[1] job 7 FAILED: rank 0: RuntimeError" in err
+    assert "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152]" in err
