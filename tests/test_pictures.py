@@ -11,6 +11,7 @@ in the browser instead.
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import re
@@ -29,7 +30,12 @@ PICTURES = ROOT / "docs" / "pictures"
 
 @pytest.fixture(scope="module")
 def gen():
-    return SourceFileLoader("gen_pictures", str(ROOT / "scripts" / "gen-pictures")).load_module()
+    """scripts/gen-pictures as a module (a script without the .py suffix)."""
+    path = str(ROOT / "scripts" / "gen-pictures")
+    spec = importlib.util.spec_from_loader("gen_pictures", SourceFileLoader("gen_pictures", path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="module")
