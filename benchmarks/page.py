@@ -12,6 +12,7 @@ and the tables and notes of each run. Nothing on the page is typed in by hand bu
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -44,10 +45,25 @@ def table(columns: list[str], rows: list[list[str]]) -> list[str]:
             *("| " + " | ".join(_escape(c) for c in row) + " |" for row in rows)]
 
 
-def machines_section(root: Path) -> list[str]:
+UNDESCRIBED = ("recorded by the benchmark as its CPUs, OS and Python (run without "
+               "`$ORCH_BENCH_MACHINE`); not described in `machines.json`")
+
+
+def machines_section(root: Path, results: list[Result]) -> list[str]:
+    """Every machine a result names: those of machines.json, then any other, as recorded."""
     machines = json.loads((root / "machines.json").read_text())
-    return ["## Machines", "", *table(["machine", "what"], [[k, v] for k, v in machines.items()]),
-            ""]
+    others = dict.fromkeys(r.machine for r in results if r.machine not in machines)
+    rows = [[k, v] for k, v in machines.items()] + [[k, UNDESCRIBED] for k in others]
+    return ["## Machines", "", *table(["machine", "what"], rows), ""]
+
+
+# An absolute path in a recorded command is the benchmark's scratch or output folder on the
+# machine it ran on, which means nothing to a reader: it is shown as DIR.
+ABSOLUTE_PATH = re.compile(r"(?<=[\s=])/[^\s`'\"]+")
+
+
+def shown_command(command: str) -> str:
+    return ABSOLUTE_PATH.sub("DIR", command)
 
 
 def _commit(r: Result) -> str:
@@ -56,7 +72,8 @@ def _commit(r: Result) -> str:
 
 def runs_table(results: list[Result]) -> list[str]:
     return table(["date", "commit", "machine", "command", "result"],
-                 [[r.date, _commit(r), r.machine, f"`{r.command}`", r.summary] for r in results])
+                 [[r.date, _commit(r), r.machine, f"`{shown_command(r.command)}`", r.summary]
+                  for r in results])
 
 
 def _table_lines(t: Table) -> list[str]:
@@ -69,7 +86,7 @@ def details(results: list[Result]) -> list[str]:
     for r in results:
         if not (r.tables or r.notes):
             continue
-        out += [f"**{r.date}, {r.machine}** (`{r.command}`):", ""]
+        out += [f"**{r.date}, {r.machine}** (`{shown_command(r.command)}`):", ""]
         for t in r.tables:
             out += _table_lines(t)
         if r.notes:
@@ -87,7 +104,7 @@ def section(folder: Path, results: list[Result]) -> list[str]:
 def render(root: Path = RESULTS) -> str:
     by_name = load_all(root)
     names = [n for n in ORDER if n in by_name] + sorted(set(by_name) - set(ORDER))
-    lines = [HEADER, *machines_section(root)]
+    lines = [HEADER, *machines_section(root, [r for n in names for r in by_name[n]])]
     for name in names:
         lines += section(root / name, by_name[name])
     return "\n".join(lines).rstrip() + "\n"

@@ -148,8 +148,9 @@ class SbatchOptions(_Strict):
         None, description="default --time limit ([D-]HH:MM:SS or minutes); a sweep may lower it"
     )
     extra: list[str] = Field(
-        default_factory=list, description="further sbatch flags, verbatim (e.g. '--gres=gpu:4')"
-    )
+        default_factory=list,
+        description="further sbatch flags, verbatim (e.g. '--mail-type=FAIL'); never GPUs, which "
+        "gpus_per_node and gpu_request ask for")
 
     @field_validator("time")
     @classmethod
@@ -162,7 +163,18 @@ class SbatchOptions(_Strict):
         for flag in v:
             if not re.match(r"^--[A-Za-z][A-Za-z0-9-]*(=.+)?$", flag):
                 raise ValueError(f"'{flag}' is not an sbatch long option; write '--name=value'")
+            if _GPU_REQUEST.match(flag):
+                raise ValueError(
+                    f"'{flag}' asks for GPUs, which orch already asks for from the partition's "
+                    "gpus_per_node (--gpus-per-node=N, or --gres=gpu:N with gpu_request: gres): "
+                    "remove it from extra")
         return v
+
+
+# sbatch options that ask for GPUs: a second request beside the one gpus_per_node renders
+# would ask twice (Slurm then takes one of them, or refuses the job). A GRES that is not a GPU
+# (--gres=nvme:1) stays allowed.
+_GPU_REQUEST = re.compile(r"^--(gpus(-per-[a-z]+)?|gres=(.*,)?gpu([:,]|$).*)(=|$)")
 
 
 class Partition(_Strict):
@@ -198,7 +210,8 @@ class Partition(_Strict):
         "test cluster: 'a veth pair shaped by tc'); fabric attestation then checks the named "
         "interface and its bytes, not its device type, and says the fabric is emulated")
     launcher: Launcher = Field("srun", description="default launcher of multi-node jobs")
-    sbatch: SbatchOptions = Field(default_factory=SbatchOptions)
+    sbatch: SbatchOptions = Field(default_factory=SbatchOptions,
+                                  description="#SBATCH options every job on the partition needs")
     env: dict[str, str] = Field(
         default_factory=dict,
         description="variables set after the interconnect's defaults, overriding them "
@@ -297,7 +310,7 @@ class Container(_Strict):
 
     image: str = Field(pattern=r"\S", description="image path (.sif, SquashFS, or "
                        "directory; '~' expands)")
-    runtime: ContainerRuntime = "apptainer"
+    runtime: ContainerRuntime = Field("apptainer", description="what runs the image")
     binds: list[str] = Field(default_factory=list, description="extra SRC[:DST] bind mounts "
                              "(data directories)")
     python: str = Field("python3", pattern=r"^\S+$",
@@ -395,7 +408,9 @@ class Environment(_Strict):
     )
     modules: list[str] = Field(default_factory=list, description="'module load' lines, in order")
     env: dict[str, str] = Field(default_factory=dict, description="extra environment variables")
-    container: Container | None = None
+    container: Container | None = Field(
+        None, description="run the framework inside this image (apptainer, singularity or "
+        "charliecloud)")
 
     @field_validator("env")
     @classmethod
@@ -428,9 +443,10 @@ class Site(_Strict):
 
     name: str = Field(pattern=_NAME, max_length=64,
                       description="site name used on the command line")
-    description: str = ""
+    description: str = Field("", description="one line: what the cluster is")
     scheduler: Scheduler = Field(description="'slurm' submits with sbatch; 'local' runs here")
-    partitions: list[Partition] = Field(min_length=1)
+    partitions: list[Partition] = Field(min_length=1, description="the partitions (Slurm) or "
+                                        "the one local machine a sweep may use")
     default_partition: str | None = Field(None, description="partition used when none is given")
     environments: dict[str, Environment] = Field(
         description="framework name (torch, tensorflow, mxnet, ...) -> how to run it"

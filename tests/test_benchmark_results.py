@@ -106,3 +106,19 @@ def test_record_cli_refuses_a_folder_without_gpu_check_output(tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
     assert "no machine.txt, results.json: give scripts/gpu-check's $OUT" in proc.stderr
+
+
+def test_every_machine_is_described():
+    """Each result's machine has a row of machines.json (the page lists an undescribed one as
+    recorded, but says nothing of it)."""
+    machines = json.loads((record.RESULTS / "machines.json").read_text())
+    named = {r.machine for rs in record.load_all().values() for r in rs}
+    assert sorted(named - set(machines)) == []
+
+
+def test_scratch_paths_are_not_shown():
+    assert page.shown_command("python -m benchmarks.fidelity --out /tmp/ti/fid2 --rounds 3 "
+                              "--record-to=/root/out/results --from-log tests/x.log") == (
+        "python -m benchmarks.fidelity --out DIR --rounds 3 --record-to=DIR "
+        "--from-log tests/x.log")
+    assert "/tmp/" not in page.render() and "/root/" not in page.render()

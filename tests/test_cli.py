@@ -471,3 +471,29 @@ def test_gather_stopped_by_sigterm_says_so(tmp_path, finished_sweep):
     assert proc.returncode == 143, err
     assert "orch gather stopped by SIGTERM" in err and "Traceback" not in err, err
     assert "Aborted" not in err
+
+
+def test_every_command_has_examples_of_itself():
+    """The command reference shows an example of every command (tests/test_docs_commands.py
+    runs each against the CLI once it is in docs/reference/cli.md)."""
+    for entry in COMMANDS:
+        assert entry.examples, entry.name
+        for command, what in entry.examples:
+            assert command.startswith(f"orch {entry.name}") and what, (entry.name, command)
+        assert all(code not in (0, 2) for code, _ in entry.exits), entry.name
+
+
+def test_a_reason_with_brackets_is_printed_as_written(capsys):
+    """A failed run's reason quotes a rank's error, brackets included (Gloo's
+    '[/__w/pytorch/.../pair.cc:152]'); printing it must neither fail nor drop them."""
+    from types import SimpleNamespace
+
+    from orchestrator.cli import _common
+
+    reason = ("rank 0: RuntimeError: Gloo connectFullMesh failed with "
+              "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152] timed out")
+    _common.print_event(SimpleNamespace(run_id="r-[1]"),
+                        SimpleNamespace(state="FAILED", job_id="7", reason=reason))
+    err = " ".join(capsys.readouterr().err.split())
+    assert "r-[1] job 7 FAILED: rank 0: RuntimeError" in err
+    assert "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:152]" in err

@@ -181,8 +181,7 @@ def test_scorecard_keeps_flagged_runs_apart_with_coverage():
     assert ("Interval coverage 1 of 2 inside = 50% (nominal 80%); n = 2 < 10: n too small "
             "to judge calibration.") in lines[0]
     assert lines[1].startswith("Flagged before their runs, scored apart: 2 run(s)")
-    assert any("m at 4 node(s) (4 ranks): -40.0%, assumption broken: 4 ranks on 2 cores"
-               in line for line in lines[2:])
+    assert "  assumption broken: 4 ranks on 2 cores: m at 4 node(s) (4 ranks) -40.0%" in lines
     table = scorecard_table(frame)
     assert table.columns[-2:] == ["interval ms", "check"]
     assert "valid predictions: 13.3%" in table.note and "scored apart: 20.0%" in table.note
@@ -353,3 +352,16 @@ def test_oversubscription_counts_physical_cores_and_says_the_logical_ones():
     # a level recorded before its physical cores were: the logical count, as before
     old = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1))
     assert old.shared_machine_cores() == (2, 2, "logical CPUs (no CPU topology in sysfs)")
+
+
+def test_the_sweep_says_each_flag_once_with_its_runs():
+    from orchestrator.execute.staged import flag_groups
+
+    cores = "assumption broken: 4 ranks on 2 cores (the nodes are one machine): 2 ranks a core"
+    fit = "network model unreliable: R² = -0.016"
+    records = [{"run_id": "a-n4", "workers": 4, "flags": [fit, cores]},
+               {"run_id": "b-n2", "workers": 2, "flags": [fit]},
+               {"run_id": "c-n4", "workers": 4, "flags": [cores]},
+               {"run_id": "d-n2", "workers": 2, "flags": []}]
+    assert flag_groups(records) == [(fit, ["a-n4 (4 ranks)", "b-n2 (2 ranks)"]),
+                                    (cores, ["a-n4 (4 ranks)", "c-n4 (4 ranks)"])]

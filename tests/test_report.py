@@ -27,7 +27,7 @@ import pytest
 from orchestrator import protocol, report, results, rundir
 from orchestrator.history import references, store
 from orchestrator.model import AlphaBeta, allreduce_time
-from orchestrator.report import trend
+from orchestrator.report import overview, trend
 from orchestrator.results import analyze, gather, resultset, tables
 from orchestrator.rundir import JobRecord
 from orchestrator.spec.api import Run
@@ -327,10 +327,33 @@ def test_build_tables_labels_failed_runs_and_netbench_runs():
                if t.key not in ("failed", "network") for row in t.rows)
     straggler = [row for row in tables["ranks"].rows if row[1] == "4"]
     assert all(row[-1].startswith("rank 3 (node3): compute +30%") for row in straggler)
-    assert any("Straggler at 4 nodes: rank 3" in line for line in rep.summary)
+    assert any("Straggler at 4 nodes: rank 3" in line for line in rep.notes)
+    # the summary is a few lines over the sweep; the overview a row per configuration
+    assert 3 <= len(rep.summary) <= 5
+    assert rep.summary[0].startswith("6 completed training run(s) of 2 configuration(s)")
+    assert "1 did not complete" in rep.summary[0]
+    assert [row[0] for row in rep.overview.rows] == ["torch-ddp lenet5 eth",
+                                                     "torch-ddp lenet5 ib"]
     md, page = report.to_markdown(rep), report.to_html(rep)
     assert "| configuration | 1 node | 2 nodes | 4 nodes |" in md
     assert "<table>" in page and "rank 3: boom" in page
+    # the summary and the overview come first, the detail tables folded after them
+    assert md.index("## Summary") < md.index("## Each configuration at a glance") < md.index(
+        "<details><summary>Detail: ") < md.index("## Throughput (samples/s")
+    assert page.index("Each configuration at a glance") < page.index("<details>")
+
+
+def test_flagged_reasons_are_said_once_with_their_runs():
+    cores = "assumption broken: 4 ranks on 2 cores"
+    fit = ("network model unreliable: R² = -0.016, worst residual 80% (inter fit; needs R² ≥ "
+           "0.9 and worst residual ≤ 50%)")  # a flag whose own words hold "; "
+    card = pd.DataFrame([
+        {"run_id": f"{m}-n{n}", "mode": m, "nodes": n, "workers": n, "error_t_iter": 0.3,
+         "valid": n < 4, "flags": cores if n == 4 else ""}
+        for m in ("horovod", "torch-ddp") for n in (1, 2, 4)])
+    card.loc[card["run_id"] == "torch-ddp-n4", "flags"] = f"{fit}; {cores}"
+    assert overview.flagged_groups(card) == [(cores, ["horovod-n4", "torch-ddp-n4"]),
+                                             (fit, ["torch-ddp-n4"])]
 
 
 def png_pixels(data: bytes):
@@ -587,3 +610,16 @@ def test_a_run_recorded_before_its_mode_declared_a_dimension_is_the_previous_swe
     today = table(7, mode="tf-allreduce").assign(precision="fp32")
     (t,), _, _ = trend.section(history_view(tmp_path), today, figures=False)
     assert t.rows[0][1].startswith(store.entries(tmp_path)[0][0].id)
+
+
+def test_a_figure_of_runs_shows_each_size_once_by_its_median_repeat():
+    from orchestrator.report import plots
+
+    done = pd.DataFrame({"_label": ["a"] * 5, "nodes": [1, 1, 1, 2, 2], "ranks": [1, 1, 1, 2, 2],
+                         "repeat": [0, 1, 2, 0, 1], "run_id": list("vwxyz"),
+                         "samples_per_s": [30.0, 10.0, 20.0, 5.0, 7.0]})
+    assert list(plots.median_repeats(done)["run_id"]) == ["x", "y"]
+    shown, note = plots._few_runs(done, 40)
+    assert list(shown["run_id"]) == ["x", "y"] and "median" in note
+    single = done.drop_duplicates(["nodes"])
+    assert plots.median_repeats(single) is single

@@ -96,6 +96,21 @@ def test_cross_field_rules(tmp_path):
         sitemod.load(str(write(tmp_path, eth)))
 
 
+@pytest.mark.parametrize("flag", ["--gres=gpu:4", "--gres=nvme:1,gpu:a100:2", "--gpus=4",
+                                  "--gpus-per-node=4"])
+def test_gpus_are_requested_once(tmp_path, flag):
+    """gpus_per_node renders the request (--gpus-per-node, or --gres with gpu_request: gres):
+    a GPU request in sbatch.extra would ask twice, so it is refused where it is written."""
+    text = GOOD.replace("    socket_ifname: ib0\n", "    socket_ifname: ib0\n    gpus_per_node: 4\n"
+                        f"    sbatch: {{extra: ['{flag}']}}\n")
+    with pytest.raises(UserError, match=r"mini.yaml:\d+: partitions\[0\]\.sbatch\.extra: .*asks "
+                       r"for GPUs.*gpu_request: gres.*remove it from extra"):
+        sitemod.load(str(write(tmp_path, text)))
+    other = text.replace(flag, "--gres=nvme:1")  # a GRES that is not a GPU stays allowed
+    assert sitemod.load(str(write(tmp_path, other)))[0].partition("ib").sbatch.extra == [
+        "--gres=nvme:1"]
+
+
 def test_not_yaml_and_unknown_site(tmp_path):
     with pytest.raises(UserError, match=r"mini.yaml:\d+: not valid YAML"):
         sitemod.load(str(write(tmp_path, "name: [unclosed\n")))

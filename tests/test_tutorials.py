@@ -29,7 +29,7 @@ FENCE = re.compile(r"^```(sh|bash|console)?\s*$")
 FAILED_AT = re.compile(r"^tutorial: failed at script line (\d+)$", re.M)
 # What each tutorial needs beyond orch: the test cluster, real ranks, Charliecloud's tools.
 NEEDS = {"first-sweep.md": ("ranks",), "add-your-cluster.md": ("slurm", "ranks"),
-         "containers.md": ("ranks", "charliecloud")}
+         "slurm-cluster.md": ("slurm", "ranks"), "containers.md": ("ranks", "charliecloud")}
 # How-tos that run in CI the same way (their marked blocks), and what they need: Hugging Face's
 # Trainer (orch[trainer]) for the trainer mode's.
 HOWTOS = ROOT / "docs" / "howto"

@@ -141,10 +141,15 @@ def fmt(value, spec: str) -> str:
 
 
 def print_event(run, record) -> None:
+    from rich.markup import escape
+
     style = STATE_STYLE.get(record.state, "")
     job = f" job {record.job_id}" if record.job_id else ""
+    # A reason quotes what a rank printed, brackets and all ("[/__w/.../pair.cc:152]"), which
+    # rich would read as markup: escaped, it is printed as written.
     reason = f": {record.reason.splitlines()[0]}" if record.reason else ""
-    err_console.print(f"  {run.run_id}{job} [{style}]{record.state}[/]{reason}", highlight=False)
+    err_console.print(f"  {escape(run.run_id + job)} [{style}]{record.state}[/]{escape(reason)}",
+                      highlight=False)
 
 
 def print_runs(recs: list[dict]) -> None:

@@ -57,6 +57,18 @@ def report_cmd(
         out_console.print(line, markup=False, highlight=False)
     if report.summary:
         out_console.print()
+    if report.overview is not None:
+        print_table(report.overview)
+    if report.flagged:
+        out_console.print("Flagged predictions (each reason once, with its runs):",
+                          style="bold", markup=False, highlight=False)
+        for reason, runs in report.flagged:
+            out_console.print(f"  {reason}: {', '.join(runs)}", markup=False, highlight=False)
+        out_console.print()
+    for line in report.notes:
+        out_console.print(line, markup=False, highlight=False)
+    if report.notes:
+        out_console.print()
     for table in report.tables:
         print_table(table)
     target = (out or (sweep or directory.resolve()) / "report").resolve()

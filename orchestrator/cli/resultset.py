@@ -19,6 +19,7 @@ def load_result_set(directory: Path):
     import pandas as pd
 
     from .. import results, rundir
+    from ..results.columns import read_runs
 
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory; give a sweep directory (orch sweep "
@@ -37,7 +38,7 @@ def load_result_set(directory: Path):
     else:
         raise UserError(f"{directory}: not a sweep directory (no <run-id>/run.json) and no "
                         "results/runs.parquet; run orch sweep first")
-    runs = _table(res / "runs.parquet", RUN_COLUMNS, sweep)
+    runs = _table(res / "runs.parquet", RUN_COLUMNS, sweep, read=read_runs)
     iters = _table(res / "iterations.parquet", ITER_COLUMNS, sweep,
                    read=results.resultset.read_table)
     if iters is None:

@@ -35,12 +35,20 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
         if records:
             say(f"predictions: {len(records)} run(s) at more than {ranks} rank(s) stated in "
                 f"{sweep_dir / ledger.FILE} before they are submitted")
-        for rec in records:
-            if rec.get("flags"):
-                say(f"flagged: {rec['run_id']} ({rec['workers']} ranks): "
-                    + "; ".join(rec["flags"]))
+        for reason, flagged in flag_groups(records):
+            say(f"flagged ({len(flagged)} run(s)): {reason}: {', '.join(flagged)}")
 
     return between
+
+
+def flag_groups(records: list[dict]) -> list[tuple[str, list[str]]]:
+    """Each reason the predictions were flagged for, once, with the runs it covers (a sweep at
+    more ranks than cores flags every larger run with the same words), in the order met."""
+    groups: dict[str, list[str]] = {}
+    for rec in records:
+        for reason in rec.get("flags") or []:
+            groups.setdefault(reason, []).append(f"{rec['run_id']} ({rec['workers']} ranks)")
+    return list(groups.items())
 
 
 def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: bool,

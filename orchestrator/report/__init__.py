@@ -2,7 +2,8 @@
 
 What a report answers, for every configuration (mode, model, partition, batch, options …):
 
-* how fast: samples/s per node count, speedup and efficiency against the 1-node run;
+* how fast: samples/s per node count, speedup and efficiency against the configuration's run
+  with the fewest ranks (results.analyze.add_scaling: one definition everywhere);
 * where the time goes: phase breakdown (mean ± std over measured rank-iterations), exposed vs
   total communication (how much was hidden behind backward);
 * who is slow: per-rank spread of the iteration and of its compute part; a straggler is a rank
@@ -26,8 +27,12 @@ One module per step, data flowing one way:
   per-rank t_iter boxes;
 * ``trend``: with a results history, each configuration's throughput over its recorded
   sweeps (and the band its references allow) and the comparison with the previous one;
+* ``overview``: what a report says first: a summary of a few lines, a row per configuration
+  (best scale, efficiency at the largest, where the time goes, whether the prediction held)
+  and the flagged predictions' reasons, each once with its runs;
 * ``render``: ``to_markdown`` links the figures; ``to_html`` embeds them (base64): one
-  self-contained file.
+  self-contained, styled file; both lead with the summary, the lead figures and the overview
+  and fold the detail below.
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """One report from one result set: selection → prediction → per-rank spread → tables, summary
-and (optionally) figures. Pure: DataFrames in, a Report out; writing files is the caller's."""
+and (optionally) figures. Pure: DataFrames in, a Report out; writing files is the caller's.
+
+A report leads with what a person wants to see first (render.py lays it out): the summary (a
+few lines, overview.summary_lines), the lead figures (throughput against nodes with the ideal
+line, the phases, predicted against measured speedup) and one overview row per configuration;
+then, folded, the flagged predictions' reasons (each once, with its runs), the notes per
+configuration, every detail table and the other figures."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import pandas as pd
 
 from ..history import samples
 from ..results import analyze
-from . import convergence, devices, plots, trend
+from . import convergence, devices, overview, plots, trend
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
 from .predict import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
@@ -29,14 +35,26 @@ from .tables import (
     workload_table,
 )
 
+# The figures a report opens with, in this order, where drawn; the others follow, folded.
+LEAD_FIGURES = ("throughput.png", "speedup.png", "phases.png")
+
 
 @dataclass
 class Report:
     title: str
-    summary: list[str]
-    tables: list[Table]
+    summary: list[str]  # a few lines over the whole sweep
+    tables: list[Table]  # the detail, in order
     figures: dict[str, bytes] = field(default_factory=dict)  # file name -> PNG
     figure_titles: dict[str, str] = field(default_factory=dict)
+    overview: Table | None = None  # one row per configuration
+    notes: list[str] = field(default_factory=list)  # a few sentences per configuration
+    flagged: list[tuple[str, list[str]]] = field(default_factory=list)  # reason, its runs
+
+    def lead_figures(self) -> list[str]:
+        return [name for name in LEAD_FIGURES if name in self.figures]
+
+    def other_figures(self) -> list[str]:
+        return [name for name in self.figures if name not in LEAD_FIGURES]
 
 
 def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], CommModel],
@@ -94,10 +112,13 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
     failed = failed_table(runs)
     if failed is not None:
         tables.append(failed)
-    summary = _summary(done, pred_by, strag, comm)
-    if scorecard is not None:
-        summary += scorecard_summary(scorecard)
-    report = Report(title=title, summary=summary, tables=tables)
+    notes = _summary(done, pred_by, strag, comm)
+    if scorecard is not None:  # the valid predictions' errors; the flagged ones are grouped
+        notes += [line for line in scorecard_summary(scorecard) if not line.startswith("  ")]
+    report = Report(title=title, summary=overview.summary_lines(runs, done, pred_by, scorecard),
+                    tables=tables, notes=notes, flagged=overview.flagged_groups(scorecard),
+                    overview=overview.overview_table(done, pred_by, scorecard)
+                    if not done.empty else None)
     if figures and not done.empty:
         report.figures, report.figure_titles = plots.draw_figures(done, iters, pred_by, strag)
     if figures:  # epoch runs have no breakdown window (no t_iter): not in ``done``, nor drawn

@@ -115,13 +115,20 @@ def _plot_speedup(done: pd.DataFrame, pred_by: pd.DataFrame, color: dict,
     top = 1.0
     for label, g in done.groupby("_label", sort=True):
         g = g.sort_values([size, "nodes"])
-        s = g["speedup"].astype(float)
-        ax.plot(g[size], s, marker=marker[label], color=color[label], linewidth=2,
+        g = g.assign(speedup=pd.to_numeric(g["speedup"], errors="coerce"), predicted=[
+            as_float(pred_by.loc[r]["predicted_speedup"]) if r in pred_by.index else np.nan
+            for r in g["run_id"]])
+        # repeats: their mean at each size, measured and predicted
+        extra = {"ranks": ("ranks", "first")} if size != "ranks" else {}
+        mean = g.groupby(size, sort=True).agg(speedup=("speedup", "mean"),
+                                               predicted=("predicted", "mean"),
+                                               **extra).reset_index()
+        s = mean["speedup"].astype(float)
+        ax.plot(mean[size], s, marker=marker[label], color=color[label], linewidth=2,
                 label=f"{label} measured")
-        pred = [(as_float(pred_by.loc[r]["predicted_speedup"]) if r in pred_by.index else None)
-                for r in g["run_id"]]
-        px = [n for n, p in zip(g[size], pred, strict=True) if p is not None]
-        py = [p for p in pred if p is not None]
+        px = [n for n, p in zip(mean[size], mean["predicted"], strict=True) if pd.notna(p)]
+        py = [float(p) for p in mean["predicted"] if pd.notna(p)]
+        g = mean
         if py:
             ax.plot(px, py, marker=marker[label], markerfacecolor="white", linestyle=":",
                     linewidth=1.5,
@@ -130,14 +137,15 @@ def _plot_speedup(done: pd.DataFrame, pred_by: pd.DataFrame, color: dict,
         top = max(top, float(np.nanmax(s)) if s.notna().any() else 1.0, float(ideal.max()),
                   max(py) if py else 1.0)
     xs = np.array(sizes, dtype=float)
-    ax.plot(xs, xs / (xs.min() if size == "ranks" else 1.0), color="black", linestyle="--",
-            linewidth=1, alpha=0.6, label="ideal")
+    # speedup is 1 at the smallest size (each configuration's run with the fewest ranks)
+    ax.plot(xs, xs / xs.min(), color="black", linestyle="--", linewidth=1, alpha=0.6,
+            label="ideal")
     _node_axis(ax, sizes)
     if size == "ranks":
         ax.set_xlabel("ranks (nodes x tasks per node)")
         ax.set_ylabel(f"speedup vs {sizes[0]} rank{'s' if sizes[0] > 1 else ''}")
     else:
-        ax.set_ylabel("speedup vs 1 node")
+        ax.set_ylabel(f"speedup vs {nodes_word(sizes[0])}")
     ax.set_ylim(0, top * 1.1)
     ax.set_title("Speedup: measured (filled) vs predicted (hollow)")
     _legend(ax)
@@ -149,16 +157,32 @@ MAX_RANK_PANELS = 12
 MAX_DOTS = 50  # measured iterations drawn per rank
 
 
+def median_repeats(done: pd.DataFrame) -> pd.DataFrame:
+    """One run per configuration and size: of its repeats, the one with the median throughput
+    (the lower middle one of an even count), so a figure of runs shows each size once."""
+    if done.empty or not done.duplicated(["_label", "nodes", "ranks"]).any():
+        return done
+    ordered = done.sort_values(["_label", "nodes", "ranks", "samples_per_s", "repeat"])
+    middle = ordered.groupby(["_label", "nodes", "ranks"], sort=False).cumcount()
+    count = ordered.groupby(["_label", "nodes", "ranks"], sort=False)["run_id"].transform("size")
+    return ordered[middle == (count - 1) // 2]
+
+
 def _few_runs(done: pd.DataFrame, limit: int) -> tuple[pd.DataFrame, str]:
-    """At most ``limit`` runs for a figure: all, else each configuration's smallest and
-    largest node count, else the first ``limit`` of those; and a note saying so."""
-    runs = done.sort_values(["_label", "nodes", "repeat"])
+    """At most ``limit`` runs for a figure, repeats shown by their median one
+    (:func:`median_repeats`): all, else each configuration's smallest and largest node count,
+    else the first ``limit`` of those; and a note saying so."""
+    shown = median_repeats(done)
+    note = f" (median of {len(done) // max(len(shown), 1)} repeats)" if len(shown) < len(done) \
+        else ""
+    runs = shown.sort_values(["_label", "nodes", "repeat"])
     if len(runs) <= limit:
-        return runs, ""
+        return runs, note
     ends = runs.groupby("_label")["nodes"].transform
     keep = runs[(runs["nodes"] == ends("min")) | (runs["nodes"] == ends("max"))]
     keep = keep.drop_duplicates(["_label", "nodes"]).head(limit)
-    return keep, f" ({len(keep)} of {len(runs)} runs: fewest and most nodes per configuration)"
+    return keep, (f" ({len(keep)} of {len(runs)} runs: fewest and most nodes per "
+                  f"configuration{note.replace(' (', ', ').rstrip(')')})")
 
 
 def config_keys(labels: list[str]) -> dict[str, str]:

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..model import interval
 from .fmt import as_float, fmt_num, fmt_signed, ms
+from .overview import split_flags
 from .tables import Table
 
 
@@ -95,7 +96,8 @@ def _pct(value) -> float | None:
 
 def scorecard_summary(frame: pd.DataFrame) -> list[str]:
     """The valid predictions' median absolute error (per mode, with the largest node count,
-    where it matters most) and coverage; then the flagged ones apart, each with its reason."""
+    where it matters most) and coverage; then the flagged ones apart: each reason once, with the
+    runs it covers and their errors."""
     scored = _scored(frame)
     if scored.empty:
         return []
@@ -115,9 +117,14 @@ def scorecard_summary(frame: pd.DataFrame) -> list[str]:
     if not bad.empty:
         lines.append(f"Flagged before their runs, scored apart: {len(bad)} run(s), median "
                      f"absolute error {median_abs_error(bad):.1%}." + _coverage_text(bad))
+        # each reason once, with the runs it covers and their errors
+        groups: dict[str, list[str]] = {}
         for _, r in bad.sort_values(["mode", "nodes"]).iterrows():
-            lines.append(f"  {r['mode']} at {r['nodes']} node(s) ({r['workers']} ranks): "
-                         f"{fmt_signed(_pct(r['error_t_iter']), '.1f')}%, {r['flags']}")
+            for reason in split_flags(str(r["flags"])):
+                groups.setdefault(reason, []).append(
+                    f"{r['mode']} at {r['nodes']} node(s) ({r['workers']} ranks) "
+                    f"{fmt_signed(_pct(r['error_t_iter']), '.1f')}%")
+        lines += [f"  {reason}: {', '.join(runs)}" for reason, runs in groups.items()]
     return lines
 
 

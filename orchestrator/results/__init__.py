@@ -11,7 +11,8 @@ run directories, so it can be redone at any time (``orch gather``) and never los
 The package, in the order data flows through it: ``gather`` reads the rank logs, ``tables``
 (with ``iterlines``) builds the iteration table, ``analyze`` the per-run metrics and scaling,
 ``dimensions``, ``devices`` and ``convergence`` further run columns, ``runs`` a run's own
-columns, ``cache`` the incremental cache, ``resultset`` the merge.
+columns, ``cache`` the incremental cache, ``resultset`` the merge; ``columns`` declares every
+column's type, unit and meaning.
 """
 
 from .cache import CACHE_DIR, RACY_S

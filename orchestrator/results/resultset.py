@@ -43,7 +43,7 @@ from .. import fabric, files, protocol, rundir
 from ..protocol import RankLog
 from ..rundir import JobRecord
 from ..spec.api import Run
-from . import analyze, cache, convergence, devices, gather, tables, workload
+from . import analyze, cache, columns, convergence, devices, gather, tables, workload
 from .dimensions import dimension_facts
 from .runs import run_columns
 
@@ -316,7 +316,8 @@ def _write_runs(out: Path, merged: list[Merged]) -> pd.DataFrame:
         [row for m in merged for row in m.epochs]))
     if not runs_df.empty:
         files.make_dirs(out / RESULTS)
-        files.write_bytes_if_changed(out / RUNS, files.parquet_bytes(runs_df))
+        # In the declared types (results.columns): a column no run has a value for is typed too.
+        files.write_bytes_if_changed(out / RUNS, files.parquet_bytes(columns.arrow_table(runs_df)))
     return runs_df
 
 
