@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestrator.results import columns, convergence
-from orchestrator.results.resultset import merge
+from orchestrator.results.resultset import merge, table_files
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "gpu-h200-metrics"
@@ -43,9 +43,12 @@ def test_runs_parquet_holds_the_declared_columns_in_their_types(merged):
 def test_iterations_and_device_samples_hold_the_declared_columns(merged):
     for name, declared in (("iterations.parquet", columns.ITERATIONS),
                            ("devices.parquet", columns.DEVICE_SAMPLES)):
-        schema = pq.read_schema(merged / name)
-        assert [(f.name, _kind(f.type)) for f in schema] == [(c.name, c.type)
-                                                             for c in declared], name
+        found = table_files(merged / name)  # a file per run, each of the declared schema
+        assert found, name
+        for path in found:
+            schema = pq.read_schema(path)
+            assert [(f.name, _kind(f.type)) for f in schema] == [(c.name, c.type)
+                                                                 for c in declared], path
 
 
 def test_epoch_columns_are_the_declared_ones():

@@ -10,8 +10,9 @@ code that computes it (a metric in ``analyze``, a footer fact in ``gather``, a d
 ``devices``, …); the device columns' meanings are those ``devices.COLUMNS`` declares.
 
 Types are Arrow's: ``string``, ``int64``, ``double``, ``bool``. Units: ``s`` (seconds),
-``samples/s``, ``bytes``, ``J``, ``W``, ``MHz``, ``%`` (0–100), ``°C``, ``fraction`` (0–1, a
-ratio), ``epoch s`` (seconds since 1970), ``count``; empty where a column is text or a flag.
+``samples/s``, ``tokens``, ``tokens/s``, ``FLOP``, ``FLOP/s``, ``bytes``, ``J``, ``W``, ``MHz``,
+``%`` (0–100), ``°C``, ``fraction`` (0–1, a ratio), ``epoch s`` (seconds since 1970),
+``count``; empty where a column is text or a flag.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..protocol import PHASES
-from . import devices
+from . import devices, workload
 
 
 class Column(NamedTuple):
@@ -70,6 +71,12 @@ PARAMETERS = (
            "iterations"),
     Column("target_accuracy", "double", "fraction", "held-out accuracy an epoch run stops at "
            "(`--target-accuracy`)"),
+    Column("model_sha256", "string", "", "a user's own model (`--model FILE.py:FUNCTION`): "
+           "the sha256 of its file (null: a zoo model)"),
+    Column("model_params", "int64", "count", "a user's own model: its parameters, as the "
+           "check before submission counted them"),
+    Column("model_flops", "int64", "FLOP", "a user's own model: its training FLOPs per "
+           "sample, as that check counted them"),
     Column("ranks", "int64", "count", "training processes (workers): what speedup and "
            "efficiency count"),
     Column("options", "string", "", "the mode options of the run, JSON (`--option`); a run "
@@ -165,10 +172,12 @@ _DEVICE_KINDS = {  # (type, unit) of each column devices.COLUMNS declares with i
     "cpu_affinity": ("string", ""), "numa_nodes": ("string", ""),
     "cuda_visible_devices": ("string", ""), "gpu_pci_bus_ids": ("string", ""),
     "gpu_indices": ("string", ""), "gpu_reason": ("string", ""),
-    "energy_per_sample_j": ("double", "J"),
+    "energy_per_sample_j": ("double", "J"), "power_rise": ("double", "fraction"),
+    "power_rising": ("bool", ""),
 }
 DEVICES = tuple(Column(c.name, *_DEVICE_KINDS[c.name], c.means)
-                for c in (*devices.COLUMNS, devices.ENERGY_PER_SAMPLE))
+                for c in (*devices.COLUMNS, devices.ENERGY_PER_SAMPLE,
+                          devices.POWER_RISE_COLUMN, devices.POWER_RISING))
 
 FABRIC = (
     Column("fabric", "string", "", "`verified`, `mismatch` or `unverified`: whether the ranks "
@@ -182,8 +191,22 @@ FABRIC = (
     Column("fabric_bytes_expected", "double", "bytes", "bytes the mode's communication "
            "pattern must move in that window"),
     Column("fabric_host_bytes", "double", "bytes", "the interface's host counters over the "
-           "window, once per network namespace"),
+           "window, once per network namespace: they must confirm the sockets' bytes"),
+    Column("fabric_other_bytes", "double", "bytes", "the busiest other (not loopback) "
+           "interface's host counters over the window: reported, not judged (it carries the "
+           "nodes' other traffic too)"),
 )
+
+_WORKLOAD_KINDS = {  # (type, unit) of each column workload.COLUMNS declares with its meaning
+    "tokens_per_sample": ("int64", "tokens"), "tokens_per_s": ("double", "tokens/s"),
+    "tokens_per_s_per_device": ("double", "tokens/s"), "flops_per_sample": ("int64", "FLOP"),
+    "flops_basis": ("string", ""), "model_flops_per_s_per_device": ("double", "FLOP/s"),
+    "device_name": ("string", ""), "peak_flops_per_device": ("double", "FLOP/s"),
+    "peak_flops_source": ("string", ""), "mfu": ("double", "fraction"),
+    "mfu_reason": ("string", ""), "peak_device_reserved_bytes": ("int64", "bytes"),
+    "peak_memory_bytes": ("int64", "bytes"), "script_loss": ("double", ""),
+}
+WORKLOAD = tuple(Column(c.name, *_WORKLOAD_KINDS[c.name], c.means) for c in workload.COLUMNS)
 
 SCALING = (
     Column("speedup", "double", "", "`samples_per_s` over that of the same configuration's "
@@ -202,6 +225,9 @@ CONVERGENCE = (
     Column("epochs_done", "int64", "count", "epochs the run trained"),
     Column("final_test_acc", "double", "fraction", "held-out accuracy after the last epoch"),
     Column("best_test_acc", "double", "fraction", "the best held-out accuracy of any epoch"),
+    Column("final_test_loss", "double", "", "a language model's held-out loss per token "
+           "after the last epoch"),
+    Column("final_perplexity", "double", "", "its exponential: the held-out perplexity"),
     Column("tta_s", "double", "s", "time to `target_accuracy` (training and evaluation)"),
     Column("tta_epochs", "int64", "count", "epochs to `target_accuracy`"),
     Column("tta_reason", "string", "", "why there is no time to accuracy"),
@@ -222,6 +248,7 @@ RUN_GROUPS: tuple[tuple[str, tuple[Column, ...]], ...] = (
     ("Run dimensions (the torch modes' options) and what the ranks did with them", DIMENSIONS),
     ("Devices and binding (results/devices.py)", DEVICES),
     ("Fabric attestation (fabric.py)", FABRIC),
+    ("Workload: tokens, model FLOP/s, MFU and memory (results/workload.py)", WORKLOAD),
     ("Scaling and invariants", SCALING),
     ("Epoch runs: convergence and time to accuracy (null for runs of iterations)", CONVERGENCE),
 )
@@ -262,6 +289,7 @@ EPOCHS: tuple[Column, ...] = (
     Column("train_loss", "double", "", "mean training loss of the epoch"),
     Column("train_acc", "double", "fraction", "training accuracy of the epoch"),
     Column("test_acc", "double", "fraction", "held-out accuracy after it"),
+    Column("test_loss", "double", "", "a language model's held-out loss per token after it"),
     Column("samples", "int64", "samples", "samples the rank trained in it"),
 )
 
