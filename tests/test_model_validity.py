@@ -365,3 +365,42 @@ def test_the_sweep_says_each_flag_once_with_its_runs():
                {"run_id": "d-n2", "workers": 2, "flags": []}]
     assert flag_groups(records) == [(fit, ["a-n4 (4 ranks)", "b-n2 (2 ranks)"]),
                                     (cores, ["a-n4 (4 ranks)", "c-n4 (4 ranks)"])]
+
+
+def test_nodes_confined_to_shares_that_fit_are_machines_of_their_own():
+    """The test cluster's nodes: four on one 2-core machine, each in a 0.45-core cgroup. Their
+    shares fit the machine (1.8 <= 2), so no 'N ranks on C cores' flag and no contention
+    scaling; shares that do not fit (0.6 each) are one machine again; more ranks a node than
+    its share is flagged."""
+    fits = _level("inter", 4, 1).model_copy(update={"node_cpu_share": 0.45,
+                                                    "rank_cpu_cores": 0.45})
+    pf = preflight.Preflight(site="s", partition="p", inter=fits, cpus_per_node=2)
+    assert fits.shares_fit() and pf.shared_machine_cores() is None
+    assert pf.compute_load(4) == 1.0 and "each confined to 0.45 cores (they fit)" in \
+        fits.describe(0.0)
+    assert ledger.run_flags(pf, 4, 1, _runs(4).iloc[:1]) == []
+    over = ledger.run_flags(pf, 8, 2, _runs(8).iloc[:1])
+    assert over == ["assumption broken: 2 ranks a node on 0.45 cores a node (the CPU share its "
+                    "ranks run under): 4.44 ranks a core"]
+    crowded = fits.model_copy(update={"node_cpu_share": 0.6})
+    pf2 = preflight.Preflight(site="s", partition="p", inter=crowded, cpus_per_node=2)
+    assert not crowded.shares_fit() and pf2.shared_machine_cpus() == 2
+
+
+def test_communication_takes_a_cpu_ranks_share_from_backward():
+    """On a rank of at most one core (a CPU share, or a core of its own), the all-reduce's CPU
+    (the cores it keeps busy while running, over the rank's cores) is what hidden
+    communication takes from backward; 0 with cores to spare, on GPUs, or unmeasured."""
+    level = _level("inter", 4, 1).model_copy(update={"node_cpu_share": 0.45,
+                                                     "rank_cpu_cores": 0.45,
+                                                     "comm_cpu_cores": 0.09})
+    pf = preflight.Preflight(site="s", partition="p", inter=level, cpus_per_node=2)
+    assert pf.comm_cpu() == pytest.approx(0.2)
+    bound = level.model_copy(update={"comm_cpu_cores": 0.6})  # CPU-bound: nothing hidden
+    assert preflight.Preflight(site="s", partition="p", inter=bound).comm_cpu() == 1.0
+    spare = level.model_copy(update={"rank_cpu_cores": 8.0})
+    assert preflight.Preflight(site="s", partition="p", inter=spare).comm_cpu() == 0.0
+    gpu = preflight.Preflight(site="s", partition="p", inter=level, gpus_per_node=4)
+    assert gpu.comm_cpu() == 0.0
+    unknown = level.model_copy(update={"comm_cpu_cores": None})
+    assert preflight.Preflight(site="s", partition="p", inter=unknown).comm_cpu() == 0.0

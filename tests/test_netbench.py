@@ -196,3 +196,21 @@ def test_bus_bandwidth_is_nccl_tests_busbw():
     assert size == 1 << 20 and value == pytest.approx((1 << 20) / 2e-3 * 1.5)
     assert netbench.describe_busbw(sizes, seconds, 4) == \
         f"busbw {value / 1e9:.3g} GB/s (peak, at 1,048,576 B)"
+
+
+def test_the_cpu_an_all_reduce_keeps_busy():
+    """netbench.cpu_cores: per rank and measured iteration, CPU over wall seconds of the sizes
+    of 1 MiB and more (latency-bound sizes say nothing of what bytes cost), the median."""
+    from orchestrator.model import netbench
+    from orchestrator.protocol import RankLog
+
+    def it(i, cpu_big, warmup=False):
+        return {"type": "iter", "iter": i, "warmup": warmup,
+                "allreduce_4": 0.001, "cpu_allreduce_4": 0.001,  # latency: left out
+                "allreduce_1048576": 0.1, "cpu_allreduce_1048576": cpu_big,
+                "allreduce_4194304": 0.3, "cpu_allreduce_4194304": 3 * cpu_big}
+
+    logs = [RankLog(0, iters=[it(0, 0.09, warmup=True), it(1, 0.02), it(2, 0.02)]),
+            RankLog(1, iters=[it(1, 0.03), it(2, 0.04)])]
+    assert netbench.cpu_cores(logs) == pytest.approx((0.2 + 0.3) / 2)
+    assert netbench.cpu_cores([RankLog(0, iters=[{"iter": 1, "allreduce_4": 0.1}])]) is None

@@ -204,6 +204,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     b = base.iloc[0]
     overlap = overlap_of(str(run["mode"]), opts, grad)
     source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
+    source = source.model_copy(update={"comm_cpu": pf.comm_cpu()})
     scale = compute_scale(pf, int(b[RANKS]), w, factor)
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
                    compute_scale=lambda _n: scale)[0]
@@ -224,13 +225,15 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "flags": run_flags(pf, w, tasks, base),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
-        "contention_factor": factor,
+        "contention_factor": factor, "comm_cpu": source.comm_cpu, "t_comm_cpu": pred.t_comm_cpu,
         "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
                       "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
                       + (f", compute x{scale:.2f} (nodes share "
                          f"{pf.shared_machine_cpus()} cores"
                          + (f", x{factor:.2f} measured from 1 to 2 ranks" if factor else "")
-                         + ")" if scale != 1 else ""),
+                         + ")" if scale != 1 else "")
+                      + (f", hidden communication takes {source.comm_cpu:.0%} of a rank's CPU "
+                         "from backward" if source.comm_cpu else ""),
         "orch_version": __version__,
     }
 

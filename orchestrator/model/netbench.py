@@ -37,6 +37,10 @@ from .inputs import ModelInputError
 
 MODE = modes.network_benchmark().name  # allreduce-bench
 FIELD_PREFIX = "allreduce_"
+CPU_PREFIX = "cpu_allreduce_"  # a rank's CPU seconds of one all-reduce of that size
+# The sizes whose CPU over wall time says what the all-reduce's bandwidth costs the CPU: at and
+# above 1 MiB the bytes, not the latency, set the time.
+CPU_FROM_BYTES = 1 << 20
 
 
 class NetbenchResult(BaseModel):
@@ -60,6 +64,10 @@ class NetbenchResult(BaseModel):
     run_id: str
     run_dir: str
     measured_at: float | None = None
+    # The CPU cores a rank's all-reduce keeps busy while it runs (its CPU seconds over its wall
+    # seconds on messages of at least CPU_FROM_BYTES, the median over ranks and iterations);
+    # None where the run did not record its CPU (an older orch).
+    cpu_cores: float | None = None
     orch_version: str = __version__
 
     @property
@@ -126,7 +134,8 @@ def fit_run(rdir: Path) -> NetbenchResult:
             if rec.get("warmup"):
                 continue
             for key, value in rec.items():
-                if key.startswith(FIELD_PREFIX) and isinstance(value, (int, float)):
+                if (key.startswith(FIELD_PREFIX) and key[len(FIELD_PREFIX):].isdigit()
+                        and isinstance(value, (int, float))):
                     size = int(key[len(FIELD_PREFIX):])
                     k = (int(rec["iter"]), size)
                     by_iter[k] = max(by_iter.get(k, 0.0), float(value))
@@ -150,8 +159,30 @@ def fit_run(rdir: Path) -> NetbenchResult:
         workers=workers, nodes=run.nodes, tasks_per_node=run.tasks_per_node,
         alpha=ab.alpha, bandwidth=ab.bandwidth, sizes=sizes, seconds=seconds,
         iterations=run.iters, run_id=run.run_id, run_dir=str(rdir.resolve()),
-        measured_at=record.ended_at,
+        measured_at=record.ended_at, cpu_cores=cpu_cores(logs),
     )
+
+
+def cpu_cores(logs) -> float | None:
+    """The CPU cores a rank's all-reduce keeps busy while it runs: per rank and measured
+    iteration, its CPU seconds over its own wall seconds, summed over the sizes of at least
+    CPU_FROM_BYTES; the median of those (None where no rank recorded its CPU)."""
+    ratios = []
+    for log in logs:
+        for rec in log.iters:
+            if rec.get("warmup"):
+                continue
+            cpu = wall = 0.0
+            for key, value in rec.items():
+                if not key.startswith(CPU_PREFIX) or not isinstance(value, (int, float)):
+                    continue
+                size = int(key[len(CPU_PREFIX):])
+                spent = rec.get(f"{FIELD_PREFIX}{size}")
+                if size >= CPU_FROM_BYTES and isinstance(spent, (int, float)) and spent > 0:
+                    cpu, wall = cpu + float(value), wall + float(spent)
+            if wall > 0:
+                ratios.append(cpu / wall)
+    return statistics.median(ratios) if ratios else None
 
 
 def fit_measured(sizes: Sequence[float], seconds: Sequence[float], workers: int) -> RingFit:

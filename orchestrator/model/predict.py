@@ -74,6 +74,7 @@ class Prediction(BaseModel):
     t_comm_model_base: float | None = None
     t_sync_wait: float | None = None
     compute_scale: float | None = None
+    t_comm_cpu: float | None = None
 
     def row(self) -> dict:
         """The prediction as a plain row, without the fields its source does not have."""
@@ -86,7 +87,8 @@ class Measured(BaseModel):
     ``comm_total``: the pattern model's total communication at the measured size (what the
     model's change is taken from); ``jitter``: the per-iteration standard deviation of a rank's
     compute there (synchronization wait); ``speedup_from``: (workers, t_iter) of the run the
-    speedups are relative to (the smallest measured), or None for no speedup.
+    speedups are relative to (the smallest measured), or None for no speedup; ``comm_cpu``:
+    the share of a rank's CPU its communication takes while it runs (0: none of the compute's).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -97,6 +99,8 @@ class Measured(BaseModel):
     comm_total: float
     jitter: float = 0.0
     speedup_from: tuple[int, float] | None = None
+    # The share of a rank's CPU its communication takes while running (predict_from_measured).
+    comm_cpu: float = 0.0
 
 
 def predict(
@@ -293,7 +297,8 @@ def _measured(base: Measured, counts: list[int], overlap: str, prefetch: bool,
         point = predict_from_measured(
             base.phases, base.t_iter, base.comm_total, comm(n), overlap=overlap,
             prefetch=prefetch, jitter=base.jitter, base_workers=base.workers, workers=n,
-            compute_scale=compute_scale(n) if compute_scale is not None else 1.0)
+            compute_scale=compute_scale(n) if compute_scale is not None else 1.0,
+            comm_cpu=base.comm_cpu)
         s = efficiency = None
         if base.speedup_from is not None:
             smallest, t_smallest = base.speedup_from
@@ -316,6 +321,7 @@ def predict_from_measured(
     base_workers: int = 1,
     workers: int = 1,
     compute_scale: float = 1.0,
+    comm_cpu: float = 0.0,
 ) -> dict[str, float]:
     """One larger run from a measured smaller one: the point formula of a :class:`Measured`
     source (the predictions a staged sweep states before its runs).
@@ -338,6 +344,13 @@ def predict_from_measured(
     ``compute_scale`` multiplies the compute phases at the predicted size: ranks per core
     there over ranks per core in the measured run (nodes that share one machine's cores, as
     the pre-flight found them; 1 on machines of their own).
+
+    ``comm_cpu`` (0-1): the share of a rank's CPU its communication takes while it runs, where
+    that CPU is all the rank's compute has (a CPU rank on one core or less: Gloo's and the
+    kernel's TCP work run on it too). Communication hidden behind backward then lengthens
+    backward by that share of its time; the change in hidden communication from the measured
+    size to the predicted one is added (``t_comm_cpu``). With communication that is CPU-bound
+    (``comm_cpu`` near 1) nothing is really hidden.
     """
     if overlap not in OVERLAPS:
         raise ModelInputError(f"overlap: expected one of {', '.join(OVERLAPS)}, got {overlap!r}")
@@ -366,11 +379,15 @@ def predict_from_measured(
         raise ModelInputError(f"compute_scale: expected a positive number, got "
                               f"{compute_scale!r}")
     scaled = {p: v * float(compute_scale) for p, v in compute.items()}
+    if not is_number(comm_cpu) or not 0.0 <= float(comm_cpu) <= 1.0:
+        raise ModelInputError(f"comm_cpu: expected a share from 0 to 1, got {comm_cpu!r}")
+    stolen = float(comm_cpu) * ((total_n - exposed(total_n)) - (total_base - exposed(total_base)))
+    scaled["t_b"] = max(0.0, scaled["t_b"] + stolen)
     t_n_model = phase_iteration_time(**scaled, t_comm_exposed=exp_n, prefetch=prefetch)
     t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
     return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
             "t_comm_model_base": total_base, "t_sync_wait": wait,
-            "compute_scale": float(compute_scale), **scaled}
+            "compute_scale": float(compute_scale), "t_comm_cpu": stolen, **scaled}
 
 
 def _non_negative_or_error(value: object, field: str) -> float:

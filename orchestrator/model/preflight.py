@@ -82,6 +82,11 @@ class Level(BaseModel):
     # quota or the affinity mask), the smallest over the job's nodes; None where a node runs
     # unconfined (its machine's cores are its own) or it was not recorded.
     node_cpu_share: float | None = None
+    # The CPU a rank of the job may use (rankside.cpushare: a quota split among the node's
+    # tasks, or its own affinity), the smallest over the ranks; and the CPU cores its
+    # all-reduce keeps busy while it runs (netbench.cpu_cores). None: not recorded.
+    rank_cpu_cores: float | None = None
+    comm_cpu_cores: float | None = None
 
     @property
     def alpha_beta(self) -> AlphaBeta:
@@ -133,6 +138,8 @@ class Level(BaseModel):
         if self.node_cpu_share:
             shared += (f", each confined to {self.node_cpu_share:.3g} cores"
                        + (" (they fit)" if self.shares_fit() else ""))
+        if self.comm_cpu_cores is not None:
+            shared += f", the all-reduce keeps {self.comm_cpu_cores:.2f} cores busy"
         return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
                 f"{units.format_bandwidth(self.bandwidth)}, "
                 f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
@@ -193,6 +200,18 @@ class Preflight(BaseModel):
     def node_cpu_share(self) -> float | None:
         """The cores a node's ranks may use where the pre-flight found them confined."""
         return self.inter.node_cpu_share
+
+    def comm_cpu(self) -> float:
+        """The share of a rank's CPU its communication takes while it runs, where that CPU is
+        all its compute has (a rank of at most one core on a CPU partition: its one compute
+        thread keeps it busy): communication hidden behind backward takes this much of its
+        time from backward. 0 on GPU partitions, on ranks with cores to spare, or where the
+        pre-flight did not record it."""
+        level = self.inter
+        if (self.gpus_per_node or not level.comm_cpu_cores or not level.rank_cpu_cores
+                or level.rank_cpu_cores > 1.0 + 1e-9):
+            return 0.0
+        return min(1.0, level.comm_cpu_cores / level.rank_cpu_cores)
 
     def compute_load(self, ranks: int) -> float:
         """How many ranks share each core at ``ranks`` ranks (>= 1): on nodes sharing one
@@ -303,13 +322,15 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     fit = netbench.fit_run(rdir)
     r2, worst = fit_quality(fit.sizes, fit.seconds, fit.model_seconds())
     record = rundir.read_record(rdir)
-    footers = [log.footer for log in gather.read_run_logs(rdir) if log.footer]
+    logs = gather.read_run_logs(rdir)
+    footers = [log.footer for log in logs if log.footer]
     boots = {f.get("boot_id") for f in footers if f.get("boot_id")}
     cpus = [int(f["host_cpus"]) for f in footers if isinstance(f.get("host_cpus"), int)]
     physical = [int(f["host_cores"]) for f in footers if isinstance(f.get("host_cores"), int)]
     return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
                  machine_cores=min(physical) if physical else None,
-                 node_cpu_share=confined_share(gather.read_run_logs(rdir)),
+                 node_cpu_share=confined_share(logs), rank_cpu_cores=rank_cores(logs, tasks),
+                 comm_cpu_cores=fit.cpu_cores,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,
@@ -331,6 +352,20 @@ def confined_share(logs) -> float | None:
             return None
         shares.append(float(cores_))
     return min(shares) if shares else None
+
+
+def rank_cores(logs, tasks_per_node: int) -> float | None:
+    """The CPU cores each rank of a job may use, the smallest over its ranks: a cgroup quota
+    is the node's, shared by its ``tasks_per_node`` tasks; an affinity mask is the rank's own
+    (rankside.cpushare). None where no rank recorded it."""
+    found = []
+    for log in logs:
+        probe = (log.header or {}).get(protocol.CPU_SHARE)
+        cores_ = probe.get("cores") if isinstance(probe, dict) else None
+        if isinstance(cores_, (int, float)) and cores_ > 0:
+            found.append(float(cores_) / (max(1, tasks_per_node) if probe.get("limited")
+                                          else 1))
+    return min(found) if found else None
 
 
 def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = "auto",

@@ -8,6 +8,10 @@ of one all-reduce is logged as the extra iteration field ``allreduce_<bytes>``. 
 this mode. The sizes are the ``--sizes`` option plus the gradient of ``--model`` (float32),
 whose all-reduce a training run of that model performs every iteration.
 
+Beside each size's seconds, the CPU this process spent on one all-reduce of it
+(``cpu_allreduce_<bytes>``: its threads' user and system time, Gloo's and the kernel's TCP work
+included): on CPU nodes a communication that runs behind backward takes that CPU from it.
+
 The footer carries the sizes and the model's gradient bytes, and as ``param_checksum`` the
 sum of a reduced check buffer, equal on every rank only if the all-reduce really summed.
 """
@@ -80,7 +84,7 @@ def main(argv=None) -> None:
             for n in sizes:
                 dist.barrier()
                 sync()
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.process_time()
                 for _ in range(args.reps):
                     dist.all_reduce(buffers[n])
                 sync()
@@ -88,6 +92,7 @@ def main(argv=None) -> None:
                 s.add("t_comm", elapsed)
                 s.add("t_comm_total", elapsed)
                 s.add(f"allreduce_{n}", elapsed / args.reps)
+                s.add(f"cpu_allreduce_{n}", (time.process_time() - cpu0) / args.reps)
                 buffers[n].fill_(1.0)  # keep values small: sums of ones never overflow
 
         s.breakdown([(None, all_sizes)])
