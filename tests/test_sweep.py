@@ -55,7 +55,8 @@ def test_bad_node_lists(text, message):
     [
         (SweepSpec(nodes=(8,)), "partition 'local' of site 'local' has only 4 node"),
         (SweepSpec(modes=("caffe",)), "unknown mode 'caffe'; valid: .*torch-ddp"),
-        (SweepSpec(models=("vgg16",)), "unknown model 'vgg16'; valid: alexnet, bert-base, googlenet"),
+        (SweepSpec(models=("vgg16",)),
+         "unknown model 'vgg16'; valid: alexnet, bert-base, googlenet"),
         (SweepSpec(models=("lenet5",), dataset="imagenet"), "no 'imagenet' variant"),
         (SweepSpec(partitions=("gpu",)), "no partition 'gpu'; valid: local"),
         (SweepSpec(launcher="srun"), "not available on a local site"),
