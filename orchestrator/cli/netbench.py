@@ -43,6 +43,9 @@ def netbench_cmd(
                                        "and predict.")] = True,
     time_limit: Annotated[int | None, typer.Option(help="Time limit, minutes.")] = None,
     format: Annotated[str, typer.Option("--format", "-f", help="table or json.")] = "table",
+    fit_from: Annotated[str, typer.Option(
+        help="Fit α and B to the sizes from this many bytes up (K/M/G = 1024^n): the regime of "
+        "gradient buckets; smaller messages are measured and shown, not fitted.")] = "64K",
 ) -> None:
     """Measure all-reduce latency α and bandwidth B of a partition with a real job.
 
@@ -86,7 +89,7 @@ def netbench_cmd(
     execute.execute(prepared, site_obj, wait=True, on_event=_print_event)
     keys = results.recheck(out_dir)  # the run records first: merge only reads
     results.merge(out_dir, keys)
-    result = nb.fit_run(out_dir / run.run_id)
+    result = nb.fit_run(out_dir / run.run_id, fit_from=parse_sizes(fit_from, "--fit-from")[0])
     path = nb.save(result, nb.store_path(site_obj.name, part.name, store)) if save else None
     if format == "json":
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
@@ -111,8 +114,9 @@ def _print_fit(result, where: str) -> None:
         table.add_column(c, justify="right")
     for size, t, m, bus in zip(result.sizes, result.seconds, result.model_seconds(),
                                result.bus_bandwidths(), strict=True):
+        fitted = "" if size >= result.fit_from else " (not fitted)"
         table.add_row(f"{size:,}", f"{t * 1e6:,.1f}", f"{nb.algbw(size, t) / 1e9:.3f}",
-                      f"{bus / 1e9:.3f}", f"{m * 1e6:,.1f}", f"{m / t:.2f}")
+                      f"{bus / 1e9:.3f}", f"{m * 1e6:,.1f}", f"{m / t:.2f}{fitted}")
     out_console.print(table)
     out_console.print(f"{where}: {result.describe()}", markup=False, highlight=False)
 

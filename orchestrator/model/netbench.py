@@ -41,6 +41,12 @@ CPU_PREFIX = "cpu_allreduce_"  # a rank's CPU seconds of one all-reduce of that 
 # The sizes whose CPU over wall time says what the all-reduce's bandwidth costs the CPU: at and
 # above 1 MiB the bytes, not the latency, set the time.
 CPU_FROM_BYTES = 1 << 20
+# The α–β fit takes the sizes from here up: the regime of gradient buckets, which is what the
+# model prices. Below it an all-reduce's time is set by how fast its ranks' processes wake up
+# more than by any link: on the test cluster (4 nodes' ranks on 2 shared cores) a 64-byte
+# Gloo all-reduce over 4 ranks takes 4-10 ms (4.5 ms on plain loopback, 0.3 ms over 2 ranks),
+# a 4-byte one 0.6 ms (another algorithm). Every size is still measured and shown.
+FIT_FROM = 64 << 10
 
 
 class NetbenchResult(BaseModel):
@@ -68,6 +74,8 @@ class NetbenchResult(BaseModel):
     # seconds on messages of at least CPU_FROM_BYTES, the median over ranks and iterations);
     # None where the run did not record its CPU (an older orch).
     cpu_cores: float | None = None
+    # The fit took the sizes of at least this many bytes (all, where fewer than 2 are).
+    fit_from: int = 0
     orch_version: str = __version__
 
     @property
@@ -78,13 +86,29 @@ class NetbenchResult(BaseModel):
         """The fitted model at every measured size."""
         return [allreduce_time(m, self.workers, self.alpha, self.bandwidth) for m in self.sizes]
 
+    def fitted(self) -> tuple[list[int], list[float]]:
+        """(sizes, seconds) the fit took (``fit_from`` and up)."""
+        return fit_range(self.sizes, self.seconds, self.fit_from)
+
     def bus_bandwidths(self) -> list[float]:
         """busbw (bytes/s) at every measured size (:func:`busbw`)."""
         return [busbw(m, t, self.workers) for m, t in zip(self.sizes, self.seconds,
                                                             strict=True)]
 
+    def r2(self) -> tuple[float, float]:
+        """(R² on log-seconds, worst relative residual) of the fit over the sizes it took."""
+        from .preflight import fit_quality
+
+        sizes, seconds = self.fitted()
+        return fit_quality(sizes, seconds, [allreduce_time(m, self.workers, self.alpha,
+                                                           self.bandwidth) for m in sizes])
+
     def describe(self) -> str:
+        r2, worst = self.r2()
+        fit = (f"R² = {r2:.3f}, worst residual {worst:.0%}"
+               + (f" (sizes from {self.fit_from:,} B)" if self.fit_from else ""))
         return (f"α = {format_seconds(self.alpha)}, B = {format_bandwidth(self.bandwidth)}, "
+                f"{fit}, "
                 f"{describe_busbw(self.sizes, self.seconds, self.workers)} "
                 f"({self.backend}, {self.workers} ranks on {self.nodes} node(s) of "
                 f"{self.site}/{self.partition}, run {self.run_id})")
@@ -117,8 +141,9 @@ def describe_busbw(sizes: list[int], seconds: list[float], ranks: int) -> str:
 # --- measuring -----------------------------------------------------------------------------
 
 
-def fit_run(rdir: Path) -> NetbenchResult:
-    """Fit α and B to a finished ``allreduce-bench`` run directory."""
+def fit_run(rdir: Path, fit_from: int = FIT_FROM) -> NetbenchResult:
+    """Fit α and B to a finished ``allreduce-bench`` run directory, on its sizes of at least
+    ``fit_from`` bytes (:data:`FIT_FROM`)."""
     run = rundir.read_run(rdir)
     if run.mode != MODE:
         raise UserError(f"{rdir}: run of mode '{run.mode}', not an {MODE} run")
@@ -152,7 +177,7 @@ def fit_run(rdir: Path) -> NetbenchResult:
         raise UserError(f"{rdir}: {workers} rank: an all-reduce over one rank sends nothing; "
                         "measure with at least 2 ranks (--nodes 2)")
     footer = next((log.footer for log in logs if log.footer), {}) or {}
-    ab = _fit(sizes, seconds, workers, rdir)
+    ab = _fit(*fit_range(sizes, seconds, fit_from), workers, rdir)
     return NetbenchResult(
         site=run.site, partition=run.partition, interconnect=run.interconnect,
         backend=str(footer.get("backend") or run.options.get("backend", "?")),
@@ -160,7 +185,18 @@ def fit_run(rdir: Path) -> NetbenchResult:
         alpha=ab.alpha, bandwidth=ab.bandwidth, sizes=sizes, seconds=seconds,
         iterations=run.iters, run_id=run.run_id, run_dir=str(rdir.resolve()),
         measured_at=record.ended_at, cpu_cores=cpu_cores(logs),
+        fit_from=fit_from if len(fit_range(sizes, seconds, fit_from)[0]) < len(sizes) else 0,
     )
+
+
+def fit_range(sizes: list[int], seconds: list[float], fit_from: int,
+              ) -> tuple[list[int], list[float]]:
+    """The sizes of at least ``fit_from`` bytes and their seconds; all of them where fewer
+    than 2 distinct sizes are that large (two are needed to separate α from B)."""
+    kept = [(m, t) for m, t in zip(sizes, seconds, strict=True) if m >= fit_from]
+    if len({m for m, _ in kept}) < 2:
+        return list(sizes), list(seconds)
+    return [m for m, _ in kept], [t for _, t in kept]
 
 
 def cpu_cores(logs) -> float | None:

@@ -40,9 +40,11 @@ from .inputs import ModelInputError
 
 MODES = ("auto", "always", "never")
 MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
-# Few sizes and iterations: the pre-flight must cost seconds, not minutes (4 B pins α,
-# 1-4 MiB pin B; the model's own gradient size is added by the benchmark).
-SIZES = "4:1024:16384:262144:1048576:4194304"
+# Few sizes and iterations: the pre-flight must cost seconds, not minutes. The sizes of
+# gradient buckets, which the model prices (64 KiB pins α, the per-step cost of a ring in that
+# regime; 1-16 MiB pin B; the model's own gradient size is added by the benchmark): below them
+# an all-reduce's time says how fast processes wake up, not what a link does (netbench.FIT_FROM).
+SIZES = "65536:262144:1048576:4194304:16777216"
 ITERS, WARMUP, REPS = 5, 1, 3
 # A fit that fails validity's thresholds is measured once more with this many times the
 # repeats and iterations (noise averages out as 1/sqrt(samples)); if it still fails, every
@@ -320,7 +322,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     results.merge(out, keys)
     rdir = out / runs[0].run_id
     fit = netbench.fit_run(rdir)
-    r2, worst = fit_quality(fit.sizes, fit.seconds, fit.model_seconds())
+    r2, worst = fit.r2()
     record = rundir.read_record(rdir)
     logs = gather.read_run_logs(rdir)
     footers = [log.footer for log in logs if log.footer]
@@ -333,7 +335,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  comm_cpu_cores=fit.cpu_cores,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
-                 max_rel_residual=worst, sizes=fit.sizes, seconds=fit.seconds,
+                 max_rel_residual=worst, sizes=fit.fitted()[0], seconds=fit.fitted()[1],
                  reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir)
