@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from . import backends, containers, units
+from .backends.slurm import timelimit
 from .errors import UserError
 from .resources import data_dir
 from .yamlconf import control_chars, dotted, format_validation_error, load_model, read_yaml
@@ -64,7 +65,6 @@ ContainerRuntime = _registered("container runtime", containers.runtime_names(), 
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 # NAME==VERSION (extras allowed): how every package of a framework environment is pinned.
 PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9,._-]+\])?==[A-Za-z0-9.+!_-]+$")
-_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$|^\d+$")
 
 
 def check_pinned(requirements: list[str]) -> list[str]:
@@ -102,12 +102,16 @@ def _check_time(v: str | None) -> str | None:
     """A Slurm time limit that is well formed and not zero (0 means: no time at all)."""
     if v is None:
         return v
-    if not _SLURM_TIME.match(v):
-        raise ValueError("expected a Slurm time such as '30', '00:30:00' or '1-00:00:00'")
+    try:
+        limit = timelimit.seconds(v)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    if limit is None:
+        raise ValueError(f"'{v}': a run needs a limit; give e.g. '1-00:00:00' for a day")
     fields = v.split("-")[-1].split(":")
     if len(fields) > 1 and any(int(f) > 59 for f in fields[1:]):
         raise ValueError("minutes and seconds must be 00-59, e.g. '01:30:00'")
-    if not any(int(f) for f in re.split(r"[-:]", v)):
+    if not limit:
         raise ValueError("a time limit of 0 ends every run at once; give e.g. '00:30:00'")
     return v
 

@@ -20,6 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .backends.slurm import timelimit
 from .errors import UserError
 from .files import create_text_atomic, write_text_atomic
 
@@ -111,20 +112,12 @@ def probe(p: PartitionFacts, timeout: float = 120) -> None:
 
 
 def minutes_of(limit: str) -> int | None:
-    """Slurm time limit (``infinite``, ``30:00``, ``1-00:00:00``, ``2:00:00``) in minutes."""
-    if limit in ("infinite", "UNLIMITED", "NONE", "") or "n/a" in limit.lower():
+    """A partition's MaxTime (``infinite``, ``30:00``, ``1-12``, ``1-00:00:00``) in minutes;
+    None for no limit or a value that is not a Slurm time (``n/a``)."""
+    try:
+        return timelimit.minutes(limit)
+    except ValueError:
         return None
-    days, _, rest = limit.rpartition("-")
-    nums = [int(x) for x in rest.split(":") if x.isdigit()]
-    if len(nums) == 3:
-        h, m, s = nums
-    elif len(nums) == 2:
-        h, (m, s) = 0, nums
-    elif len(nums) == 1:
-        h, m, s = 0, nums[0], 0
-    else:
-        return None
-    return (int(days) if days.isdigit() else 0) * 1440 + h * 60 + m + (1 if s else 0)
 
 
 def _pick_interface(p: PartitionFacts, loopback_nodes: bool) -> tuple[str, str]:
@@ -216,7 +209,7 @@ def detect(name: str, probe_jobs: bool = True) -> str:
     from .backends.slurm import SlurmScheduler
 
     sched = SlurmScheduler()
-    loopback = {p.name: sched.nodes_are_this_machine(p.name) for p in parts}
+    loopback = {p.name: sched.nodes_on_loopback(p.name) for p in parts}
     for p in parts:
         if probe_jobs:
             probe(p)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import backends, data, datasources, modes, protocol, trainer, usermodel, zoo
+from .backends.slurm import timelimit
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
@@ -26,26 +27,8 @@ def _time_limit(spec: SweepSpec, site_time: str | None) -> int:
         if spec.time_limit_min < 1:
             raise UserError("--time-limit: at least 1 minute")
         return spec.time_limit_min
-    return slurm_minutes(site_time) if site_time else 10
-
-
-def slurm_minutes(text: str) -> int:
-    """Slurm's time formats (M, M:S, H:M:S, D-H[:M[:S]]) in whole minutes, rounded up."""
-    days = 0
-    if "-" in text:
-        d, text = text.split("-", 1)
-        days = int(d)
-        parts = [int(p) for p in text.split(":")] + [0, 0]
-        h, m, s = parts[0], parts[1], parts[2]
-    else:
-        parts = [int(p) for p in text.split(":")]
-        if len(parts) == 1:
-            h, m, s = 0, parts[0], 0
-        elif len(parts) == 2:
-            h, m, s = 0, parts[0], parts[1]
-        else:
-            h, m, s = parts
-    return days * 1440 + h * 60 + m + (1 if s else 0)
+    limit = timelimit.minutes(site_time) if site_time else None
+    return limit if limit is not None else 10
 
 
 # Where an error is: ``where(setting, value=None, key=None)`` gives a message's prefix for a

@@ -7,7 +7,7 @@ import pytest
 from orchestrator.errors import UserError
 from orchestrator.spec.models import SweepSpec
 from orchestrator.spec.settings import parse_int_list, parse_options
-from orchestrator.sweep import expand, slurm_minutes
+from orchestrator.sweep import expand
 
 from .conftest import orch
 
@@ -77,12 +77,6 @@ def test_option_parsing():
     assert parse_options(["backend=gloo,nccl"]) == {"backend": ("gloo", "nccl")}
     with pytest.raises(UserError, match="expected NAME=VALUE"):
         parse_options(["backend"])
-
-
-@pytest.mark.parametrize(("text", "minutes"), [("30", 30), ("00:30:00", 30), ("1:00:01", 61),
-                                               ("1-00:00:00", 1440), ("2-1", 2940)])
-def test_slurm_time_formats(text, minutes):
-    assert slurm_minutes(text) == minutes
 
 
 # Bad orch sweep arguments of every kind: exit 2, a short message, no traceback.
