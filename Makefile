@@ -76,7 +76,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests benchmarks
 
 test: $(STAMP) cluster-up container-tools browser lint envs
-	$(BIN)/python -m pytest -ra --durations=25
+	$(BIN)/python -m pytest -ra --durations=40
 
 clean:
 	rm -rf $(VENV) runs site .pytest_cache .ruff_cache

@@ -7,7 +7,7 @@ functions do::
     command: [python, train.py, --max-steps, "40", --batch-size, "{batch_size}"]
     tokens_per_sample: 128              # optional: tokens/s from a samples/s figure, or back
     throughput:                         # required: every line it matches is one interval
-      regex: "'train_tokens_per_second': '([0-9.]+)'"   # group 1, or json: KEY
+      regex: "'train_tokens_per_second': '([0-9.e+-]+)'"   # group 1, or json: KEY
       unit: tokens/s                    # samples/s (default) or tokens/s
       scope: job                        # job (the whole job's rate, read on rank 0) or rank
     loss: {regex: "'loss': '([0-9.]+)'"}  # optional, as are tokens_per_s and mfu

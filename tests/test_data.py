@@ -59,7 +59,7 @@ def test_sweep_reads_from_disk_with_and_without_prefetch(dataset, tmp_path):
     ("args", "message"),
     [
         (["--data", "/nonexistent"], "no manifest.json there"),
-        (["--dataset", "imagenet", "--model", "resnet18"], "holds cifar images"),
+        (["--dataset", "imagenet", "--model", "resnet18"], "holds cifar samples"),
         (["--prefetch", "maybe"], "expected yes, no or yes,no"),
     ],
 )

@@ -167,7 +167,7 @@ def _run(tmp_path, partition, interconnect, ifname, nodes=2, mode="torch-ddp",
     tasks = [SimpleNamespace(role="worker")] * nodes
     return SimpleNamespace(partition=partition, interconnect=interconnect, nodes=nodes,
                            mode=mode, model="lenet5", dataset="cifar", iters=3, warmup=1,
-                           options={}, tasks=lambda: tasks)
+                           options={}, model_params=None, tasks=lambda: tasks)
 
 
 def _log(rank, iface, kind, tx):

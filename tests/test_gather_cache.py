@@ -336,7 +336,11 @@ def test_a_result_set_of_one_file_per_table_is_read_and_rebuilt(tmp_path, monkey
         pd.testing.assert_frame_equal(rebuilt[list(before.columns)], before)
     before, now = pd.read_parquet(old / "runs.parquet"), pd.read_parquet(out / resultset.RUNS)
     for column in before.columns:  # every column it had, the same (new ones may come)
-        pd.testing.assert_series_equal(now[column], before[column])
+        # an all-null text column the older orch wrote as object is now typed string
+        if before[column].isna().all():
+            assert now[column].isna().all(), column
+        else:
+            pd.testing.assert_series_equal(now[column], before[column])
     assert sorted(p.name for p in (out / "results").iterdir()) == [
         ".cache", "devices.parquet", "epochs.parquet", "iterations.parquet", "runs.parquet"]
     read.clear()

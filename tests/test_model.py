@@ -565,3 +565,19 @@ def test_model_input_error_is_a_user_error_and_a_value_error():
     assert issubclass(ModelInputError, ValueError)
     assert issubclass(ModelInputError, UserError)
     assert ModelInputError("x").exit_code == 2
+
+
+def test_a_negative_latency_fit_falls_back_to_bandwidth_alone():
+    """Large sizes only, noisy: the free fit puts α below zero; the measured fit holds α at 0
+    (the α ≥ 0 least-squares solution) and finds B from the times."""
+    from orchestrator.model.comm import fit_ring_through_origin
+    from orchestrator.model.netbench import fit_measured
+
+    sizes = [262144, 1048576, 4194304]
+    times = [2 * m / 2 / 30e6 * f for m, f in zip(sizes, (0.9, 1.0, 1.02), strict=True)]
+    with pytest.raises(ModelInputError, match="negative"):
+        fit_alpha_beta(sizes, times, 2)
+    fit = fit_measured(sizes, times, 2)
+    assert fit.alpha_beta.alpha == 0 and fit.alpha_beta.bandwidth == approx(30e6, rel=0.05)
+    exact = fit_ring_through_origin(sizes, [m / 30e6 for m in sizes], 2)
+    assert exact.alpha_beta.bandwidth == approx(30e6) and exact.se_beta == approx(0, abs=1e-12)

@@ -39,7 +39,9 @@ from .conftest import (
 pytestmark = pytest.mark.ranks
 ITERS, WARMUP = 4, 1
 FAST = ("--model", "lenet5", "--iters", ITERS, "--warmup", WARMUP)
-PAIRS = [(name, ds) for name in zoo.names() for ds in zoo.get(name).datasets]
+# The zoo's models MXNet builds (the transformers are PyTorch's only: ModelSpec.libraries).
+PAIRS = [(name, ds) for name in zoo.names() for ds in zoo.get(name).datasets
+         if zoo.get(name).libraries is None or "mxnet" in zoo.get(name).libraries]
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +68,8 @@ from orchestrator import zoo
 from orchestrator.rankside.mxnet import models as mm
 out = {}
 for name in zoo.names():
+    if zoo.get(name).libraries is not None and "mxnet" not in zoo.get(name).libraries:
+        continue
     for ds in zoo.get(name).datasets:
         net = mm.build(name, ds)
         net.initialize(mx.init.Xavier())

@@ -22,7 +22,7 @@ def sweep(configs: int, nodes=(1, 2, 4)) -> pd.DataFrame:
     """``configs`` configurations with long labels, a run per node count each."""
     labels = [f"{mode} {model} backend=nccl,trace=no"
               for mode, model in itertools.islice(itertools.product(MODES, MODELS), configs)]
-    rows = [{"_label": label, "nodes": n, "repeat": 0,
+    rows = [{"_label": label, "nodes": n, "ranks": n, "repeat": 0, "run_id": f"{label}-n{n}",
              **{p: 0.001 * (i + 1) for i, p in enumerate([*PHASE_ORDER, "t_unaccounted"])}}
             for label in labels for n in nodes]
     return pd.DataFrame(rows)

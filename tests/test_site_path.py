@@ -162,7 +162,7 @@ def fake_slurm(monkeypatch):
 
     monkeypatch.setattr(sitedetect, "_run", fake_run)
     monkeypatch.setattr(sitedetect.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr("orchestrator.backends.slurm.SlurmScheduler.nodes_are_this_machine",
+    monkeypatch.setattr("orchestrator.backends.slurm.SlurmScheduler.nodes_on_loopback",
                         lambda self, p: True)
 
 

@@ -73,7 +73,7 @@ def test_detect_on_fake_slurm(monkeypatch):
 
     monkeypatch.setattr(sitedetect, "_run", fake_run)
     monkeypatch.setattr(sitedetect.shutil, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr("orchestrator.backends.slurm.SlurmScheduler.nodes_are_this_machine",
+    monkeypatch.setattr("orchestrator.backends.slurm.SlurmScheduler.nodes_on_loopback",
                         lambda self, p: True)
     data = yaml.safe_load(sitedetect.detect("tc"))
     assert [p["name"] for p in data["partitions"]] == ["ib", "eth"]

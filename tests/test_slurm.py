@@ -20,6 +20,7 @@ from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import (
     frozen_rank,
+    model_of,
     processes_matching,
     results,
     run_orch,
@@ -64,7 +65,9 @@ def test_interconnect_reaches_the_ranks(torch_cluster_sweep):
         env = header["env"]
         expected = "0" if run["interconnect"] == "infiniband" else "1"
         assert env["NCCL_IB_DISABLE"] == expected
-        assert env["GLOO_SOCKET_IFNAME"] == "lo"
+        # each test-cluster node's own interface of the partition's fabric
+        assert env["GLOO_SOCKET_IFNAME"] == ("ib0" if run["interconnect"] == "infiniband"
+                                             else "eth0")
         assert env["SLURM_JOB_ID"] == json.loads((rdir / "job.json").read_text())["job_id"]
         assert (rdir / f"slurm-{env['SLURM_JOB_ID']}.out").is_file()
 
@@ -124,7 +127,8 @@ def test_no_wait_then_status_gather_and_cancel(slurm_cluster, tmp_path):
 @pytest.mark.parametrize("partition", ["ib", "eth"])
 def test_rendered_scripts_pass_sbatch_test_only(slurm_cluster, tmp_path, mode, partition):
     site = sitemod.load(slurm_cluster)[0]
-    for run in expand(SweepSpec(nodes=(1, 4), modes=(mode,), partitions=(partition,)), site):
+    spec = model_of(mode, {"nodes": (1, 4), "modes": (mode,), "partitions": (partition,)})
+    for run in expand(SweepSpec(**spec), site):
         rendered = render_run(ResolvedRun.of(run, site), tmp_path / run.run_id,
                               tmp_path / "lib")
         (tmp_path / run.run_id).mkdir()
@@ -206,3 +210,65 @@ def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
         assert "Requeue=0" in shown, shown
     finally:
         run_orch("cancel", out)
+
+
+# --- Slurm's time limits, read in one place (backends/slurm/timelimit.py) --------------------
+
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30", 1800),                 # minutes
+    ("30:15", 1815),              # minutes:seconds
+    ("2:00:01", 7201),            # hours:minutes:seconds
+    ("1-12", 129600),             # days-hours: a day and a half, not a day and 12 minutes
+    ("1-12:30", 131400),          # days-hours:minutes
+    ("2-01:00:05", 176405),       # days-hours:minutes:seconds
+    ("UNLIMITED", None), ("infinite", None),
+])
+def test_every_slurm_time_format(text, seconds):
+    from orchestrator.backends.slurm import timelimit
+    from orchestrator.sitedetect import minutes_of
+
+    assert timelimit.seconds(text) == seconds
+    expect = None if seconds is None else -(-seconds // 60)
+    assert timelimit.minutes(text) == expect
+    assert minutes_of(text) == expect  # orch site detect's MaxTime reads the same
+
+
+def test_a_time_that_is_none_of_slurms_forms_is_refused(tmp_path):
+    from orchestrator.backends.slurm import timelimit
+
+    for bad in ("1:2:3:4", "1-", "-5", "1.5", "30m", ""):
+        with pytest.raises(ValueError, match="not a Slurm time"):
+            timelimit.seconds(bad)
+    from orchestrator.sitedetect import minutes_of
+
+    assert minutes_of("n/a") is None
+
+
+# `scontrol -o show node` of two test-cluster nodes (slurmd 22.05 in network namespaces of
+# this machine), trimmed to the fields same_kernel reads.
+_SHOW_NODES = (
+    "NodeName=node1 Arch=x86_64 NodeAddr=10.210.0.1 OS=Linux 6.18.44-fc-v669 #1 SMP "
+    "PREEMPT_DYNAMIC @0 BootTime=2026-11-28T11:44:49 SlurmdStartTime=2026-11-28T15:52:06\n"
+    "NodeName=node2 Arch=x86_64 NodeAddr=10.210.0.2 OS=Linux 6.18.44-fc-v669 #1 SMP "
+    "PREEMPT_DYNAMIC @0 BootTime=2026-11-28T11:44:50 SlurmdStartTime=2026-11-28T15:52:06\n")
+
+
+def test_nodes_sharing_this_kernel_are_this_machine():
+    import datetime
+
+    from orchestrator.backends.slurm.scheduler import same_kernel
+
+    boot = datetime.datetime(2026, 11, 28, 11, 44, 49).timestamp()
+    assert same_kernel(_SHOW_NODES, (int(boot), "6.18.44-fc-v669"))
+    assert not same_kernel(_SHOW_NODES, (int(boot), "6.1.0-13-amd64"))  # another kernel
+    assert not same_kernel(_SHOW_NODES, (int(boot) - 3600, "6.18.44-fc-v669"))  # booted apart
+    assert not same_kernel("", (int(boot), "6.18.44-fc-v669"))
+
+
+@pytest.mark.slurm
+def test_test_cluster_nodes_are_this_machine_but_not_on_loopback(slurm_cluster):
+    from orchestrator.backends.slurm import SlurmScheduler
+
+    sched = SlurmScheduler()
+    assert sched.nodes_are_this_machine("eth") and not sched.nodes_on_loopback("eth")
+    assert not sched.nodes_are_this_machine("no-such-partition")

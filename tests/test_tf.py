@@ -118,8 +118,8 @@ def test_local_tf_config_lists_every_task_once(tmp_path):
                             for p in os.environ.get("PATH", "").split(os.pathsep)),
                     reason="scontrol (Slurm's client) is not installed")
 def test_slurm_tf_config_uses_node_names_and_a_port_block_per_job(tmp_path):
-    def ports(job_id, mode="tf-allreduce"):
-        configs = tf_configs(tmp_path, "testcluster", "ib", mode, 4,
+    def ports(job_id, mode="tf-allreduce", partition="eth"):
+        configs = tf_configs(tmp_path, "testcluster", partition, mode, 4,
                              {"SLURM_JOB_NODELIST": "node[3-6]", "SLURM_JOB_ID": str(job_id)})
         addrs = [a for role in configs[0]["cluster"].values() for a in role]
         assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
@@ -127,6 +127,10 @@ def test_slurm_tf_config_uses_node_names_and_a_port_block_per_job(tmp_path):
 
     addrs = ports(4242)
     assert [a.split(":")[0] for a in addrs] == ["node3", "node4", "node5", "node6"]
+    # the ib partition's ranks address each other by the nodes' names on that fabric
+    # (fabric_hostname "{host}-ib": the test cluster's ib0 addresses)
+    assert [a.split(":")[0] for a in ports(4242, partition="ib")] == [
+        "node3-ib", "node4-ib", "node5-ib", "node6-ib"]
     ps_addrs = ports(4242, "tf-ps")
     # chief, worker and ps on node3; a worker and a ps on each of the others
     assert sorted(a.split(":")[0] for a in ps_addrs) == sorted(
@@ -357,7 +361,8 @@ def test_cluster_sweep_places_every_role_on_its_node(tf_cluster_sweep):
             assert header["node"] == allocation[task.node], (r["run_id"], task)
             assert footer["status"] == "ok" and footer["peak_rss_bytes"] > 0
             address = json.loads(header["env"]["TF_CONFIG"])["cluster"][task.role][task.index]
-            assert address.split(":")[0] == header["node"]
+            fabric = "-ib" if r["partition"] == "ib" else ""  # testcluster.yaml's fabric_hostname
+            assert address.split(":")[0] == header["node"] + fabric
         if r["mode"] == "tf-allreduce":
             assert r["checksums_agree"] is True and r["distinct_hosts"] == r["nodes"]
 

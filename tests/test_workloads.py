@@ -184,6 +184,12 @@ def test_figures_are_read_by_regex_or_json_key():
     assert trainer_rank.figure(spec["loss"], "{not json") is None
     assert trainer_rank.figure(spec["mfu"], "mfu 41.5%") == pytest.approx(0.415)
     assert trainer_rank.figure(spec["throughput"], "nothing here") is None
+    # Hugging Face's Trainer logs a rate of 10,000 and up as '1.349e+04' (format .4g): the
+    # how-to's pattern reads both forms, whatever the machine's speed
+    hf = {"regex": "'train_tokens_per_second': '([0-9.e+-]+)'", "json": None, "scale": 1.0}
+    for logged, rate in (("9876", 9876.0), ("1.349e+04", 13490.0)):
+        line = f"{{'loss': '4.5', 'train_tokens_per_second': '{logged}'}}"
+        assert trainer_rank.figure(hf, line) == rate
 
 
 def yaml_of(text: str) -> dict:

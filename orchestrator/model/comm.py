@@ -179,6 +179,31 @@ def fit_ring(
 
 
 
+def fit_ring_through_origin(sizes_bytes: Sequence[float], times_s: Sequence[float],
+                            n: int) -> RingFit:
+    """B alone, α held at 0: the constrained (α ≥ 0) least-squares solution where the free fit
+    of :func:`fit_ring` puts α below zero — sizes so large that the latency is lost in their
+    times' noise. Relative errors; β's standard error from them (None under 2 distinct sizes).
+    """
+    n = check_workers(n, "n")
+    if n < 2:
+        raise ModelInputError("n: need at least 2 workers to fit α–β (1 worker sends nothing)")
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    times = np.asarray(times_s, dtype=float)
+    if sizes.shape != times.shape or sizes.ndim != 1 or not np.all(times > 0) \
+            or not np.any(sizes > 0):
+        raise ModelInputError("sizes_bytes and times_s: expected equal lengths, positive times "
+                              "and a non-zero size")
+    x = 2.0 * (n - 1) / n * sizes / times
+    beta = float(x.sum() / (x @ x))
+    se_beta = None
+    if np.unique(sizes).size >= 2:
+        resid = x * beta - 1.0
+        se_beta = math.sqrt(float(resid @ resid) / (len(x) - 1) / float(x @ x))
+    return RingFit(alpha_beta=AlphaBeta(alpha=0.0, bandwidth=1.0 / beta), se_alpha=None,
+                   se_beta=se_beta)
+
+
 # --------------------------------------------------------------------------------------------
 # Two-level network and one communication model per pattern
 # --------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ carries in a ring, comparable across rank counts and with the link's rated speed
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ from .. import __version__, modes, rundir
 from ..errors import UserError
 from ..results import gather
 from ..units import format_bandwidth, format_seconds
-from .comm import AlphaBeta, RingFit, allreduce_time, fit_ring
+from .comm import AlphaBeta, RingFit, allreduce_time, fit_ring, fit_ring_through_origin
 from .inputs import ModelInputError
 
 MODE = modes.network_benchmark().name  # allreduce-bench
@@ -97,8 +98,6 @@ class NetbenchResult(BaseModel):
 
     def r2(self) -> tuple[float, float]:
         """(R² on log-seconds, worst relative residual) of the fit over the sizes it took."""
-        from .preflight import fit_quality
-
         sizes, seconds = self.fitted()
         return fit_quality(sizes, seconds, [allreduce_time(m, self.workers, self.alpha,
                                                            self.bandwidth) for m in sizes])
@@ -136,6 +135,24 @@ def peak_busbw(sizes: list[int], seconds: list[float], ranks: int) -> tuple[floa
 def describe_busbw(sizes: list[int], seconds: list[float], ranks: int) -> str:
     value, size = peak_busbw(sizes, seconds, ranks)
     return f"busbw {value / 1e9:.3g} GB/s (peak, at {size:,} B)"
+
+
+def fit_quality(sizes: list[int], seconds: list[float], fitted: list[float]) -> tuple[float,
+                                                                                      float]:
+    """(R², largest relative residual) of the fitted seconds against the measured ones.
+
+    R² is taken on log-seconds: the sizes span decades, and on linear seconds the largest
+    message alone would decide it."""
+    if len(seconds) != len(fitted) or not seconds:
+        raise UserError("fit quality: measured and fitted seconds differ in length")
+    logs = [math.log(s) for s in seconds]
+    logf = [math.log(max(f, 1e-12)) for f in fitted]
+    mean = sum(logs) / len(logs)
+    total = sum((x - mean) ** 2 for x in logs)
+    resid = sum((x - y) ** 2 for x, y in zip(logs, logf, strict=True))
+    r2 = 1.0 - resid / total if total > 0 else 1.0
+    worst = max(abs(f - s) / s for s, f in zip(seconds, fitted, strict=True))
+    return r2, worst
 
 
 # --- measuring -----------------------------------------------------------------------------
@@ -223,15 +240,20 @@ def cpu_cores(logs) -> float | None:
 
 def fit_measured(sizes: Sequence[float], seconds: Sequence[float], workers: int) -> RingFit:
     """The ring fit of measured all-reduce times (model.comm.fit_ring): relative errors, else
-    absolute ones (they may work where relative ones give a negative α); the relative fit's
-    ModelInputError where neither does."""
+    absolute ones (they may work where relative ones give a negative α), else B alone with α
+    at 0 (fit_ring_through_origin: where both put α below zero, the sizes fitted are too
+    large for their latency to show through the noise); the relative fit's ModelInputError
+    where none does."""
     try:
         return fit_ring(sizes, seconds, workers, relative=True)
     except ModelInputError as first:
-        try:
-            return fit_ring(sizes, seconds, workers)
-        except ModelInputError:
-            raise first from None
+        for fit in (lambda: fit_ring(sizes, seconds, workers),
+                    lambda: fit_ring_through_origin(sizes, seconds, workers)):
+            try:
+                return fit()
+            except ModelInputError:
+                continue
+        raise first from None
 
 
 def _fit(sizes: list[int], seconds: list[float], workers: int, where: Path) -> AlphaBeta:

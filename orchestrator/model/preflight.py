@@ -237,24 +237,6 @@ def format_age(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def fit_quality(sizes: list[int], seconds: list[float], fitted: list[float]) -> tuple[float,
-                                                                                      float]:
-    """(R², largest relative residual) of the fitted seconds against the measured ones.
-
-    R² is taken on log-seconds: the sizes span decades, and on linear seconds the largest
-    message alone would decide it."""
-    if len(seconds) != len(fitted) or not seconds:
-        raise UserError("fit quality: measured and fitted seconds differ in length")
-    logs = [math.log(s) for s in seconds]
-    logf = [math.log(max(f, 1e-12)) for f in fitted]
-    mean = sum(logs) / len(logs)
-    total = sum((x - mean) ** 2 for x in logs)
-    resid = sum((x - y) ** 2 for x, y in zip(logs, logf, strict=True))
-    r2 = 1.0 - resid / total if total > 0 else 1.0
-    worst = max(abs(f - s) / s for s, f in zip(seconds, fitted, strict=True))
-    return r2, worst
-
-
 def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, int]]:
     """Level -> (nodes, tasks per node) of its micro-benchmark job on this partition: the
     across-nodes job spans ``nodes`` (the sweep's largest node count, at least 2; on a site

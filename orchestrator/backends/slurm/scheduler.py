@@ -147,23 +147,31 @@ class SlurmScheduler(Scheduler):
             raise SubmitError(f"Slurm has no partition '{partition.name}' (sinfo -p shows none)")
         check_accounting()
 
-    def nodes_are_this_machine(self, partition: str) -> bool:
-        """All of the partition's nodes have a loopback NodeAddr (the test cluster): their
-        PATH is this machine's, so a missing runtime can be caught here rather than in the job."""
+    def nodes_on_loopback(self, partition: str) -> bool:
+        """All of the partition's nodes have a loopback NodeAddr: ranks on them talk over lo."""
         import socket
 
+        addrs = set(_sinfo_nodes(partition, "%o"))
         try:
-            res = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%o"],
+            return bool(addrs) and all(socket.gethostbyname(a).startswith("127.") for a in addrs)
+        except OSError:
+            return False
+
+    def nodes_are_this_machine(self, partition: str) -> bool:
+        """The partition's nodes run on this machine's kernel: on loopback, or (nodes in network
+        namespaces of their own, the test cluster) booted the same second as this kernel with
+        its release. Their PATH is this machine's, so a missing runtime is caught here."""
+        if self.nodes_on_loopback(partition):
+            return True
+        names = _sinfo_nodes(partition, "%N")
+        if not names:
+            return False
+        try:
+            res = subprocess.run(["scontrol", "-o", "show", "node", ",".join(sorted(set(names)))],
                                  capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.SubprocessError):
             return False
-        addrs = {a.strip() for a in res.stdout.split() if a.strip()}
-        if res.returncode != 0 or not addrs:
-            return False
-        try:
-            return all(socket.gethostbyname(a).startswith("127.") for a in addrs)
-        except OSError:
-            return False
+        return res.returncode == 0 and same_kernel(res.stdout, _this_kernel())
 
     def submit(self, run, rdir: Path, partition, job: options.SlurmJob) -> str:
         """A run's job: submitit's job script runs jobscript.job_function, which runs job.sbatch.
@@ -478,3 +486,43 @@ def max_array_size() -> int | None:
     """Slurm's MaxArraySize (an array's task ids go up to one less), None where unknown."""
     value = slurm_config().get("MaxArraySize", "")
     return int(value) if value.isdigit() else None
+
+
+def _sinfo_nodes(partition: str, field: str) -> list[str]:
+    """One sinfo field of each node of the partition; [] where sinfo cannot say."""
+    try:
+        res = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", field],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return res.stdout.split() if res.returncode == 0 else []
+
+
+def _this_kernel() -> tuple[int, str]:
+    """(boot time in epoch seconds, release) of this machine's kernel."""
+    import os
+
+    with open("/proc/stat") as f:
+        btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return btime, os.uname().release
+
+
+def same_kernel(show_node: str, kernel: tuple[int, str]) -> bool:
+    """Every node of ``scontrol -o show node`` reports this kernel: its boot time (to the
+    second either side: slurmd rounds it) and its release in OS=."""
+    import datetime
+
+    btime, release = kernel
+    lines = [ln for ln in show_node.splitlines() if ln.startswith("NodeName=")]
+    for line in lines:
+        boot = re.search(r"\bBootTime=(\S+)", line)
+        os_ = re.search(r"\bOS=Linux (\S+)", line)
+        if not boot or not os_ or os_.group(1) != release:
+            return False
+        try:
+            when = datetime.datetime.fromisoformat(boot.group(1)).timestamp()
+        except ValueError:
+            return False
+        if abs(when - btime) > 1:
+            return False
+    return bool(lines)
