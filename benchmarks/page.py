@@ -20,9 +20,9 @@ from benchmarks.record import RESULTS, ROOT, Result, Table, load_all
 
 PAGE = ROOT / "docs" / "benchmarks.md"
 # The order of the sections; a benchmark not named here follows them, by name.
-ORDER = ("slurm_overhead", "pack_speed", "harness_overhead", "cli_startup", "plan_speed",
-         "merge_speed", "compare_false_alarms", "changepoints", "changes_speed", "compare_speed",
-         "fidelity", "gpu-check", "time-to-accuracy", "prediction-error")
+ORDER = ("slurm_overhead", "vs_reframe", "pack_speed", "harness_overhead", "cli_startup",
+         "plan_speed", "merge_speed", "compare_false_alarms", "changepoints", "changes_speed",
+         "compare_speed", "fidelity", "gpu-check", "time-to-accuracy", "prediction-error")
 HEADER = """\
 # Benchmarks and measured figures
 
