@@ -131,15 +131,35 @@ def _logged_events(out_dir: Path):
 def _carry_out(strategy, prepared, site_obj, out_dir: Path, *, wait: bool,
                require_fabric: bool, policy, on_event) -> None:
     """Submit and (with ``wait``) follow the runs with a progress bar."""
-    from .. import execute
+    from .. import backends, execute
 
     progress = _progress(prepared, out_dir)
+    # On a scheduler's queue, the summary's imports while the jobs run (_importing_summary);
+    # on the local site the run has the machine to itself (they come after it).
+    on_progress = progress.update
+    if not backends.scheduler(site_obj.scheduler).sequential:
+        on_progress = _importing_summary(progress.update)
     try:
         execute.run(strategy, prepared, site_obj, wait=wait, on_event=on_event,
-                    require_fabric=require_fabric,
-                    on_progress=progress.update if wait else None, policy=policy)
+                    require_fabric=require_fabric, on_progress=on_progress if wait else None,
+                    policy=policy)
     finally:
         progress.close()
+
+
+def _importing_summary(update):
+    """``update``, each call after importing the summary's modules (the result set's merge:
+    pandas, pyarrow): the first call comes once the jobs are submitted, while they run, and
+    the later ones find them imported. Imported before submitting, they would hold every job
+    back by their import time (a second, more on a loaded machine); imported after the last
+    job ends, they would keep its result waiting as long."""
+    def on_progress(states):
+        from .. import results  # noqa: F401
+        from ..model import ledger  # noqa: F401
+
+        update(states)
+
+    return on_progress
 
 
 def _say(line: str) -> None:

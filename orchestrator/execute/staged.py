@@ -4,18 +4,26 @@ predictions their network.
 
 It sits above the runs it executes (the analysis layer: it reads results, the pre-flight and
 the model), so the execution package below never imports it: the CLI hands the step between
-scales to the staged strategy (strategies.Staged), which runs it."""
+scales to the staged strategy (strategies.Staged), which runs it.
+
+What reads results or models (pandas, numpy: the ledger, the pre-flight, the model) is imported
+where it is used: every sweep asks :func:`sweep_preflight` before it submits, and for a sweep
+with nothing to predict that question must not cost a second of imports before its jobs are in
+the queue."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .. import modes, results
+from .. import modes
 from ..errors import FabricBelowMinimum, UserError
-from ..model import comm, ledger
-from ..model.preflight import Preflight
 from ..site import Site
+from ..spec.settings import PREFLIGHT_MODES
+
+if TYPE_CHECKING:
+    from ..model.preflight import Preflight
 
 
 def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
@@ -24,6 +32,9 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
     """The step between a staged sweep's scales (strategies.Staged): once the runs of
     ``ranks`` ranks have finished, state the predictions of the ``later`` runs, before any of
     them is submitted."""
+    from .. import results
+    from ..model import ledger
+
     def between(ranks: int, later: set[str]) -> None:
         keys = results.recheck(sweep_dir)  # the run records first: merge only reads
         runs = results.merge(sweep_dir, keys)
@@ -60,15 +71,17 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     predictions, never the sweep — except on a partition whose site declares ``min_busbw``
     and that the sweep spans nodes of: there the pre-flight runs whatever the scales, and a
     bus bandwidth below the minimum, or none measured, stops the sweep before its runs."""
-    from ..model import preflight as pre
+    if how not in PREFLIGHT_MODES:
+        raise UserError(f"--preflight {how}: valid: {', '.join(PREFLIGHT_MODES)}")
+    gated = sorted({r.partition for r in runs if r.nodes > 1
+                    and site.partition(r.partition).min_busbw is not None})
+    if how != "never" and not gated and len({r.nodes * r.tasks_per_node for r in runs}) < 2:
+        return {}  # one scale, no fabric to check: nothing to say, the model not even loaded
+    from ..model import comm
 
-    if how not in pre.MODES:
-        raise UserError(f"--preflight {how}: valid: {', '.join(pre.MODES)}")
     modelled = [r for r in runs if (m := modes.registry().get(r.mode)) is not None and m.trains
                 and m.pattern in comm.PATTERN_MODELS]
     scales = {r.nodes * r.tasks_per_node for r in modelled}
-    gated = sorted({r.partition for r in runs if r.nodes > 1
-                    and site.partition(r.partition).min_busbw is not None})
     if how == "never":
         say("no pre-flight (--no-preflight): the sweep states no predictions and its report "
             "has no scorecard" + (f"; min_busbw of {', '.join(gated)} not checked"
@@ -81,6 +94,8 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     partitions = sorted(({r.partition for r in modelled} if predict else set()) | set(gated))
     if not partitions:
         return {}  # nothing larger to predict, no fabric to check: no pre-flight needed
+    from ..model import preflight as pre
+
     first = (modelled or runs)[0]
     try:
         networks = pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,

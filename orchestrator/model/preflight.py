@@ -34,11 +34,11 @@ from ..errors import FabricBelowMinimum, UserError
 from ..rankside import cores
 from ..results import gather
 from ..site import Site
+from ..spec.settings import PREFLIGHT_MODES as MODES
 from . import interval, netbench, validity
 from .comm import AlphaBeta, Network
 from .inputs import ModelInputError
 
-MODES = ("auto", "always", "never")
 MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
 # Few sizes and iterations: the pre-flight must cost seconds, not minutes. The sizes of
 # gradient buckets, which the model prices (64 KiB pins α, the per-step cost of a ring in that

@@ -181,6 +181,9 @@ OPTION_FLAGS: dict[str, str] = {
     "kvstore": "Same as --option kvstore=... (dist_sync, dist_async).",
 }
 OPTIONS_HELP = "Mode option NAME=VALUE[,VALUE] (a matrix dimension), e.g. backend=gloo."
+# ``orch sweep --preflight``: when the pre-flight (model.preflight) measures the network. Here,
+# not beside the pre-flight, so that a sweep checks the word without importing what measures.
+PREFLIGHT_MODES = ("auto", "always", "never")
 OPTIONS_DOC = "mode options, NAME: [VALUE, ...]; each applies to the modes that have it"
 
 
