@@ -580,7 +580,7 @@ def report(single: list[dict], sweep: list[dict], a: argparse.Namespace) -> None
                   "jobs": a.jobs, "sweeps": a.sweeps, "sweep_size": a.sweep_size,
                   "load": [round(min(loads), 2), round(max(loads), 2)],
                   "reframe_version": reframe_version(a.reframe_exe)},
-                 tables=tables, notes=NOTES)
+                 tables=tables, notes="\n\n".join([NOTES, *a.note]))
 
 
 def _lines(t: record.Table) -> list[str]:
@@ -617,6 +617,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet-wait", type=float, default=300, help="seconds to wait, before "
                    "each measurement, for others' jobs to leave the queue")
     p.add_argument("--reframe-venv", type=Path, default=REFRAME_VENV)
+    p.add_argument("--note", action="append", default=[], metavar="TEXT",
+                   help="a paragraph for the result's notes (what changed since the last run); "
+                   "repeatable")
     p.add_argument("--keep", action="store_true", help="keep the run's folder (printed)")
     p.add_argument("--print-config", type=Path, default=None, metavar="DIR",
                    help="write ReFrame's config.py and test.py into DIR and exit")
