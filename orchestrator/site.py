@@ -102,10 +102,7 @@ def _check_time(v: str | None) -> str | None:
     """A Slurm time limit that is well formed and not zero (0 means: no time at all)."""
     if v is None:
         return v
-    try:
-        limit = timelimit.seconds(v)
-    except ValueError as exc:
-        raise ValueError(str(exc)) from None
+    limit = timelimit.seconds(v)  # ValueError naming Slurm's forms
     if limit is None:
         raise ValueError(f"'{v}': a run needs a limit; give e.g. '1-00:00:00' for a day")
     fields = v.split("-")[-1].split(":")

@@ -570,7 +570,7 @@ def test_model_input_error_is_a_user_error_and_a_value_error():
 def test_a_negative_latency_fit_falls_back_to_bandwidth_alone():
     """Large sizes only, noisy: the free fit puts α below zero; the measured fit holds α at 0
     (the α ≥ 0 least-squares solution) and finds B from the times."""
-    from orchestrator.model.comm import fit_ring_through_origin
+    from orchestrator.model.comm import fit_ring
     from orchestrator.model.netbench import fit_measured
 
     sizes = [262144, 1048576, 4194304]
@@ -579,5 +579,9 @@ def test_a_negative_latency_fit_falls_back_to_bandwidth_alone():
         fit_alpha_beta(sizes, times, 2)
     fit = fit_measured(sizes, times, 2)
     assert fit.alpha_beta.alpha == 0 and fit.alpha_beta.bandwidth == approx(30e6, rel=0.05)
-    exact = fit_ring_through_origin(sizes, [m / 30e6 for m in sizes], 2)
+    clamped = fit_ring(sizes, times, 2, relative=True, clamp_alpha=True)
+    assert fit == clamped and clamped.se_alpha is None and clamped.se_beta > 0
+    x = [m / t for m, t in zip(sizes, times, strict=True)]  # 2(N-1)/N = 1 at N = 2
+    assert clamped.alpha_beta.bandwidth == approx(sum(v * v for v in x) / sum(x))
+    exact = fit_ring(sizes, [m / 30e6 for m in sizes], 2, relative=True, clamp_alpha=True)
     assert exact.alpha_beta.bandwidth == approx(30e6) and exact.se_beta == approx(0, abs=1e-12)

@@ -114,12 +114,24 @@ def _standard_errors(design: np.ndarray, target: np.ndarray, params: np.ndarray,
     return se_alpha, se_beta
 
 
+def _fit_bandwidth_alone(column: np.ndarray, target: np.ndarray) -> RingFit:
+    """α held at 0: ``β = column·target / column·column``, the one-parameter least squares of
+    ``column · β = target``, with β's standard error from its residuals (fit_ring's clamp)."""
+    norm = float(column @ column)
+    beta = float(column @ target) / norm
+    resid = column * beta - target
+    se_beta = math.sqrt(float(resid @ resid) / (len(target) - 1) / norm)
+    return RingFit(alpha_beta=AlphaBeta(alpha=0.0, bandwidth=1.0 / beta), se_alpha=None,
+                   se_beta=se_beta)
+
+
 def fit_ring(
     sizes_bytes: Sequence[float],
     times_s: Sequence[float],
     n: int,
     *,
     relative: bool = False,
+    clamp_alpha: bool = False,
 ) -> RingFit:
     """Least-squares fit of α and B from all-reduce times measured at one worker count ``n``,
     with their standard errors (:class:`RingFit`).
@@ -132,7 +144,10 @@ def fit_ring(
     Errors (:class:`ModelInputError`): lengths differ, ``n < 2`` (nothing is communicated),
     fewer than 2 distinct sizes (α and B cannot be separated), non-positive or non-finite
     times, a fitted bandwidth that is not positive, or a clearly negative α (α within 1e-9 of
-    the largest time of zero is taken as round-off and set to 0).
+    the largest time of zero is taken as round-off and set to 0). With ``clamp_alpha`` a
+    clearly negative α gives the least-squares solution under α ≥ 0 instead: α = 0 and B
+    fitted alone, rows weighted as asked (sizes so large that the latency is lost in their
+    times' noise); α's standard error is None then.
     """
     n = check_workers(n, "n")
     if n < 2:
@@ -169,6 +184,8 @@ def fit_ring(
     if alpha < 0:
         if -alpha * 2 * (n - 1) <= 1e-9 * float(times.max()):
             alpha = 0.0
+        elif clamp_alpha:
+            return _fit_bandwidth_alone(design[:, 1], target)
         else:
             raise ModelInputError(
                 f"fitted latency α = {alpha:.3g} s is negative; add small message sizes or "
@@ -177,31 +194,6 @@ def fit_ring(
     return RingFit(alpha_beta=AlphaBeta(alpha=float(alpha), bandwidth=float(1.0 / beta)),
                    se_alpha=errors[0] if errors else None, se_beta=errors[1] if errors else None)
 
-
-
-def fit_ring_through_origin(sizes_bytes: Sequence[float], times_s: Sequence[float],
-                            n: int) -> RingFit:
-    """B alone, α held at 0: the constrained (α ≥ 0) least-squares solution where the free fit
-    of :func:`fit_ring` puts α below zero — sizes so large that the latency is lost in their
-    times' noise. Relative errors; β's standard error from them (None under 2 distinct sizes).
-    """
-    n = check_workers(n, "n")
-    if n < 2:
-        raise ModelInputError("n: need at least 2 workers to fit α–β (1 worker sends nothing)")
-    sizes = np.asarray(sizes_bytes, dtype=float)
-    times = np.asarray(times_s, dtype=float)
-    if sizes.shape != times.shape or sizes.ndim != 1 or not np.all(times > 0) \
-            or not np.any(sizes > 0):
-        raise ModelInputError("sizes_bytes and times_s: expected equal lengths, positive times "
-                              "and a non-zero size")
-    x = 2.0 * (n - 1) / n * sizes / times
-    beta = float(x.sum() / (x @ x))
-    se_beta = None
-    if np.unique(sizes).size >= 2:
-        resid = x * beta - 1.0
-        se_beta = math.sqrt(float(resid @ resid) / (len(x) - 1) / float(x @ x))
-    return RingFit(alpha_beta=AlphaBeta(alpha=0.0, bandwidth=1.0 / beta), se_alpha=None,
-                   se_beta=se_beta)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from .. import __version__, modes, rundir
 from ..errors import UserError
 from ..results import gather
 from ..units import format_bandwidth, format_seconds
-from .comm import AlphaBeta, RingFit, allreduce_time, fit_ring, fit_ring_through_origin
+from .comm import AlphaBeta, RingFit, allreduce_time, fit_ring
 from .inputs import ModelInputError
 
 MODE = modes.network_benchmark().name  # allreduce-bench
@@ -194,7 +194,8 @@ def fit_run(rdir: Path, fit_from: int = FIT_FROM) -> NetbenchResult:
         raise UserError(f"{rdir}: {workers} rank: an all-reduce over one rank sends nothing; "
                         "measure with at least 2 ranks (--nodes 2)")
     footer = next((log.footer for log in logs if log.footer), {}) or {}
-    ab = _fit(*fit_range(sizes, seconds, fit_from), workers, rdir)
+    fit_sizes, fit_seconds = fit_range(sizes, seconds, fit_from)
+    ab = _fit(fit_sizes, fit_seconds, workers, rdir)
     return NetbenchResult(
         site=run.site, partition=run.partition, interconnect=run.interconnect,
         backend=str(footer.get("backend") or run.options.get("backend", "?")),
@@ -202,7 +203,7 @@ def fit_run(rdir: Path, fit_from: int = FIT_FROM) -> NetbenchResult:
         alpha=ab.alpha, bandwidth=ab.bandwidth, sizes=sizes, seconds=seconds,
         iterations=run.iters, run_id=run.run_id, run_dir=str(rdir.resolve()),
         measured_at=record.ended_at, cpu_cores=cpu_cores(logs),
-        fit_from=fit_from if len(fit_range(sizes, seconds, fit_from)[0]) < len(sizes) else 0,
+        fit_from=fit_from if len(fit_sizes) < len(sizes) else 0,
     )
 
 
@@ -240,20 +241,17 @@ def cpu_cores(logs) -> float | None:
 
 def fit_measured(sizes: Sequence[float], seconds: Sequence[float], workers: int) -> RingFit:
     """The ring fit of measured all-reduce times (model.comm.fit_ring): relative errors, else
-    absolute ones (they may work where relative ones give a negative α), else B alone with α
-    at 0 (fit_ring_through_origin: where both put α below zero, the sizes fitted are too
-    large for their latency to show through the noise); the relative fit's ModelInputError
-    where none does."""
-    try:
-        return fit_ring(sizes, seconds, workers, relative=True)
-    except ModelInputError as first:
-        for fit in (lambda: fit_ring(sizes, seconds, workers),
-                    lambda: fit_ring_through_origin(sizes, seconds, workers)):
-            try:
-                return fit()
-            except ModelInputError:
-                continue
-        raise first from None
+    absolute ones (they may work where relative ones give a negative α), else relative ones
+    under α ≥ 0 (B alone, α = 0: where both put α below zero, the sizes fitted are too large
+    for their latency to show through the noise); the relative fit's ModelInputError where
+    none does."""
+    first = None
+    for how in ({"relative": True}, {}, {"relative": True, "clamp_alpha": True}):
+        try:
+            return fit_ring(sizes, seconds, workers, **how)
+        except ModelInputError as exc:
+            first = first or exc
+    raise first
 
 
 def _fit(sizes: list[int], seconds: list[float], workers: int, where: Path) -> AlphaBeta:

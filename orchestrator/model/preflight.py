@@ -305,6 +305,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     rdir = out / runs[0].run_id
     fit = netbench.fit_run(rdir)
     r2, worst = fit.r2()
+    sizes, seconds = fit.fitted()
     record = rundir.read_record(rdir)
     logs = gather.read_run_logs(rdir)
     footers = [log.footer for log in logs if log.footer]
@@ -317,7 +318,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  comm_cpu_cores=fit.cpu_cores,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
-                 max_rel_residual=worst, sizes=fit.fitted()[0], seconds=fit.fitted()[1],
+                 max_rel_residual=worst, sizes=sizes, seconds=seconds,
                  reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir)
