@@ -22,9 +22,10 @@ import pytest
 
 from orchestrator import protocol
 from orchestrator import site as sitemod
-from orchestrator.backends.slurm import options, pack
+from orchestrator.backends.slurm import options
 from orchestrator.backends.slurm import scheduler as slurm
 from orchestrator.errors import UserError
+from orchestrator.execute import packs
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.sweep import SweepSpec, expand
 
@@ -262,7 +263,7 @@ def _prepared(repeats: int) -> tuple[sitemod.Site, list[Prepared]]:
     (5, 2, [2, 2, 1]), (5, 5, [5]), (5, 1001, [5]), (5, None, [5]), (4, 1, [1, 1, 1, 1])])
 def test_arrays_larger_than_max_array_size_are_split(repeats, limit, sizes):
     site, prepared = _prepared(repeats)
-    groups = pack.groups(prepared, site, "array", limit)
+    groups = packs.groups(prepared, site, "array", limit)
     assert [len(g.members) for g in groups] == sizes
     assert [p.run.run_id for g in groups for p in g.members] == [p.run.run_id
                                                                  for p in prepared]
@@ -271,7 +272,7 @@ def test_arrays_larger_than_max_array_size_are_split(repeats, limit, sizes):
 def test_max_array_size_zero_refuses_arrays():
     site, prepared = _prepared(2)
     with pytest.raises(UserError, match="MaxArraySize is 0"):
-        pack.groups(prepared, site, "array", 0)
+        packs.groups(prepared, site, "array", 0)
 
 
 # --- the srun line and the GPU request ----------------------------------------------------------

@@ -3,7 +3,7 @@ of those one scale at a time, smallest first, with a step between the scales). E
 small registered type; :func:`choose` picks one from the sweep's choices, and
 ``orchestrator.execute.run`` carries it out.
 
-Packs and arrays are Slurm's (backends/slurm/pack.py says how each works); they are loaded
+Packs and arrays are Slurm's (execute/packs.py says how each works); they are loaded
 only by the sweeps that use them. The step between a staged sweep's scales (stating the
 larger runs' predictions) comes from above this layer (execute/staged.py), as a function.
 """
@@ -180,9 +180,9 @@ def _nothing() -> None:
 
 
 def _pack():
-    from ..backends.slurm import pack
+    from . import packs
 
-    return pack
+    return packs
 
 
 def choose(pack: bool = False, pack_shared: bool = False, array: bool = False,
