@@ -105,7 +105,7 @@ def sbatch_option_record() -> dict[str, list[list]]:
     retry kept off two nodes), packs and an array: every kind of job orch asks Slurm for."""
     from orchestrator.backends.slurm.options import sbatch_options
     from orchestrator.execute import packs
-    from orchestrator.render import slurm_job
+    from orchestrator.render import run_job
     from orchestrator.rundir import JobRecord, Prepared
 
     out = Path("/scratch/runs")
@@ -117,7 +117,7 @@ def sbatch_option_record() -> dict[str, list[list]]:
         site = sitemod.load(site_name)[0]
         run = expand(SweepSpec(nodes=(2,), modes=(mode,), partitions=(partition,), **spec),
                      site)[0]
-        part, job = site.partition(partition), slurm_job(run, out / run.run_id)
+        part, job = site.partition(partition), run_job(run, out / run.run_id)
         stem = f"run {mode} {site_name} {partition}" + (" 2 per node" if spec else "")
         record[f"{stem}: job script"] = sbatch_options(job, part)
         record[f"{stem}: submitted"] = sbatch_options(job, part, via="submitit")

@@ -22,6 +22,7 @@ import pytest
 
 from orchestrator import protocol
 from orchestrator import site as sitemod
+from orchestrator.backends import Job
 from orchestrator.backends.slurm import options
 from orchestrator.backends.slurm import scheduler as slurm
 from orchestrator.errors import UserError
@@ -285,8 +286,7 @@ def _gpu_site(**fields) -> sitemod.Site:
 
 
 def test_srun_options_say_cpus_and_binding():
-    job = options.SlurmJob(name="x", nodes=2, tasks=8, tasks_per_node=4, time_min=10,
-                           output="o")
+    job = Job(name="x", nodes=2, tasks=8, tasks_per_node=4, time_min=10, output="o")
     part = _gpu_site(gpus_per_task="1", gpu_bind="closest", cpu_bind="cores").partition("gpu-ib")
     assert options.srun_options(job, part) == ("--cpus-per-task=16 --gpus-per-task=1 "
                                                "--gpu-bind=closest --cpu-bind=cores")
@@ -301,8 +301,7 @@ def test_srun_options_say_cpus_and_binding():
                                                 ("gres", "--gres=gpu:4")])
 def test_gpu_request_option(request_, line):
     part = _gpu_site(gpu_request=request_).partition("gpu-ib")
-    job = options.SlurmJob(name="x", nodes=1, tasks=4, tasks_per_node=4, time_min=10,
-                           output="o")
+    job = Job(name="x", nodes=1, tasks=4, tasks_per_node=4, time_min=10, output="o")
     opts = options.sbatch_options(job, part)
     key, _, value = line[2:].partition("=")
     assert opts[key] == value

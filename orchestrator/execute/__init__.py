@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import backends, fabric, faults, provenance, rundir, verdict
 from ..containers import checks
 from ..containers.image import ImageFacts
-from ..render import Rendered, render_run, slurm_job
+from ..render import Rendered, render_run, run_job
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
@@ -190,7 +190,7 @@ def _guard(site: Site, sched: backends.Scheduler, policy: faults.FaultPolicy) ->
     """The fault guard of one wait: it resubmits a retry as the run's own job, kept off the
     nodes that failed."""
     def submit(p: Prepared, exclude: list[str]) -> str:
-        job = slurm_job(p.run, p.rdir.resolve()).model_copy(update={"exclude": tuple(exclude)})
+        job = run_job(p.run, p.rdir.resolve()).model_copy(update={"exclude": tuple(exclude)})
         return sched.submit(p.run, p.rdir, site.partition(p.run.partition), job)
 
     return faults.Guard(policy, sched, submit,

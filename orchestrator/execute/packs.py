@@ -43,9 +43,9 @@ from pathlib import Path
 
 from .. import __version__, backends, files, protocol, rundir, stopping
 from ..backends.slurm import pack as slurm_pack
-from ..backends.slurm.options import SlurmJob, sbatch_options
+from ..backends.slurm.options import sbatch_options
 from ..errors import UserError
-from ..render import max_tasks_per_node, sbatch_lines, slurm_job
+from ..render import max_tasks_per_node, run_job, sbatch_lines
 from ..rundir import JobRecord, Prepared
 from ..site import Site
 
@@ -110,7 +110,7 @@ def groups(prepared: list[Prepared], site: Site, kind: str,
                             f"than partition '{part.name}' has ({part.nodes}); lower --nodes")
         key: tuple = (part.name,)
         if kind == "array":
-            opts = sbatch_options(slurm_job(p.run, Path("/")), part)
+            opts = sbatch_options(run_job(p.run, Path("/")), part)
             key += tuple(sorted((k, str(v)) for k, v in opts.items()
                                 if k not in ("job-name", "output")))
         keyed.setdefault(key, []).append(p)
@@ -130,7 +130,7 @@ def pack_options(group: Group, site: Site, pack_dir: Path, name: str) -> dict[st
     return sbatch_options(pack_job(group, pack_dir, name), site.partition(group.partition))
 
 
-def pack_job(group: Group, pack_dir: Path, name: str) -> SlurmJob:
+def pack_job(group: Group, pack_dir: Path, name: str) -> backends.Job:
     """What a pack's allocation (or each task of an array) asks for."""
     sizes = [(p.run.nodes, max_tasks_per_node(p.run), p.run.time_limit_min)
              for p in group.members]
@@ -143,7 +143,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def _row(p: Prepared, site: Site, share: bool) -> str:
     """One line of the pack script's run table (the run directory last: it may hold spaces)."""
     run, part = p.run, site.partition(p.run.partition)
-    opts = sbatch_options(slurm_job(run, p.rdir), part)
+    opts = sbatch_options(run_job(run, p.rdir), part)
     ntasks = opts.get("ntasks") or str(len(run.task_table))
     return " ".join([run.run_id, str(run.nodes), str(ntasks),
                      str(opts.get("ntasks-per-node", "-")), str(opts.get("cpus-per-task", "-")),

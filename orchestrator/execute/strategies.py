@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from .. import backends, rundir, stopping
 from ..errors import UserError
-from ..render import slurm_job
+from ..render import run_job
 from ..rundir import JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
@@ -82,7 +82,7 @@ class Plain(Strategy):
         for p in todo:
             with stopping.deferred():  # a job is never left out of its ledger
                 job_id = sched.submit(p.run, p.rdir, site.partition(p.run.partition),
-                                      slurm_job(p.run, p.rdir.resolve()))
+                                      run_job(p.run, p.rdir.resolve()))
                 record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
                                                      "submitted_at": rundir.now()})
                 rundir.write_record(p.rdir, record)

@@ -17,7 +17,7 @@ import jinja2
 
 from ... import templating
 from ...errors import UserError
-from .options import SlurmJob
+from ..base import Job
 from .scheduler import max_array_size
 
 # Grace after a run's own time limit before its job.sbatch is killed (timeout --kill-after).
@@ -61,7 +61,7 @@ def makespan_min(sizes: list[tuple[int, int]], nodes: int) -> int:
 
 
 def allocation(kind: str, sizes: list[tuple[int, int, int]], pack_dir: Path,
-               name: str) -> SlurmJob:
+               name: str) -> Job:
     """What a pack's allocation (``kind`` "pack") or each task of an array asks for, from its
     runs' (nodes, the busiest node's tasks, time limit in minutes), in the order they start:
     the largest run's nodes, the busiest node's tasks, the time the runs need where they
@@ -74,9 +74,9 @@ def allocation(kind: str, sizes: list[tuple[int, int, int]], pack_dir: Path,
     else:
         limit = max(minutes for _, _, minutes in sizes) + 1
     array = kind == "array"
-    return SlurmJob(name=name, nodes=nodes, tasks=per_node * nodes, tasks_per_node=per_node,
-                    time_min=limit, no_requeue=True, array=len(sizes) if array else None,
-                    output=str(pack_dir / ("slurm-%A_%a.out" if array else "slurm-%j.out")))
+    return Job(name=name, nodes=nodes, tasks=per_node * nodes, tasks_per_node=per_node,
+               time_min=limit, no_requeue=True, array=len(sizes) if array else None,
+               output=str(pack_dir / ("slurm-%A_%a.out" if array else "slurm-%j.out")))
 
 
 def step_cpus(per_node: int, cpus_per_node: int, share: bool) -> str:
