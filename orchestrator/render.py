@@ -17,7 +17,6 @@ from pathlib import Path
 
 from . import __version__, backends, data, envs, modes, templating
 from .backends.slurm import options as slurm_options
-from .backends.slurm.options import SlurmJob
 from .containers.wrapper import wrapper_context
 from .site import Partition
 from .spec.api import Run
@@ -71,12 +70,12 @@ def _layout(tasks: tuple[modes.Task, ...], nodes: int) -> _Layout:
     )
 
 
-def slurm_job(run: Run, run_dir: Path) -> SlurmJob:
-    """What the run's job asks for; its sbatch options come from backends.slurm.options, as a
-    pack's do."""
-    return SlurmJob(name=run.run_id, nodes=run.nodes, tasks=len(run.task_table),
-                    tasks_per_node=max_tasks_per_node(run), time_min=run.time_limit_min,
-                    output=str(run_dir / "slurm-%j.out"))
+def run_job(run: Run, run_dir: Path) -> backends.Job:
+    """What the run's job asks its scheduler for; its sbatch options come from
+    backends.slurm.options, as a pack's do."""
+    return backends.Job(name=run.run_id, nodes=run.nodes, tasks=len(run.task_table),
+                        tasks_per_node=max_tasks_per_node(run), time_min=run.time_limit_min,
+                        output=str(run_dir / "slurm-%j.out"))
 
 
 def sbatch_lines(opts: dict[str, str | bool]) -> list[str]:
@@ -165,13 +164,13 @@ def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,
         "task_roles": layout.task_roles,
         "run_dir": str(run_dir),
         "lib_dir": str(lib_dir),
-        "sbatch": sbatch_lines(slurm_options.sbatch_options(slurm_job(run, run_dir), partition)),
+        "sbatch": sbatch_lines(slurm_options.sbatch_options(run_job(run, run_dir), partition)),
         "transport": transport_env(partition),
         "env_vars": sorted(env.env.items()),
         "args": workload_args(resolved, run_dir),
         "container": None,
         "packed": packed,
-        "srun_options": slurm_options.srun_options(slurm_job(run, run_dir), partition, packed),
+        "srun_options": slurm_options.srun_options(run_job(run, run_dir), partition, packed),
         "agent_binding": " ".join(slurm_options.binding_options(partition, agent=True)),
     }
     if env.container is not None:

@@ -99,7 +99,7 @@ class JobRecord(BaseModel):
     # without it was cancelled outside orch (scancel, an administrator).
     cancel_requested: str | None = None
     history: list[Event] = Field(default_factory=list)
-    # Packed sweeps (orch sweep --pack/--array, backends/slurm/pack.py): the pack's name (its
+    # Packed sweeps (orch sweep --pack/--array, execute/packs.py): the pack's name (its
     # directory under packs/ and its Slurm job name), and the run's own job step (JOBID.STEP).
     pack: str | None = None
     step: str | None = None

@@ -22,6 +22,7 @@ from orchestrator import modes, protocol
 from orchestrator import site as sitemod
 from orchestrator.backends.slurm import pack
 from orchestrator.backends.slurm.packed import minutes, packed_state
+from orchestrator.execute import packs as packing
 from orchestrator.render import render_run
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.spec.resolved import ResolvedRun
@@ -207,7 +208,7 @@ def _group(kind: str, nodes: tuple[int, ...], repeats: int = 1):
     out = Path("/scratch/runs")
     prepared = [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
                          "submit") for r in runs]
-    return site, out, pack.groups(prepared, site, kind)
+    return site, out, packing.groups(prepared, site, kind)
 
 
 @pytest.mark.parametrize(("kind", "nodes", "repeats"), [("pack", (1, 2, 4), 1),
@@ -216,7 +217,7 @@ def test_pack_and_array_scripts_golden(tmp_path, kind, nodes, repeats):
     site, out, groups = _group(kind, nodes, repeats)
     assert len(groups) == 1
     name = f"{kind}-1-ib-000000"
-    text = pack.render(groups[0], site, out, out / "packs" / name, name)
+    text = packing.render(groups[0], site, out, out / "packs" / name, name)
     check_golden(f"{kind}.testcluster.ib.sbatch", text)
     script = tmp_path / "s.sh"
     script.write_text(text)
@@ -295,11 +296,11 @@ def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
     runs = expand(SweepSpec(nodes=(1, 2, 3), iters=ITERS, warmup=WARMUP), site)
     prepared = [Prepared(r, tmp_path / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
                          "submit") for r in runs]
-    group = pack.groups(prepared, site, kind)[0]
+    group = packing.groups(prepared, site, kind)[0]
     pack_dir = tmp_path / "packs" / "p"
     pack_dir.mkdir(parents=True)
     script = pack_dir / "pack.sbatch"
-    script.write_text(pack.render(group, site, tmp_path, pack_dir, "p"))
+    script.write_text(packing.render(group, site, tmp_path, pack_dir, "p"))
     nodes = {p.run.nodes: p.rdir for p in prepared}
     together = {3: (), 2: (1,), 1: (2,)} if kind == "pack" else {3: (2, 1), 2: (3, 1), 1: (3, 2)}
     arrived = tmp_path / "arrived"

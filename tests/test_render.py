@@ -103,9 +103,9 @@ def test_values_reaching_the_shell_are_quoted(tmp_path):
 def sbatch_option_record() -> dict[str, list[list]]:
     """The sbatch options of a few runs (their job script, their submission by submitit, a
     retry kept off two nodes), packs and an array: every kind of job orch asks Slurm for."""
-    from orchestrator.backends.slurm import pack
     from orchestrator.backends.slurm.options import sbatch_options
-    from orchestrator.render import slurm_job
+    from orchestrator.execute import packs
+    from orchestrator.render import run_job
     from orchestrator.rundir import JobRecord, Prepared
 
     out = Path("/scratch/runs")
@@ -117,7 +117,7 @@ def sbatch_option_record() -> dict[str, list[list]]:
         site = sitemod.load(site_name)[0]
         run = expand(SweepSpec(nodes=(2,), modes=(mode,), partitions=(partition,), **spec),
                      site)[0]
-        part, job = site.partition(partition), slurm_job(run, out / run.run_id)
+        part, job = site.partition(partition), run_job(run, out / run.run_id)
         stem = f"run {mode} {site_name} {partition}" + (" 2 per node" if spec else "")
         record[f"{stem}: job script"] = sbatch_options(job, part)
         record[f"{stem}: submitted"] = sbatch_options(job, part, via="submitit")
@@ -130,11 +130,11 @@ def sbatch_option_record() -> dict[str, list[list]]:
         runs = expand(SweepSpec(nodes=nodes, repeats=repeats, iters=3, warmup=1, **spec), site)
         prepared = [Prepared(r, out / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
                              "submit") for r in runs]
-        group = pack.groups(prepared, site, kind)[0]
+        group = packs.groups(prepared, site, kind)[0]
         name = f"{group.kind}-1-ib-000000"
         what = " tf-ps 2 per node" if spec else ""
         key = f"{kind}{what} of nodes {','.join(map(str, nodes))} x{repeats} on testcluster ib"
-        record[key] = pack.pack_options(group, site, out / "packs" / name, name)
+        record[key] = packs.pack_options(group, site, out / "packs" / name, name)
     return {k: [[o, v] for o, v in opts.items()] for k, opts in record.items()}
 
 

@@ -17,9 +17,9 @@ import pytest
 
 from orchestrator import backends, modes
 from orchestrator import site as sitemod
-from orchestrator.backends.slurm import pack
 from orchestrator.containers import recipes, specs
 from orchestrator.containers.base import runtime_names
+from orchestrator.execute import packs
 from orchestrator.render import Rendered, render_run
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.spec.resolved import ResolvedRun
@@ -99,10 +99,10 @@ def test_packed_run_pack_and_array_scripts_are_clean(tmp_path):
         runs = expand(SweepSpec(nodes=nodes, repeats=repeats), site)
         prepared = [Prepared(r, RUNS / r.run_id, JobRecord(run_id=r.run_id, scheduler="slurm"),
                              "submit") for r in runs]
-        for k, group in enumerate(pack.groups(prepared, site, kind)):
+        for k, group in enumerate(packs.groups(prepared, site, kind)):
             name = f"{kind}-{k}"
             path = tmp_path / f"{name}.sbatch"
-            path.write_text(pack.render(group, site, RUNS, RUNS / "packs" / name, name))
+            path.write_text(packs.render(group, site, RUNS, RUNS / "packs" / name, name))
             paths.append(path)
     shellcheck(paths)
 

@@ -22,9 +22,11 @@ import pytest
 
 from orchestrator import protocol
 from orchestrator import site as sitemod
-from orchestrator.backends.slurm import options, pack
+from orchestrator.backends import Job
+from orchestrator.backends.slurm import options
 from orchestrator.backends.slurm import scheduler as slurm
 from orchestrator.errors import UserError
+from orchestrator.execute import packs
 from orchestrator.rundir import JobRecord, Prepared
 from orchestrator.sweep import SweepSpec, expand
 
@@ -262,7 +264,7 @@ def _prepared(repeats: int) -> tuple[sitemod.Site, list[Prepared]]:
     (5, 2, [2, 2, 1]), (5, 5, [5]), (5, 1001, [5]), (5, None, [5]), (4, 1, [1, 1, 1, 1])])
 def test_arrays_larger_than_max_array_size_are_split(repeats, limit, sizes):
     site, prepared = _prepared(repeats)
-    groups = pack.groups(prepared, site, "array", limit)
+    groups = packs.groups(prepared, site, "array", limit)
     assert [len(g.members) for g in groups] == sizes
     assert [p.run.run_id for g in groups for p in g.members] == [p.run.run_id
                                                                  for p in prepared]
@@ -271,7 +273,7 @@ def test_arrays_larger_than_max_array_size_are_split(repeats, limit, sizes):
 def test_max_array_size_zero_refuses_arrays():
     site, prepared = _prepared(2)
     with pytest.raises(UserError, match="MaxArraySize is 0"):
-        pack.groups(prepared, site, "array", 0)
+        packs.groups(prepared, site, "array", 0)
 
 
 # --- the srun line and the GPU request ----------------------------------------------------------
@@ -284,8 +286,7 @@ def _gpu_site(**fields) -> sitemod.Site:
 
 
 def test_srun_options_say_cpus_and_binding():
-    job = options.SlurmJob(name="x", nodes=2, tasks=8, tasks_per_node=4, time_min=10,
-                           output="o")
+    job = Job(name="x", nodes=2, tasks=8, tasks_per_node=4, time_min=10, output="o")
     part = _gpu_site(gpus_per_task="1", gpu_bind="closest", cpu_bind="cores").partition("gpu-ib")
     assert options.srun_options(job, part) == ("--cpus-per-task=16 --gpus-per-task=1 "
                                                "--gpu-bind=closest --cpu-bind=cores")
@@ -300,8 +301,7 @@ def test_srun_options_say_cpus_and_binding():
                                                 ("gres", "--gres=gpu:4")])
 def test_gpu_request_option(request_, line):
     part = _gpu_site(gpu_request=request_).partition("gpu-ib")
-    job = options.SlurmJob(name="x", nodes=1, tasks=4, tasks_per_node=4, time_min=10,
-                           output="o")
+    job = Job(name="x", nodes=1, tasks=4, tasks_per_node=4, time_min=10, output="o")
     opts = options.sbatch_options(job, part)
     key, _, value = line[2:].partition("=")
     assert opts[key] == value

@@ -8,6 +8,7 @@ from . import launchers as _launchers  # noqa: F401 - registers srun, mpirun, lo
 from . import local as _local  # noqa: F401 - registers the local scheduler
 from . import slurm as _slurm  # noqa: F401 - registers the Slurm scheduler
 from .base import (
+    Job,
     Launcher,
     Scheduler,
     launcher,
@@ -18,5 +19,5 @@ from .base import (
     scheduler_names,
 )
 
-__all__ = ["Launcher", "Scheduler", "launcher", "launcher_names", "register_launcher",
+__all__ = ["Job", "Launcher", "Scheduler", "launcher", "launcher_names", "register_launcher",
            "register_scheduler", "scheduler", "scheduler_names"]

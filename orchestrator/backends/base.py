@@ -16,10 +16,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import BaseModel, ConfigDict
+
 from ..errors import UserError
 
 _SCHEDULERS: dict[str, Scheduler] = {}
 _LAUNCHERS: dict[str, Launcher] = {}
+
+
+class Job(BaseModel):
+    """What one job asks its scheduler for: a run's, a pack's (the allocation its runs share),
+    or an array's (each array task an allocation like it). Each scheduler turns it into its
+    own request (Slurm: slurm.options, the #SBATCH lines of every job script)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    nodes: int
+    tasks: int  # all of the job's (--ntasks, where a node's CPUs are overcommitted)
+    tasks_per_node: int  # the busiest node's
+    time_min: int
+    output: str
+    no_requeue: bool = False  # in the script itself (a pack's, an array's)
+    array: int | None = None  # an array of this many tasks
+    exclude: tuple[str, ...] = ()  # nodes to keep off (a retry after a node failure)
 
 
 class Scheduler:
@@ -69,9 +89,9 @@ class Scheduler:
         check image paths here only when they do.)"""
         return not self.allocation
 
-    def submit(self, run: Any, rdir: Path, partition: Any, job: Any) -> str:
-        """Submit ``rdir/job.sbatch``; return the job id. ``job``: what it asks for
-        (slurm.options.SlurmJob: its size, time, the nodes to keep off)."""
+    def submit(self, run: Any, rdir: Path, partition: Any, job: Job) -> str:
+        """Submit ``rdir/job.sbatch``; return the job id. ``job``: what it asks for (its size,
+        time, the nodes to keep off)."""
         raise NotImplementedError
 
     def max_time_min(self, partition: Any) -> int | None:

@@ -16,14 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .. import backends, fabric, faults, provenance, rundir, verdict
-from ..backends.slurm import pack as packing
 from ..containers import checks
 from ..containers.image import ImageFacts
-from ..render import Rendered, render_run, slurm_job
+from ..render import Rendered, render_run, run_job
 from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
 from ..spec.resolved import ResolvedRun
+from . import packs
 from .strategies import Event, Plain, Strategy, choose
 
 __all__ = ["Prepared", "Strategy", "cancel", "choose", "dry_run", "execute", "finalize",
@@ -190,7 +190,7 @@ def _guard(site: Site, sched: backends.Scheduler, policy: faults.FaultPolicy) ->
     """The fault guard of one wait: it resubmits a retry as the run's own job, kept off the
     nodes that failed."""
     def submit(p: Prepared, exclude: list[str]) -> str:
-        job = slurm_job(p.run, p.rdir.resolve()).model_copy(update={"exclude": tuple(exclude)})
+        job = run_job(p.run, p.rdir.resolve()).model_copy(update={"exclude": tuple(exclude)})
         return sched.submit(p.run, p.rdir, site.partition(p.run.partition), job)
 
     return faults.Guard(policy, sched, submit,
@@ -234,7 +234,7 @@ def follow(live: list[Prepared], sched: backends.Scheduler, on_event: Event,
             elif state != last.get(rid):
                 changed = True
                 record = p.record.model_copy(update={"state": state,
-                                                     "step": packing.step_of(p.rdir, p.record)})
+                                                     "step": packs.step_of(p.rdir, p.record)})
                 record = rundir.write_record(p.rdir, record)
                 pending[rid] = Prepared(p.run, p.rdir, record, "wait")
                 on_event(p.run, record)
@@ -274,7 +274,7 @@ def finalize(run: Run, rdir: Path, record: JobRecord, state: str, reason: str) -
     return record.model_copy(update={"state": state, "reason": reason or None,
                                      "ended_at": rundir.now(),
                                      "logs_digest": rundir.logs_digest(rdir),
-                                     "step": packing.step_of(rdir, record)})
+                                     "step": packs.step_of(rdir, record)})
 
 
 def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
@@ -295,7 +295,7 @@ def refresh(out: Path, scheduler: str) -> list[tuple[Run, JobRecord, Path]]:
                 new = finalize(run, rdir, record, state, reason)
             else:
                 new = record.model_copy(update={"state": state,
-                                                "step": packing.step_of(rdir, record)})
+                                                "step": packs.step_of(rdir, record)})
             if new != record:
                 rundir.write_record(rdir, new)
     return [(run, rundir.read_record(rdir), rdir) for run, _, rdir in entries]

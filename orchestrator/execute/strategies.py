@@ -3,7 +3,7 @@ of those one scale at a time, smallest first, with a step between the scales). E
 small registered type; :func:`choose` picks one from the sweep's choices, and
 ``orchestrator.execute.run`` carries it out.
 
-Packs and arrays are Slurm's (backends/slurm/pack.py says how each works); they are loaded
+Packs and arrays are Slurm's (execute/packs.py says how each works); they are loaded
 only by the sweeps that use them. The step between a staged sweep's scales (stating the
 larger runs' predictions) comes from above this layer (execute/staged.py), as a function.
 """
@@ -17,7 +17,7 @@ from typing import ClassVar
 
 from .. import backends, rundir, stopping
 from ..errors import UserError
-from ..render import slurm_job
+from ..render import run_job
 from ..rundir import JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
@@ -82,7 +82,7 @@ class Plain(Strategy):
         for p in todo:
             with stopping.deferred():  # a job is never left out of its ledger
                 job_id = sched.submit(p.run, p.rdir, site.partition(p.run.partition),
-                                      slurm_job(p.run, p.rdir.resolve()))
+                                      run_job(p.run, p.rdir.resolve()))
                 record = p.record.model_copy(update={"job_id": job_id, "state": "PENDING",
                                                      "submitted_at": rundir.now()})
                 rundir.write_record(p.rdir, record)
@@ -180,9 +180,9 @@ def _nothing() -> None:
 
 
 def _pack():
-    from ..backends.slurm import pack
+    from . import packs
 
-    return pack
+    return packs
 
 
 def choose(pack: bool = False, pack_shared: bool = False, array: bool = False,

@@ -1,8 +1,9 @@
-"""Slurm: the scheduler (scheduler.py), the states of packed and array runs (packed.py), and,
-loaded only by the sweeps that use them, packs and arrays (pack.py, its templates beside it).
+"""Slurm: the scheduler (scheduler.py), every sbatch and srun option (options.py), the states
+of packed and array runs (packed.py), and, loaded only by the sweeps that use them, the pack
+and array job scripts (pack.py, its templates beside it).
 
-Importing this package registers the Slurm scheduler; pack.py sits in the runs layer (it
-renders run tables and writes ledgers) and is imported where a sweep packs, never from here.
+Importing this package registers the Slurm scheduler. Composing a sweep's runs into packs and
+arrays (run tables, ledgers) is the runs floor's, orchestrator/execute/packs.py.
 """
 
 from .scheduler import (

@@ -2,9 +2,10 @@
 or an array's script, and what submitit is given when it submits a run (a retry's
 ``--exclude`` included).
 
-A job is described once (:class:`SlurmJob`: its name, size, time and output); the partition
-adds what the site declares for it (GPUs, account, QOS, ...). The options come back in Slurm's
-long names, in the order the ``#SBATCH`` lines show them (tests/golden/sbatch-options.json).
+A job is described once (:class:`~orchestrator.backends.base.Job`, the scheduler interface's
+description: its name, size, time and output); the partition adds what the site declares for
+it (GPUs, account, QOS, ...). The options come back in Slurm's long names, in the order the
+``#SBATCH`` lines show them (tests/golden/sbatch-options.json).
 A run's job script is the same on every site: the local site runs it with bash, where its
 ``#SBATCH`` lines are comments.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import shlex
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from ..base import Job
 
 # "script": the #SBATCH lines of a job script; "submitit": the options submitit adds to its own
 # job script, which runs the job script (scheduler.py says why the two differ).
@@ -23,24 +24,7 @@ Via = Literal["script", "submitit"]
 _SUBMITIT_OWN = ("job-name", "partition", "output")
 
 
-class SlurmJob(BaseModel):
-    """What one job asks Slurm for: a run's, a pack's (the allocation its runs share), or an
-    array's (each array task an allocation like it)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str
-    nodes: int
-    tasks: int  # all of the job's (--ntasks, where a node's CPUs are overcommitted)
-    tasks_per_node: int  # the busiest node's
-    time_min: int
-    output: str
-    no_requeue: bool = False  # in the script itself (a pack's, an array's)
-    array: int | None = None  # an array of this many tasks
-    exclude: tuple[str, ...] = ()  # nodes to keep off (a retry after a node failure)
-
-
-def sbatch_options(job: SlurmJob, partition: Any, via: Via = "script") -> dict[str, str | bool]:
+def sbatch_options(job: Job, partition: Any, via: Via = "script") -> dict[str, str | bool]:
     """The job's sbatch options, in Slurm's long names.
 
     The allocation has room for the busiest node's tasks. Role modes whose tasks outnumber a
@@ -63,14 +47,14 @@ def sbatch_options(job: SlurmJob, partition: Any, via: Via = "script") -> dict[s
     return _for_submitit(opts) if via == "submitit" else opts
 
 
-def _tasks(job: SlurmJob, cpus_per_node: int) -> dict[str, str | bool]:
+def _tasks(job: Job, cpus_per_node: int) -> dict[str, str | bool]:
     if job.tasks_per_node > cpus_per_node:
         return {"ntasks": str(job.tasks), "overcommit": True}
     return {"ntasks-per-node": str(job.tasks_per_node),
             "cpus-per-task": str(cpus_per_task(job, cpus_per_node))}
 
 
-def cpus_per_task(job: SlurmJob, cpus_per_node: int) -> int:
+def cpus_per_task(job: Job, cpus_per_node: int) -> int:
     """The CPUs of each task: the node's shared by its busiest node's tasks (1 where they
     outnumber its cores, the ``--overcommit`` case)."""
     return max(1, cpus_per_node // job.tasks_per_node)
@@ -86,7 +70,7 @@ _BINDING = (("gpus-per-task", "gpus_per_task"), ("gpu-bind", "gpu_bind"),
 AGENT_BINDING = ("cpu_bind",)
 
 
-def srun_options(job: SlurmJob, partition: Any, packed: bool = False) -> str:
+def srun_options(job: Job, partition: Any, packed: bool = False) -> str:
     """What every srun line of the job says beside its task counts, as shell words.
 
     ``--cpus-per-task`` always: srun of Slurm 22.05 to 23.10 does not take it from the

@@ -1,4 +1,4 @@
-"""Slurm for packed sweeps (``orch sweep --pack/--array``, pack.py beside this): submit a
+"""Slurm for packed sweeps (``orch sweep --pack/--array``, execute/packs.py): submit a
 pack's or array's job script, tell each run's state, cancel one run.
 
 A packed run's state comes from three places: the allocation's state (squeue, then sacct),

@@ -32,6 +32,7 @@ from typing import NamedTuple
 from ... import protocol
 from ...errors import SubmitError
 from ...jobscript import job_function
+from .. import base
 from ..base import Scheduler, register_scheduler
 from . import options, packed
 
@@ -173,7 +174,7 @@ class SlurmScheduler(Scheduler):
             return False
         return res.returncode == 0 and same_kernel(res.stdout, _this_kernel())
 
-    def submit(self, run, rdir: Path, partition, job: options.SlurmJob) -> str:
+    def submit(self, run, rdir: Path, partition, job: base.Job) -> str:
         """A run's job: submitit's job script runs jobscript.job_function, which runs job.sbatch.
 
         Two ways into sbatch remain, on purpose, both with options from options.sbatch_options.
