@@ -21,7 +21,7 @@ The header's ``binding``: ``cuda_visible_devices``, ``gpu_index``, ``gpu_pci_bus
 ``gpu_uuid``, ``gpu_name`` (NVML, where the rank sees a GPU; else null and ``gpu_reason`` says
 why), ``cpu_affinity`` (a cpulist such as ``0-3,8``) and ``numa_nodes`` (those CPUs' NUMA
 nodes). The footer's ``device_metrics``
-(rankside.devmetrics.aggregate): ``source`` (``nvml``, ``rapl`` or null), ``device_id`` (ranks
+(rankside.sampler.aggregate): ``source`` (``nvml``, ``rapl`` or null), ``device_id`` (ranks
 with the same one on a host share the device), ``samples``, ``seconds``, ``window_samples``
 (training samples of the window), ``gpu_util_mean``, ``mem_util_mean``, ``cpu_util_mean``,
 ``sm_clock_mean_mhz``, ``mem_used_max_bytes``, ``power_mean_w``, ``power_max_w``,
@@ -83,7 +83,7 @@ WINDOWS = (WINDOW_NATIVE, WINDOW_BREAKDOWN)
 COMM_TOTAL_REASON = "comm_total_reason"  # footer: why no t_comm_total is recorded
 STATUS_OK = "ok"
 FABRIC = "fabric"  # the footer field holding a rank's fabric evidence
-# What the device did in the measured window (rankside.devmetrics.aggregate: means, maxima,
+# What the device did in the measured window (rankside.sampler.aggregate: means, maxima,
 # energy and its basis, throttle reasons) and, where nothing could be read, why.
 DEVICE_METRICS = "device_metrics"
 DEVICE_METRICS_REASON = "device_metrics_reason"
@@ -180,7 +180,7 @@ def heartbeat_links_down(line):
 
 def device_log_name(task):
     """``device-<task>.jsonl``: the task's device samples in its measured window (a
-    ``meta`` line, then one ``sample`` line every rankside.devmetrics.SAMPLE_PERIOD_S), kept
+    ``meta`` line, then one ``sample`` line every rankside.energy.SAMPLE_PERIOD_S), kept
     apart from its rank log so that log's timing is untouched. Not ``rank-<task>.*.jsonl``:
     every ``rank-*.jsonl`` glob (rank logs' digest, tests, users' scripts) would take it for a
     rank log."""

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 H200 = Path(__file__).parent / "fixtures" / "nvml" / "h200.json"
 
-# pynvml's constants that rankside.devmetrics passes (nvml.h's values).
+# pynvml's constants that rankside.sources passes (nvml.h's values).
 NVML_CLOCK_SM = 1
 NVML_TEMPERATURE_GPU = 0
 NVML_PCIE_UTIL_TX_BYTES = 0
@@ -61,7 +61,7 @@ class FakeNvml:
         if handle != "gpu0":
             raise NVMLError("Invalid Argument")
 
-    # --- the calls devmetrics makes -------------------------------------------------------
+    # --- the calls rankside.sources makes -----------------------------------------------
 
     def nvmlInit(self) -> None:
         self.initialised = True

@@ -1,4 +1,4 @@
-"""Where each rank was bound (the header's ``binding``, rankside.devmetrics.probe) as result-set
+"""Where each rank was bound (the header's ``binding``, rankside.sampler.probe) as result-set
 columns (results/devices.py): the GPU index of every rank, and why a rank had none.
 
 The GPU side comes from recordings: NVML's answers from one NVIDIA H200
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from orchestrator import protocol
-from orchestrator.rankside import devmetrics as dm
+from orchestrator.rankside import sampler as smp
 from orchestrator.results import devices
 
 from .conftest import run_orch
@@ -30,10 +30,10 @@ def _log(task: int, binding: dict) -> protocol.RankLog:
 
 
 def test_a_rank_on_a_gpu_has_no_reason_and_one_without_says_why(tmp_path):
-    on_gpu = dm.probe(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml=FakeNvml(),
+    on_gpu = smp.probe(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml=FakeNvml(),
                       powercap=str(tmp_path / "none")).binding
     assert on_gpu["gpu_index"] == 0 and on_gpu["gpu_reason"] is None
-    hidden = dm.probe(0, {"CUDA_VISIBLE_DEVICES": ""}, nvml=FakeNvml(),
+    hidden = smp.probe(0, {"CUDA_VISIBLE_DEVICES": ""}, nvml=FakeNvml(),
                       powercap=str(tmp_path / "none")).binding
     assert hidden["gpu_index"] is None and hidden["gpu_pci_bus_id"] is None
     assert hidden["gpu_reason"].startswith("no GPU: ") and "hides every GPU" in \

@@ -1,4 +1,5 @@
-"""Device metrics and binding (rankside.devmetrics, orchestrator.devices), on this CPU machine.
+"""Device metrics and binding (rankside.energy, .binding, .sources, .sampler;
+orchestrator.results.devices), on this CPU machine.
 
 NVML's answers come from a recording made on one NVIDIA H200 (tests/fake_pynvml.py replays
 tests/fixtures/nvml/h200.json); tests/fixtures/gpu-h200-devmetrics holds two runs whose ranks
@@ -19,7 +20,10 @@ import pandas as pd
 import pytest
 
 from orchestrator import protocol
-from orchestrator.rankside import devmetrics as dm
+from orchestrator.rankside import binding as bnd
+from orchestrator.rankside import energy as en
+from orchestrator.rankside import sampler as smp
+from orchestrator.rankside import sources as src
 from orchestrator.results import devices
 
 from .conftest import run_orch
@@ -31,17 +35,17 @@ RECORDED_RUNS = Path(__file__).parent / "fixtures" / "gpu-h200-devmetrics"
 # --- pure parts -----------------------------------------------------------------------------
 
 def test_throttle_bitmask_decodes_to_names():
-    assert dm.throttle_names(0) == [] and dm.throttle_names(None) == []
-    assert dm.throttle_names(0x1) == ["gpu_idle"]  # what the recorded H200 said when idle
-    assert dm.throttle_names(0x4) == ["sw_power_cap"]  # ... and under load
-    assert dm.throttle_names(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
-    assert dm.throttle_names(0x800 | 0x8) == ["hw_slowdown", "0x800"]  # a bit NVML adds later
+    assert src.throttle_names(0) == [] and src.throttle_names(None) == []
+    assert src.throttle_names(0x1) == ["gpu_idle"]  # what the recorded H200 said when idle
+    assert src.throttle_names(0x4) == ["sw_power_cap"]  # ... and under load
+    assert src.throttle_names(0x1 | 0x40) == ["gpu_idle", "hw_thermal_slowdown"]
+    assert src.throttle_names(0x800 | 0x8) == ["hw_slowdown", "0x800"]  # a bit NVML adds later
 
 
 def test_counter_delta_wraps_once_at_its_range():
-    assert dm.counter_delta(100, 250, 1000) == 150
-    assert dm.counter_delta(990, 15, 1000) == 25  # past max_energy_range_uj and on from 0
-    assert dm.counter_delta(990, 15, None) == -975  # no range known: never guessed
+    assert en.counter_delta(100, 250, 1000) == 150
+    assert en.counter_delta(990, 15, 1000) == 25  # past max_energy_range_uj and on from 0
+    assert en.counter_delta(990, 15, None) == -975  # no range known: never guessed
 
 
 def test_energy_from_the_counter_else_from_integrated_power():
@@ -49,12 +53,12 @@ def test_energy_from_the_counter_else_from_integrated_power():
     samples = [{"t": 0.0, "energy_mj": 1000, "power_w": 100.0},
                {"t": 1.0, "energy_mj": 2500, "power_w": 100.0},
                {"t": 2.0, "energy_mj": 4500, "power_w": 300.0}]
-    assert dm.window_energy(samples) == (pytest.approx(3.5), "counter")
+    assert en.window_energy(samples) == (pytest.approx(3.5), "counter")
     # One sample without it: trapezoids of power over time, 100 W for 1 s + 100→300 W for 1 s.
     samples[1]["energy_mj"] = None
-    assert dm.window_energy(samples) == (pytest.approx(300.0), "integrated power")
-    assert dm.window_energy([{"t": 0.0}, {"t": 1.0}]) == (None, None)
-    assert dm.window_energy([{"t": 0.0, "energy_mj": 5}]) == (None, None)  # one sample: none
+    assert en.window_energy(samples) == (pytest.approx(300.0), "integrated power")
+    assert en.window_energy([{"t": 0.0}, {"t": 1.0}]) == (None, None)
+    assert en.window_energy([{"t": 0.0, "energy_mj": 5}]) == (None, None)  # one sample: none
 
 
 def test_window_energy_is_edge_energy_over_the_samples_span():
@@ -66,10 +70,10 @@ def test_window_energy_is_edge_energy_over_the_samples_span():
                {"t": 2.0, "energy_mj": 4500, "power_w": 300.0}]
     for case in (samples, [dict(s, energy_mj=None) for s in samples],
                  [dict(s, energy_mj=e) for s, e in zip(samples, (1000, 2500, 400), strict=True)]):
-        joules, basis = dm.window_energy(case)
-        assert dm.edge_energy(case, 0.0, 2.0, period=0.5) == (pytest.approx(joules), basis, None)
-    assert dm.window_energy(case) == (pytest.approx(300.0), "integrated power")
-    assert dm.counter_total([{"t": 0.0, "nvlink_tx_kib": 9}, {"t": 1.0, "nvlink_tx_kib": 4}],
+        joules, basis = en.window_energy(case)
+        assert en.edge_energy(case, 0.0, 2.0, period=0.5) == (pytest.approx(joules), basis, None)
+    assert en.window_energy(case) == (pytest.approx(300.0), "integrated power")
+    assert en.counter_total([{"t": 0.0, "nvlink_tx_kib": 9}, {"t": 1.0, "nvlink_tx_kib": 4}],
                             "nvlink_tx_kib", 1.0) is None  # went back: no total, not -5
 
 
@@ -78,12 +82,12 @@ def test_rapl_energy_sums_packages_and_survives_a_wraparound():
     samples = [{"t": 0.0, "rapl_uj": {"intel-rapl:0": 900, "intel-rapl:1": 10}},
                {"t": 1.0, "rapl_uj": {"intel-rapl:0": 100, "intel-rapl:1": 60}},  # 0 wrapped
                {"t": 2.0, "rapl_uj": {"intel-rapl:0": 300, "intel-rapl:1": 160}}]
-    joules, basis = dm.window_energy(samples, ranges)
+    joules, basis = en.window_energy(samples, ranges)
     assert basis == "counter" and joules == pytest.approx((200 + 200 + 50 + 100) * 1e-6)
 
 
 def test_aggregate_says_why_when_nothing_was_read():
-    out = dm.aggregate([{"t": 1.0, "cpu_util": None}, {"t": 2.0, "cpu_util": 50.0}],
+    out = smp.aggregate([{"t": 1.0, "cpu_util": None}, {"t": 2.0, "cpu_util": 50.0}],
                        {"source": None, "reason": "no NVML: x; no RAPL: y"})
     assert out["samples"] == 2 and out["cpu_util_mean"] == 50.0
     assert out["energy_j"] is None and out["energy_basis"] is None
@@ -91,22 +95,22 @@ def test_aggregate_says_why_when_nothing_was_read():
 
 
 def test_cpulists_and_numa_nodes(tmp_path):
-    assert dm.parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
-    assert dm.parse_cpulist("\n") == []  # a NUMA node without CPUs
+    assert bnd.parse_cpulist("0-3,8,10-11\n") == [0, 1, 2, 3, 8, 10, 11]
+    assert bnd.parse_cpulist("\n") == []  # a NUMA node without CPUs
     for bad in ("0-3,,8", "1-", "a", "0-3;8"):
         with pytest.raises(ValueError, match="not a CPU list"):
-            dm.parse_cpulist(bad)
-    assert dm.compact_cpus([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
-    assert dm.compact_cpus([5]) == "5"
+            bnd.parse_cpulist(bad)
+    assert bnd.compact_cpus([8, 0, 1, 2, 3, 10, 11]) == "0-3,8,10-11"
+    assert bnd.compact_cpus([5]) == "5"
     for node, cpus in (("node0", "0-3"), ("node1", "4-7")):
         (tmp_path / node).mkdir()
         (tmp_path / node / "cpulist").write_text(cpus + "\n")
     (tmp_path / "node2").mkdir()
     (tmp_path / "node2" / "cpulist").write_text("\n")  # memory only, no CPUs
     (tmp_path / "possible").write_text("0-1\n")  # not a node
-    assert dm.numa_nodes([0, 1], str(tmp_path)) == [0]
-    assert dm.numa_nodes([3, 4], str(tmp_path)) == [0, 1]
-    assert dm.numa_nodes([0], str(tmp_path / "absent")) is None
+    assert bnd.numa_nodes([0, 1], str(tmp_path)) == [0]
+    assert bnd.numa_nodes([3, 4], str(tmp_path)) == [0, 1]
+    assert bnd.numa_nodes([0], str(tmp_path / "absent")) is None
 
 
 @pytest.mark.parametrize("env,local_rank,count,expected", [
@@ -117,12 +121,12 @@ def test_cpulists_and_numa_nodes(tmp_path):
     ("1,-1,0", 1, 2, ("index", 1)),  # CUDA stops at the first invalid entry
 ])
 def test_visible_gpu_follows_cuda_visible_devices(env, local_rank, count, expected):
-    assert dm.visible_gpu(env, local_rank, count) == expected
+    assert bnd.visible_gpu(env, local_rank, count) == expected
 
 
 @pytest.mark.parametrize("env,count", [("", 1), ("-1", 1), (None, 0)])
 def test_visible_gpu_none_says_why(env, count):
-    kind, why = dm.visible_gpu(env, 0, count)
+    kind, why = bnd.visible_gpu(env, 0, count)
     assert kind is None and ("hides every GPU" in why or "no GPU" in why)
 
 
@@ -131,10 +135,10 @@ def test_visible_gpu_none_says_why(env, count):
 def test_nvml_samples_replay_the_recorded_h200():
     nvml = FakeNvml()
     recorded = nvml.samples
-    source, why = dm.open_nvml(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml)
+    source, why = src.open_nvml(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml)
     assert why is None and nvml.initialised
     samples = [dict(source.sample(), t=float(i)) for i in range(len(recorded))]
-    out = dm.aggregate(samples, {"source": "nvml", "device_id": source.device_id()})
+    out = smp.aggregate(samples, {"source": "nvml", "device_id": source.device_id()})
     assert out["device_id"] == "gpu:00000000:00:06.0"
     util = [c["nvmlDeviceGetUtilizationRates"]["gpu"] for c in recorded]
     assert out["gpu_util_mean"] == pytest.approx(sum(util) / len(util))
@@ -153,23 +157,23 @@ def test_nvml_without_an_energy_counter_integrates_power():
     # The recording, with the energy counter answering as GPUs before Volta do (NVML's docs:
     # nvmlDeviceGetTotalEnergyConsumption is Volta and newer): "Not Supported".
     nvml = FakeNvml(answers={"nvmlDeviceGetTotalEnergyConsumption": [{"error": "Not Supported"}]})
-    source, _ = dm.open_nvml(0, {}, nvml)
+    source, _ = src.open_nvml(0, {}, nvml)
     samples = [dict(source.sample(), t=float(i)) for i in range(4)]
-    out = dm.aggregate(samples, {"source": "nvml"})
+    out = smp.aggregate(samples, {"source": "nvml"})
     assert out["energy_basis"] == "integrated power" and out["energy_j"] > 0
     assert source.unread["energy"] == "Not Supported"
     assert nvml.cursor.get("nvmlDeviceGetTotalEnergyConsumption") == 1  # not asked again
 
 
 def test_probe_binds_the_rank_to_its_gpu_and_cpus(tmp_path):
-    found = dm.probe(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml=FakeNvml(),
+    found = smp.probe(0, {"CUDA_VISIBLE_DEVICES": "0"}, nvml=FakeNvml(),
                      powercap=str(tmp_path / "none"))
     assert found.source.name == "nvml" and found.reason is None
     b = found.binding
     assert (b["cuda_visible_devices"], b["gpu_index"], b["gpu_pci_bus_id"], b["gpu_name"]) == \
         ("0", 0, "00000000:00:06.0", "NVIDIA H200")
-    assert dm.parse_cpulist(b["cpu_affinity"]) == sorted(os.sched_getaffinity(0))
-    hidden = dm.probe(0, {"CUDA_VISIBLE_DEVICES": ""}, nvml=FakeNvml(),
+    assert bnd.parse_cpulist(b["cpu_affinity"]) == sorted(os.sched_getaffinity(0))
+    hidden = smp.probe(0, {"CUDA_VISIBLE_DEVICES": ""}, nvml=FakeNvml(),
                       powercap=str(tmp_path / "none"))
     assert hidden.source is None and hidden.binding["gpu_index"] is None
     assert "hides every GPU" in hidden.reason and "no RAPL" in hidden.reason
@@ -187,36 +191,36 @@ def _powercap(root: Path, zones: dict) -> Path:
 
 def test_rapl_source_reads_package_zones_only(tmp_path, monkeypatch):
     clock = iter([100.0, 102.0])  # two readings 2 s apart, whatever this machine's clock does
-    monkeypatch.setattr(dm, "time", SimpleNamespace(time=lambda: next(clock)))
+    monkeypatch.setattr(src, "time", SimpleNamespace(time=lambda: next(clock)))
     root = _powercap(tmp_path / "powercap", {"intel-rapl:0": (900, 1000),
                                              "intel-rapl:0:0": (5, 1000),  # a part of it
                                              "intel-rapl:1": (10, 1000)})
-    source, why = dm.open_rapl(str(root))
+    source, why = src.open_rapl(str(root))
     assert why is None and source.zones == ["intel-rapl:0", "intel-rapl:1"]
     first = dict(source.sample(), t=0.0)
     _powercap(root, {"intel-rapl:0": (100, 1000), "intel-rapl:1": (60, 1000)})
     last = dict(source.sample(), t=1.0)
-    joules, basis = dm.window_energy([first, last], source.ranges)
+    joules, basis = en.window_energy([first, last], source.ranges)
     assert basis == "counter" and joules == pytest.approx(250e-6)
     assert first["power_w"] is None  # power: the slope since the last reading
     assert last["power_w"] == pytest.approx(250e-6 / 2)
-    assert dm.rapl_power_w((10.0, {"z": 990}), (12.0, {"z": 10}), {"z": 1000}) == \
+    assert src.rapl_power_w((10.0, {"z": 990}), (12.0, {"z": 10}), {"z": 1000}) == \
         pytest.approx(10e-6)  # 20 µJ across the wrap in 2 s
 
 
 def test_rapl_absent_or_unreadable_says_why(tmp_path, monkeypatch):
-    assert dm.open_rapl(str(tmp_path / "nope")) == (
+    assert src.open_rapl(str(tmp_path / "nope")) == (
         None, f"no RAPL: {tmp_path / 'nope'} absent")
     root = _powercap(tmp_path / "powercap", {"intel-rapl:0": (1, 1000)})
-    real = dm.read_int
+    real = src.read_int
 
     def denied(path):  # root reads a mode-000 file anyway: the kernel's refusal, simulated
         if path.endswith("energy_uj"):
             raise PermissionError(13, "Permission denied", path)
         return real(path)
 
-    monkeypatch.setattr(dm, "read_int", denied)
-    source, why = dm.open_rapl(str(root))
+    monkeypatch.setattr(src, "read_int", denied)
+    source, why = src.open_rapl(str(root))
     assert source is None and why.startswith("no RAPL: permission denied")
 
 
@@ -238,8 +242,8 @@ class _CountingSource:
 
 def test_sampler_writes_a_sample_at_start_and_stop(tmp_path):
     path = tmp_path / protocol.device_log_name(3)
-    found = dm.Probe(_CountingSource(), None, {})
-    sampler = dm.Sampler(str(path), found, period=3600.0).start()  # one, then waits
+    found = smp.Probe(_CountingSource(), None, {})
+    sampler = smp.Sampler(str(path), found, period=3600.0).start()  # one, then waits
     out = sampler.stop(window_samples=640)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines[0]["type"] == "meta" and lines[0]["source"] == "fake"
@@ -249,7 +253,7 @@ def test_sampler_writes_a_sample_at_start_and_stop(tmp_path):
     start, end = out["window"]
     assert samples[0]["t"] <= start <= end <= samples[-1]["t"]
     # No sample inside a window shorter than the period: no energy, and why.
-    assert out["energy_j"] is None and out["energy_reason"] == dm.SHORT_WINDOW
+    assert out["energy_j"] is None and out["energy_reason"] == en.SHORT_WINDOW
     assert out["window_samples"] == 640 and out["source"] == "fake"
     assert not sampler._thread.is_alive()
 
@@ -258,16 +262,16 @@ def test_a_long_window_is_folded_into_the_same_aggregates(tmp_path, monkeypatch)
     samples = [{"t": float(i), "power_w": 100.0 + 10 * (i % 3), "energy_mj": 1000 * i,
                 "gpu_util": 50, "throttle_reasons": ["sw_power_cap"] if i == 1 else []}
                for i in range(7)]
-    whole = dm.aggregate(samples, {})
-    folded = dm.combine(dm.aggregate(samples[:3], {}), dm.aggregate(samples[2:], {}))
+    whole = smp.aggregate(samples, {})
+    folded = smp.combine(smp.aggregate(samples[:3], {}), smp.aggregate(samples[2:], {}))
     for key in ("samples", "seconds", "energy_j", "energy_basis", "power_max_w",
                 "throttle_reasons", "gpu_util_mean"):
         assert folded[key] == whole[key], key
     assert folded["power_mean_w"] == pytest.approx(whole["power_mean_w"], rel=0.05)
     # The sampler folds every MAX_KEPT samples; its footer still counts every sample once.
-    monkeypatch.setattr(dm, "MAX_KEPT", 2)
+    monkeypatch.setattr(smp, "MAX_KEPT", 2)
     path = tmp_path / protocol.device_log_name(0)
-    sampler = dm.Sampler(str(path), dm.Probe(_CountingSource(), None, {}), period=3600.0)
+    sampler = smp.Sampler(str(path), smp.Probe(_CountingSource(), None, {}), period=3600.0)
     sampler.start()
     out = sampler.stop(window_samples=1)
     written = [line for line in path.read_text().splitlines() if '"sample"' in line]
@@ -275,8 +279,8 @@ def test_a_long_window_is_folded_into_the_same_aggregates(tmp_path, monkeypatch)
 
 
 def test_sampler_never_fails_its_rank(tmp_path):
-    assert dm.start_sampler(str(tmp_path / "no" / "such" / "dir"), 0, 0) is None
-    assert dm.stop_sampler(None, 10) is None
+    assert smp.start_sampler(str(tmp_path / "no" / "such" / "dir"), 0, 0) is None
+    assert smp.stop_sampler(None, 10) is None
 
 
 # --- the result set: from written logs, from the recorded GPU runs, from a real local run -----
@@ -383,7 +387,7 @@ def test_local_run_records_binding_and_device_log(tmp_path):
         binding = log.header[protocol.BINDING]
         assert set(binding) >= {"cuda_visible_devices", "gpu_index", "gpu_pci_bus_id",
                                 "cpu_affinity", "numa_nodes"}
-        assert dm.parse_cpulist(binding["cpu_affinity"])  # a cpulist, not empty
+        assert bnd.parse_cpulist(binding["cpu_affinity"])  # a cpulist, not empty
         metrics = log.footer[protocol.DEVICE_METRICS]
         assert metrics["samples"] >= 2 and metrics["window_samples"] == 4 * row["batch_size"]
         lines = (ranks / protocol.device_log_name(task)).read_text().splitlines()
@@ -428,12 +432,12 @@ def test_power_rise_reads_each_devices_log_once(tmp_path):
 
 def test_pcie_counters_are_off_by_default_and_say_why(tmp_path):
     nvml = FakeNvml()
-    source, _ = dm.open_nvml(0, {}, nvml)
+    source, _ = src.open_nvml(0, {}, nvml)
     assert source.pcie is False and "pcie_tx_kb_s" not in source.sample()
-    sampler = dm.Sampler(str(tmp_path / "device-0.jsonl"), dm.Probe(source, None, {}),
+    sampler = smp.Sampler(str(tmp_path / "device-0.jsonl"), smp.Probe(source, None, {}),
                          period=3600.0).start()
     out = sampler.stop(window_samples=64)
-    assert out["pcie_reason"] == dm.PCIE_OFF and out["pcie_tx_mean_kb_s"] is None
+    assert out["pcie_reason"] == src.PCIE_OFF and out["pcie_tx_mean_kb_s"] is None
     assert not any(name.startswith("nvmlDeviceGetPcieThroughput") for name in nvml.cursor)
 
 
@@ -443,10 +447,10 @@ def test_pcie_counters_apart_are_read_in_their_own_thread(tmp_path):
     the other samples carry none, and the footer has their means."""
     nvml = FakeNvml(answers={"nvmlDeviceGetPcieThroughput/TX": [1000, 3000],
                              "nvmlDeviceGetPcieThroughput/RX": [500, 700]})
-    source, _ = dm.open_nvml(0, {dm.PCIE_ENV: "apart"}, nvml)
+    source, _ = src.open_nvml(0, {src.PCIE_ENV: "apart"}, nvml)
     assert source.pcie is True
     path = tmp_path / "device-0.jsonl"
-    sampler = dm.Sampler(str(path), dm.Probe(source, None, {}), period=3600.0).start()
+    sampler = smp.Sampler(str(path), smp.Probe(source, None, {}), period=3600.0).start()
     out = sampler.stop(window_samples=64)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     pcie = [rec for rec in lines if rec["type"] == "pcie"]

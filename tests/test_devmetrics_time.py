@@ -1,5 +1,5 @@
 """What the device did over time: energy at the measured window's exact edges
-(rankside.devmetrics.edge_energy), the samples in the result set (results/devices.parquet) and
+(rankside.energy.edge_energy), the samples in the result set (results/devices.parquet) and
 the report's timeline (report.devices.timeline).
 
 Synthetic sample series whose answer is known exactly; the recorded H200 runs of
@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from orchestrator import protocol, results
-from orchestrator.rankside import devmetrics as dm
+from orchestrator.rankside import energy as en
 from orchestrator.report import devices as report_devices
 from orchestrator.results import cache, devices
 
@@ -48,22 +48,22 @@ def _series(power, t_end: float = 5.0, counter=None) -> list[dict]:
 def test_constant_power_counter_is_read_at_the_edges_not_at_the_nearest_samples():
     samples = _series(lambda t: 200.0)
     # [1.2, 3.7] s at 200 W is 500 J; the samples nearest inside it (1.5, 3.5) would say 400.
-    assert dm.edge_energy(samples, 1.2, 3.7) == (pytest.approx(500.0), "counter", None)
+    assert en.edge_energy(samples, 1.2, 3.7) == (pytest.approx(500.0), "counter", None)
     no_counter = [dict(s, energy_mj=None) for s in samples]
-    assert dm.edge_energy(no_counter, 1.2, 3.7) == (
+    assert en.edge_energy(no_counter, 1.2, 3.7) == (
         pytest.approx(500.0), "integrated power", None)
 
 
 def test_a_linear_ramp_integrates_exactly_with_clipped_trapezoids():
     ramp = _series(lambda t: 100.0 + 20.0 * t, counter=lambda t: {})
     # ∫ 100 + 20 t dt over [0.7, 3.3] = 100 · 2.6 + 10 · (3.3² − 0.7²) = 364 J.
-    assert dm.edge_energy(ramp, 0.7, 3.3) == (pytest.approx(364.0), "integrated power", None)
+    assert en.edge_energy(ramp, 0.7, 3.3) == (pytest.approx(364.0), "integrated power", None)
     # The counter of that ramp (100 t + 10 t² J, in mJ): exact at sample times, and between
     # them linear interpolation of a parabola is off by at most 10 · PERIOD² / 4 J an edge.
     counted = _series(lambda t: 100.0 + 20.0 * t,
                       counter=lambda t: {"energy_mj": (100 * t + 10 * t * t) * 1000})
-    assert dm.edge_energy(counted, 1.0, 3.0)[0] == pytest.approx(280.0)
-    joules, basis, _ = dm.edge_energy(counted, 0.7, 3.3)
+    assert en.edge_energy(counted, 1.0, 3.0)[0] == pytest.approx(280.0)
+    joules, basis, _ = en.edge_energy(counted, 0.7, 3.3)
     assert basis == "counter" and abs(joules - 364.0) <= 2 * 10 * PERIOD ** 2 / 4
 
 
@@ -72,7 +72,7 @@ def test_a_rapl_counter_wrapping_inside_the_window():
     samples = _series(lambda t: None, counter=lambda t: {
         "rapl_uj": {"intel-rapl:0": round(50 * t * 1e6) % wrap}})
     # 50 W over [0.25, 2.75] s: 125 J across two wraparounds.
-    assert dm.edge_energy(samples, 0.25, 2.75, {"intel-rapl:0": wrap}) == (
+    assert en.edge_energy(samples, 0.25, 2.75, {"intel-rapl:0": wrap}) == (
         pytest.approx(125.0), "counter", None)
 
 
@@ -82,31 +82,31 @@ def test_an_nvml_counter_going_back_falls_back_to_power():
     # when the driver reloads; then the counter is not used.
     samples = _series(lambda t: 100.0)
     samples[4]["energy_mj"] = 10
-    assert dm.edge_energy(samples, 1.0, 4.0) == (pytest.approx(300.0), "integrated power", None)
+    assert en.edge_energy(samples, 1.0, 4.0) == (pytest.approx(300.0), "integrated power", None)
 
 
 def test_a_window_shorter_than_the_sampling_interval_has_no_energy():
     samples = _series(lambda t: 200.0)
     for start, end in ((1.1, 1.4), (1.1, 1.6), (2.0, 2.0)):  # no sample inside, or one
-        assert dm.edge_energy(samples, start, end) == (None, None, dm.SHORT_WINDOW)
-    assert "raise --iters" in dm.SHORT_WINDOW
-    assert dm.edge_energy(samples, 1.1, 2.1)[0] == pytest.approx(200.0)  # two inside
+        assert en.edge_energy(samples, start, end) == (None, None, en.SHORT_WINDOW)
+    assert "raise --iters" in en.SHORT_WINDOW
+    assert en.edge_energy(samples, 1.1, 2.1)[0] == pytest.approx(200.0)  # two inside
     # The sampler's own: a sample just before the window and one just after it (its start
     # and stop) hold it, however few come between.
     held = [{"t": t, "energy_mj": 200 * t * 1000} for t in (-0.001, 0.5, 0.902)]
-    assert dm.edge_energy(held, 0.0, 0.9)[0] == pytest.approx(180.0)
-    assert dm.edge_energy(held, 0.0, 0.9, period=1.0) == (None, None, dm.SHORT_WINDOW)
+    assert en.edge_energy(held, 0.0, 0.9)[0] == pytest.approx(180.0)
+    assert en.edge_energy(held, 0.0, 0.9, period=1.0) == (None, None, en.SHORT_WINDOW)
     nothing = [{"t": s["t"], "cpu_util": 50.0} for s in samples]  # a CPU host without RAPL
-    assert dm.edge_energy(nothing, 1.1, 1.4) == (None, None, dm.NO_ENERGY)
+    assert en.edge_energy(nothing, 1.1, 1.4) == (None, None, en.NO_ENERGY)
 
 
 def test_an_edge_past_the_samples_continues_the_nearest_interval():
     # The first sample came just after the window opened: the first interval's power
     # continues back to the edge (and the last one's forward).
     samples = _series(lambda t: 200.0)
-    assert dm.edge_energy(samples, -0.1, 5.1) == (pytest.approx(1040.0), "counter", None)
+    assert en.edge_energy(samples, -0.1, 5.1) == (pytest.approx(1040.0), "counter", None)
     no_counter = [dict(s, energy_mj=None) for s in samples]
-    assert dm.edge_energy(no_counter, -0.1, 5.1)[0] == pytest.approx(1040.0)
+    assert en.edge_energy(no_counter, -0.1, 5.1)[0] == pytest.approx(1040.0)
 
 
 # --- on the recorded H200 runs ---------------------------------------------------------------
@@ -127,7 +127,7 @@ def _recorded(run: str, task: int) -> tuple[list[dict], tuple[float, float], dic
 @pytest.mark.parametrize("run", sorted(p.name for p in RECORDED_RUNS.iterdir() if p.is_dir()))
 def test_recorded_h200_energy_at_the_edges(run):
     samples, (start, end), footer = _recorded(run, 0)
-    joules, basis, why = dm.edge_energy(samples, start, end)
+    joules, basis, why = en.edge_energy(samples, start, end)
     assert basis == "counter" and why is None
     # The footer's figure spans first to last sample, which bracket the window by a few ms:
     # the edges' figure is inside it, short of it by at most those ms at twice the top power.
@@ -136,9 +136,9 @@ def test_recorded_h200_energy_at_the_edges(run):
     assert footer["energy_j"] - 2 * footer["power_max_w"] * gaps <= joules <= footer["energy_j"]
     # 0.3 s of it holds no sample: no figure; 2 s of it: the counter's and power's agree
     # within the recorded power's own ramp (NVML's power is a running average).
-    assert dm.edge_energy(samples, start + 1.0, start + 1.3)[0] is None
-    counter = dm.edge_energy(samples, start + 1.0, start + 3.0)
-    power = dm.edge_energy([dict(s, energy_mj=None) for s in samples], start + 1.0, start + 3.0)
+    assert en.edge_energy(samples, start + 1.0, start + 1.3)[0] is None
+    counter = en.edge_energy(samples, start + 1.0, start + 3.0)
+    power = en.edge_energy([dict(s, energy_mj=None) for s in samples], start + 1.0, start + 3.0)
     assert counter[1] == "counter" and power[1] == "integrated power"
     assert power[0] == pytest.approx(counter[0], rel=0.1)
 
@@ -154,8 +154,8 @@ def test_recorded_h200_window_under_a_second_keeps_its_energy():
     start = min(r["t_start"] for r in measured)
     end = max(r["t_start"] + r["t_iter"] for r in measured)
     samples = devices.read_device_log(ranks / protocol.device_log_name(0))
-    assert len(samples) == 3 and dm.SAMPLE_PERIOD_S <= end - start < 1.0
-    joules, basis, _ = dm.edge_energy(samples, start, end)
+    assert len(samples) == 3 and en.SAMPLE_PERIOD_S <= end - start < 1.0
+    joules, basis, _ = en.edge_energy(samples, start, end)
     footer = log.footer[protocol.DEVICE_METRICS]
     assert basis == "counter" and joules == pytest.approx(footer["energy_j"], rel=0.01)
 
@@ -302,12 +302,12 @@ def test_recorded_footers_without_edges_keep_the_rule(tmp_path):
     sweep = tmp_path / "dims"
     shutil.copytree(Path(__file__).parent / "fixtures" / "gpu-h200-dims", sweep)
     rows = json.loads(run_orch("results", sweep, "--format", "json", check=True).stdout)
-    short = {r["run_id"] for r in rows if r["energy_reason"] == dm.SHORT_WINDOW}
+    short = {r["run_id"] for r in rows if r["energy_reason"] == en.SHORT_WINDOW}
     assert "torch-ddp-resnet18-gpu-n1-r0-77bda94f" in short
     for row in rows:
         ranks = sweep / row["run_id"] / protocol.RANKS_DIR
         footer = protocol.read_rank_log(ranks / protocol.rank_log_name(0)).footer
         seconds = footer[protocol.DEVICE_METRICS]["seconds"]
-        assert (row["run_id"] in short) == (seconds < dm.SAMPLE_PERIOD_S)
+        assert (row["run_id"] in short) == (seconds < en.SAMPLE_PERIOD_S)
         assert (row["energy_j"] is None) == (row["energy_per_sample_j"] is None) == (
             row["run_id"] in short)

@@ -66,7 +66,8 @@ RANK_FLOOR = ("orchestrator", "orchestrator.errors", "orchestrator.protocol", "o
 PY36 = ("__init__.py", "errors.py", "protocol.py", "modes/__init__.py", "modes/base.py",
         "modes/cntk/mode.py", "modes/cntk/rank.py", "modes/cntk/__init__.py",
         "rankside/__init__.py", "rankside/harness.py", "rankside/cntk/models.py",
-        "rankside/common/epochs.py", "rankside/cntk/epochs.py", "rankside/devmetrics.py",
+        "rankside/common/epochs.py", "rankside/cntk/epochs.py", "rankside/sampler.py",
+        "rankside/energy.py", "rankside/binding.py", "rankside/sources.py",
         "rankside/cntk/__init__.py", "rankside/common/__init__.py")
 
 

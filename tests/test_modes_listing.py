@@ -39,10 +39,12 @@ def test_shared_options_are_listed_once_with_their_modes():
     shared = {o.name: names for o, names in catalogue.shared_options()
               if "torch-ddp" in names}
     assert shared["precision"] == ["horovod", "mpi-ssgd", "torch-ddp", "torch-fsdp"]
+    assert shared["backend"] == ["allreduce-bench", "torch-ddp", "torch-fsdp"]
     table = catalogue.modes_table()
     ddp = next(line for line in table.splitlines() if line.startswith("| `torch-ddp`"))
-    assert "`backend`=nccl\\|gloo (default: see what)" in ddp
-    assert "shared: `precision`" in ddp and "`precision`=" not in ddp
+    assert "`trace`=no\\|yes (no)" in ddp  # its own options in full
+    assert "shared: `backend`, `precision`" in ddp
+    assert "`precision`=" not in ddp and "`backend`=" not in ddp
 
 
 def test_values_text():

@@ -19,7 +19,7 @@ from orchestrator import backends, modes, protocol
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
 from orchestrator.protocol import rank_logs, read_rank_log
-from orchestrator.rankside import devmetrics as dm
+from orchestrator.rankside import binding as bnd
 from orchestrator.render import render_run
 from orchestrator.site import Container, load
 from orchestrator.spec.resolved import ResolvedRun
@@ -232,7 +232,7 @@ def _assert_ranks_placed_by_torchrun(out, nodes, per_node):
                       for k in range(nodes * per_node)]
     for log in logs:  # where each rank started by torchrun was bound (test_binding.py)
         binding = log.header[protocol.BINDING]
-        assert dm.parse_cpulist(binding["cpu_affinity"]) and "numa_nodes" in binding
+        assert bnd.parse_cpulist(binding["cpu_affinity"]) and "numa_nodes" in binding
         assert (binding["gpu_index"] is None) == bool(binding["gpu_reason"])  # a GPU or why
     for node in range(nodes):  # each agent's own output, beside its ranks' outputs
         assert (rdir / "ranks" / f"torchrun-{node}.out").is_file()

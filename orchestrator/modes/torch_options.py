@@ -21,6 +21,9 @@ GPU users run a training step beyond the plain fp32 loop. Declared once here; ea
 Each is ``omit_default``: a run at the default leaves it out of its options, so its run id is
 the one it had before these options existed. Imported by the control plane only, but kept
 valid Python 3.6 like :mod:`.base` (the registry loads every mode descriptor).
+
+Beside them, options only some torch modes take: :data:`BACKEND` (torch-ddp, torch-fsdp,
+allreduce-bench) and :data:`COMM_DELAY` (torch-ddp).
 """
 
 from .base import Option, precision_option
@@ -65,6 +68,15 @@ RUN_DIMENSIONS = (
 
 # The dimensions the result set gives a column each (the runs table), beside ``options``.
 COLUMNS = tuple(o.name for o in RUN_DIMENSIONS)
+
+# The collective backend of the modes that choose one through torch.distributed (torch-ddp,
+# torch-fsdp, allreduce-bench); without the option a run takes nccl on GPU partitions, gloo on
+# CPU ones.
+BACKEND = Option(
+    name="backend",
+    choices=("nccl", "gloo"),
+    help="collective backend; default nccl on GPU partitions, gloo on CPU ones",
+)
 
 # Not a run dimension but a test aid: every all-reduce of the rank completes this many
 # milliseconds late, a fabric made slow on purpose, so that a real slowdown of the

@@ -10,7 +10,7 @@ says so.
 
 Rank-side (the allreduce-bench rank records its machine's cores) and read by the control plane
 (the pre-flight, the validity checks): standard library only, and the kernel's CPU lists read
-by the one parser of them (devmetrics.parse_cpulist, which CNTK's Python 3.6 also runs).
+by the one parser of them (binding.parse_cpulist, which CNTK's Python 3.6 also runs).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from . import devmetrics
+from . import binding
 
 SYSFS_CPU = Path("/sys/devices/system/cpu")
 # Newer kernels name the siblings of a core core_cpus_list; thread_siblings_list is the older
@@ -58,7 +58,7 @@ def machine_cpus(root: Path = SYSFS_CPU) -> list[int]:
 def _siblings(cpu: int, root: Path) -> frozenset[int] | None:
     for name in SIBLING_FILES:
         try:
-            siblings = devmetrics.parse_cpulist(
+            siblings = binding.parse_cpulist(
                 (root / f"cpu{cpu}" / "topology" / name).read_text())
         except (OSError, ValueError):
             continue

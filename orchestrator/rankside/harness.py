@@ -24,7 +24,8 @@ from contextlib import contextmanager
 
 from orchestrator import protocol
 from orchestrator.protocol import LOG_SCHEMA, PHASES
-from orchestrator.rankside import cpushare, devmetrics, fabric
+from orchestrator.rankside import cpushare, fabric
+from orchestrator.rankside.sampler import process_probe, start_sampler, stop_sampler
 
 # Environment variables worth keeping beside every measurement: they change what is measured.
 _ENV_PREFIXES = ("NCCL_", "GLOO_", "OMPI_", "OMP_", "MKL_", "UCX_", "TF_", "DMLC_", "MXNET_",
@@ -314,7 +315,7 @@ class Session:
                 if phases and k == self.args.warmup:  # the fabric's measured window starts
                     self._fabric_start = fabric.safe(fabric.Snapshot)
                 if not phases and k == self.args.warmup:  # before this iteration's clock
-                    sampler = devmetrics.start_sampler(self.args.log_dir, self.info.task,
+                    sampler = start_sampler(self.args.log_dir, self.info.task,
                                                        self.info.local_rank)
                 self._phases = {}
                 wall = time.time()
@@ -356,7 +357,7 @@ class Session:
             metrics = None
             try:
                 if sampler is not None:
-                    metrics = devmetrics.stop_sampler(
+                    metrics = stop_sampler(
                         sampler, max(0, self._next_iter - base - self.args.warmup) * self.samples)
             finally:
                 self.log.write_many(pending + chunk)  # a chunk cut short keeps its queueing times
@@ -593,7 +594,7 @@ def rank_log(args: argparse.Namespace, framework: str, mode: str):
         "started_at": time.time(), "argv": sys.argv, "env": interesting_env(),
         "script_digest": os.environ.get("ORCH_SCRIPT_DIGEST"),
         "container": container_facts(),
-        protocol.BINDING: devmetrics.process_probe(info.local_rank).binding,
+        protocol.BINDING: process_probe(info.local_rank).binding,
         protocol.CPU_SHARE: cpushare.safe_probe(),
     }
     log.write(header)

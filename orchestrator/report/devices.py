@@ -65,7 +65,7 @@ def table(runs: pd.DataFrame) -> Table | None:
                  ["run", "source", "GPU util %", "CPU util %", "power W mean / max",
                   "energy J", "mJ per sample", "energy from", "throttle reasons",
                   "CPU affinity (task:cpus)", "GPU bus id", "why not"], rows,
-                 "sampled every rankside.devmetrics.SAMPLE_PERIOD_S over each rank's measured "
+                 "sampled every rankside.energy.SAMPLE_PERIOD_S over each rank's measured "
                  "native window; power per device, energy over the run's devices (a GPU "
                  "shared by ranks once); energy from: the device's energy counter, or power "
                  "integrated over time; CPU util: the share of a rank's CPUs its process kept "

@@ -1,5 +1,5 @@
 """Per-run device columns of the result set: what the devices did in the measured window
-(the ranks' footers' ``device_metrics``, rankside.devmetrics) and where each rank was bound
+(the ranks' footers' ``device_metrics``, rankside.sampler) and where each rank was bound
 (the headers' ``binding``); and the device samples over time (``results/devices.parquet``, a
 file per run, :func:`sample_table`), which the report draws.
 
@@ -19,7 +19,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from .. import protocol
-from ..rankside import devmetrics
+from ..rankside import energy
 
 
 class Column(NamedTuple):
@@ -162,15 +162,15 @@ def _typed(metrics: dict) -> dict:
 
 def held(metrics: dict) -> dict:
     """A footer's device_metrics, its energy dropped where its window was too short for one
-    (devmetrics.edge_energy's rule). Footers that record their ``window`` applied the rule
+    (energy.edge_energy's rule). Footers that record their ``window`` applied the rule
     themselves; older ones' energy spans their samples, which bracket the window, so a span
     shorter than the sampling period is such a window."""
     seconds = metrics.get("seconds")
     if "window" in metrics or metrics.get("energy_j") is None or not isinstance(
-            seconds, int | float) or seconds >= devmetrics.SAMPLE_PERIOD_S:
+            seconds, int | float) or seconds >= energy.SAMPLE_PERIOD_S:
         return metrics
     return {**metrics, "energy_j": None, "energy_basis": None,
-            "energy_reason": devmetrics.SHORT_WINDOW}
+            "energy_reason": energy.SHORT_WINDOW}
 
 
 def rank_entries(logs: list) -> list[tuple[int, dict, dict]]:
@@ -254,7 +254,7 @@ def run_facts(logs: list, ranks_dir: Path | None = None) -> dict:
 # --- the samples over time: results/devices.parquet -----------------------------------------
 
 SAMPLES_FILE = "results/devices.parquet"
-# A sample's fields kept for the report's timeline (rankside.devmetrics.NvmlSource.sample,
+# A sample's fields kept for the report's timeline (rankside.sources.NvmlSource.sample,
 # RaplSource.sample, Sampler._take), besides run_id and task.
 SAMPLE_FIELDS = ("t", "power_w", "sm_clock_mhz", "gpu_util", "cpu_util")
 DEVICE_LOG = re.compile(r"device-(\d+)\.jsonl")  # protocol.device_log_name's

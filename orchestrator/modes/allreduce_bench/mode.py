@@ -9,6 +9,7 @@ of the sweep (throughput, speedup and efficiency are empty for it: it moves no s
 """
 
 from ..base import Mode, Option
+from ..torch_options import BACKEND
 
 # 4 B .. 16 MiB in steps of 4: small sizes pin the latency α, large ones the bandwidth B.
 DEFAULT_SIZES = tuple(4 ** k for k in range(1, 13))
@@ -37,11 +38,7 @@ MODE = Mode(
     launchers=("srun", "local"),
     trains=False,  # measures the network: no samples, no speedup
     options=(
-        Option(
-            name="backend",
-            choices=("nccl", "gloo"),
-            help="collective backend; default nccl on GPU partitions, gloo on CPU ones",
-        ),
+        BACKEND,
         SizesOption(
             name="sizes",
             choices=(),

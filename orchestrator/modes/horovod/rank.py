@@ -116,9 +116,7 @@ def main(argv=None) -> None:
 
         from orchestrator.rankside.torch.common import (
             Dims,
-            Steps,
-            input_batches,
-            native_window,
+            measure,
             note_device_memory,
             parameter_checksum,
             rank_device,
@@ -164,22 +162,13 @@ def main(argv=None) -> None:
             hvd.shutdown()  # as at the end below
             return
 
-        # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, workload, dims)
         alone = info.world_size == 1
         if not alone:  # one rank: none to see (t_comm_total = 0)
             s.footer[protocol.COMM_TOTAL_REASON] = (
                 "Horovod runs its all-reduces in a background thread that reports no "
                 "per-tensor durations to the rank (only its process-wide timeline has them)")
-
-        dims.compile_step(step, source, sync)
-        native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
-
-        steps = Steps(source, dims, net, loss_fn, optimizer, sync)
-        loss = breakdown(s, steps, alone)
-        s.footer["param_checksum"] = parameter_checksum(model)
-        note_device_memory(s.footer, device)
-        s.footer["loss"] = float(loss.detach())
+        measure(s, args, workload, dims, device, step, sync, net, loss_fn, optimizer, model,
+                lambda steps: breakdown(s, steps, alone))
         hvd.join()
         # The harness ends the process with os._exit (no atexit): shut Horovod down (it
         # finalizes the MPI it initialized), or mpirun reports a rank that "exited without

@@ -297,11 +297,7 @@ def main(argv=None) -> None:
 
         from orchestrator.rankside.torch.common import (
             Dims,
-            Steps,
-            input_batches,
-            native_window,
-            note_device_memory,
-            parameter_checksum,
+            measure,
             rank_device,
         )
         from orchestrator.rankside.torch.workload import Workload
@@ -344,17 +340,8 @@ def main(argv=None) -> None:
             train_epochs(s, args, step, model, device, dims, comm, MPI, workload)
             return
 
-        # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
-        source = input_batches(args, info, workload, dims)
-        dims.compile_step(step, source, sync)
-        native_window(s, source, device, step,
-                      sync if device.type == "cuda" else None, dims)
-
-        steps = Steps(source, dims, net, loss_fn, optimizer, sync)
-        loss = breakdown(s, steps, reducer, args.overlap)
-        s.footer["param_checksum"] = parameter_checksum(model)
-        note_device_memory(s.footer, device)
-        s.footer["loss"] = float(loss.detach())
+        measure(s, args, workload, dims, device, step, sync, net, loss_fn, optimizer, model,
+                lambda steps: breakdown(s, steps, reducer, args.overlap))
         comm.Barrier()
         # The harness ends the process with os._exit (no atexit): finalize MPI here, or mpirun
         # reports a rank that "exited without calling finalize" and fails the job.

@@ -1,7 +1,7 @@
 """PyTorch DistributedDataParallel: one process per rank, all-reduce over NCCL (GPU) or Gloo."""
 
 from ..base import Mode, Option
-from ..torch_options import COMM_DELAY, RUN_DIMENSIONS
+from ..torch_options import BACKEND, COMM_DELAY, RUN_DIMENSIONS
 
 MODE = Mode(
     name="torch-ddp",
@@ -17,11 +17,7 @@ MODE = Mode(
     overlap="wfbp",
     first_bucket_bytes=1 << 20,
     options=(
-        Option(
-            name="backend",
-            choices=("nccl", "gloo"),
-            help="collective backend; default nccl on GPU partitions, gloo on CPU ones",
-        ),
+        BACKEND,
         Option(
             name="trace",
             choices=("no", "yes"),

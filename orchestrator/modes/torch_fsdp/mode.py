@@ -9,7 +9,7 @@ checksum of the unsharded parameters across ranks.
 """
 
 from ..base import Mode, Option
-from ..torch_options import RUN_DIMENSIONS
+from ..torch_options import BACKEND, RUN_DIMENSIONS
 
 MODE = Mode(
     name="torch-fsdp",
@@ -31,11 +31,7 @@ MODE = Mode(
     cpu_only_backends={"gloo": "over Gloo on CUDA tensors a rank died of SIGSEGV after its "
                                "last step (torch 2.11, H200), losing the run"},
     options=(
-        Option(
-            name="backend",
-            choices=("nccl", "gloo"),
-            help="collective backend; default nccl on GPU partitions, gloo on CPU ones",
-        ),
+        BACKEND,
         Option(
             name="reshard_after_forward",
             choices=("yes", "no"),

@@ -323,6 +323,24 @@ def plain_step(model, optimizer, loss_fn, dims=None):
     return amp_step
 
 
+def measure(s, args, workload, dims, device, step, sync, net, loss_fn, optimizer, model,
+            breakdown) -> None:
+    """The end of an MPI mode's rank (horovod, mpi-ssgd): its input, the throughput window
+    (:func:`native_window` of ``step``), the breakdown window (``breakdown(steps)`` over
+    :class:`Steps`, the mode's own; returns the last loss), then the footer's parameter
+    checksum, device memory and loss. The caller leaves its communicator after it."""
+    # The same input as torch-ddp: synthetic batches in memory, or --data from disk.
+    source = input_batches(args, s.info, workload, dims)
+    dims.compile_step(step, source, sync)
+    native_window(s, source, device, step, sync if device.type == "cuda" else None, dims)
+
+    steps = Steps(source, dims, net, loss_fn, optimizer, sync)
+    loss = breakdown(steps)
+    s.footer["param_checksum"] = parameter_checksum(model)
+    note_device_memory(s.footer, device)
+    s.footer["loss"] = float(loss.detach())
+
+
 class Steps:
     """The breakdown window of a PyTorch mode, declared as steps for
     :meth:`harness.Session.breakdown`: ``t_io`` (the next batch), ``t_h2d`` (to the device, in
