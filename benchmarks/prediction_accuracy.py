@@ -28,6 +28,7 @@ import argparse
 import os
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -180,7 +181,7 @@ def plot(every: pd.DataFrame, path: Path, title: str) -> Path | None:
     ax.set_ylim(lo, hi)
     ax.set_xlabel("measured t_iter (s)")
     ax.set_ylabel("predicted t_iter (s), 80 % interval")
-    ax.set_title(title, fontsize=9)
+    ax.set_title("\n".join(textwrap.wrap(title, 75)), fontsize=9)  # a summary line is long
     ax.legend(fontsize=8, loc="upper left")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
