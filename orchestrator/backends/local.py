@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 from pathlib import Path
@@ -33,6 +34,11 @@ class LocalScheduler(Scheduler):
 
     def __init__(self) -> None:
         self._jobs: dict[str, object] = {}
+        # The registry keeps this scheduler, and so its submitit jobs, alive until the
+        # interpreter shuts down; a job's __del__ run then, after pathlib's globals are gone,
+        # prints a TypeError traceback after orch's last line (seen when a sweep stops early).
+        # Dropped at exit instead, while every module is still whole.
+        atexit.register(self._jobs.clear)
 
     def submit(self, run, rdir: Path, partition, job) -> str:
         import submitit
