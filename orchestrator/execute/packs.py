@@ -79,9 +79,7 @@ def check(runs: list, site: Site, kind: str, out: Path) -> None:
     the scheduler reports it): those runs cannot share one allocation."""
     sched = backends.scheduler(site.scheduler)
     for group in groups(_as_prepared(runs, site, out), site, kind, slurm_pack.max_array(kind)):
-        opts = pack_options(group, site, out, "check")
-        hours, minutes, _ = str(opts["time"]).split(":")
-        need = int(hours) * 60 + int(minutes)
+        need = pack_job(group, out, "check").time_min
         limit = sched.max_time_min(site.partition(group.partition))
         if limit is not None and need > limit:
             raise UserError(f"--{kind}: the {len(group.members)} run(s) on partition "

@@ -316,7 +316,7 @@ class Session:
                     self._fabric_start = fabric.safe(fabric.Snapshot)
                 if not phases and k == self.args.warmup:  # before this iteration's clock
                     sampler = start_sampler(self.args.log_dir, self.info.task,
-                                                       self.info.local_rank)
+                                            self.info.local_rank)
                 self._phases = {}
                 wall = time.time()
                 t0 = time.perf_counter()
