@@ -340,3 +340,21 @@ def test_pack_script_places_runs_side_by_side_where_they_fit(tmp_path, kind):
         assert times[1]["co_tenants"] == [rid[3]]
     log = (pack_dir / protocol.PACK_STEPS_LOG).read_text().split("\n")
     assert sum(line.startswith("start ") for line in log) == 3
+
+
+def test_pack_longer_than_the_partition_allows_is_refused(monkeypatch):
+    """A pack whose runs need more minutes one after another than the partition's MaxTime is
+    refused before anything is written; one that fits is not."""
+    from orchestrator import backends
+    from orchestrator.errors import UserError
+
+    site, out, groups = _group("pack", (1, 2, 4), 2)
+    need = packing.pack_job(groups[0], out, "check").time_min
+    runs = [p.run for p in groups[0].members]
+    sched = type(backends.scheduler(site.scheduler))
+    monkeypatch.setattr(sched, "max_time_min", lambda self, partition: need - 1)
+    with pytest.raises(UserError, match=rf"need {need} min in one allocation.*limit of "
+                                        rf"{need - 1} min"):
+        packing.check(runs, site, "pack", out)
+    monkeypatch.setattr(sched, "max_time_min", lambda self, partition: need)
+    packing.check(runs, site, "pack", out)
