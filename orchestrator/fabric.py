@@ -301,6 +301,39 @@ def _other_iface(counters: dict[str, int], used: list[str], types: dict) -> tupl
     return name, busiest
 
 
+def _verbs_verdict(nccl: list[dict], ucx: list[dict], decl: dict, ib_bytes: int | None,
+                   expected: float | None) -> dict | None:
+    """The verdict where the ranks used verbs (NCCL IB, UCX rc/dc/ud), its bytes from the HCA
+    port counters; None where no rank did."""
+    verbs = sorted({h for p in nccl if p["network"] == "IB" for h in p["hcas"]}
+                   | {d for p in ucx for d in p["verbs"]})
+    if not verbs:
+        return None
+    used = ",".join(verbs)
+    transport = "nccl-ib" if any(p["network"] == "IB" for p in nccl) else "ucx-verbs"
+    hcas = {h.split(":")[0] for h in decl["ib_hca"]}
+    if decl["interconnect"] != "infiniband":
+        return _result(MISMATCH, f"declared {decl['interconnect']} on {decl['socket_ifname']}; "
+                       f"ranks used verbs ({transport}) on {used}", transport, used, ib_bytes,
+                       expected)
+    if hcas and not {v.split(":")[0] for v in verbs} <= hcas:
+        return _result(MISMATCH, f"declared HCAs {','.join(sorted(hcas))}; ranks used "
+                       f"{used}", transport, used, ib_bytes, expected)
+    return _bytes_verdict("InfiniBand verbs", (transport, used, ib_bytes, expected, None, None))
+
+
+def _transport_note(nccl: list[dict], ompi: list[dict]) -> str:
+    """What the transports' own lines said that a socket verdict quotes: " (...)" or ""."""
+    notes = []
+    if any(p["ib_missing"] for p in nccl):
+        notes.append("NCCL: 'NET/IB : No device found'")
+    if any(p["pml"] for p in ompi):
+        notes.append("Open MPI pml " + ",".join(sorted({p["pml"] for p in ompi if p["pml"]})))
+    if any(p["btls"] for p in ompi):
+        notes.append("btl " + ",".join(sorted({b for p in ompi for b in p["btls"]})))
+    return f" ({'; '.join(notes)})" if notes else ""
+
+
 def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
     """The run's fabric verdict and its figures (:data:`COLUMNS`)."""
     decl = declared(rdir, run)
@@ -322,25 +355,13 @@ def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
     types, total, sent = _tcp_evidence(logs, train)
     want_ib = decl["interconnect"] == "infiniband"
     nic = decl["socket_ifname"]
-    hcas = {h.split(":")[0] for h in decl["ib_hca"]}
     iters = run.iters
 
     # 1. Verbs transports (NCCL IB, UCX rc/dc/ud): bytes from the HCA port counters.
-    verbs = sorted({h for p in nccl if p["network"] == "IB" for h in p["hcas"]}
-                   | {d for p in ucx for d in p["verbs"]})
-    if verbs:
-        used = ",".join(verbs)
-        transport = "nccl-ib" if any(p["network"] == "IB" for p in nccl) else "ucx-verbs"
-        ib_bytes = _ib_bytes(logs, train)
-        expected = per_rank * len(train) * iters if per_rank is not None else None
-        if not want_ib:
-            return _result(MISMATCH, f"declared {decl['interconnect']} on {nic}; ranks used "
-                           f"verbs ({transport}) on {used}", transport, used, ib_bytes, expected)
-        if hcas and not {v.split(":")[0] for v in verbs} <= hcas:
-            return _result(MISMATCH, f"declared HCAs {','.join(sorted(hcas))}; ranks used "
-                           f"{used}", transport, used, ib_bytes, expected)
-        return _bytes_verdict("InfiniBand verbs",
-                              (transport, used, ib_bytes, expected, None, None))
+    expected = per_rank * len(train) * iters if per_rank is not None else None
+    verdict = _verbs_verdict(nccl, ucx, decl, _ib_bytes(logs, train), expected)
+    if verdict is not None:
+        return verdict
 
     # 2. Socket transports: NCCL's socket module, UCX/Open MPI TCP, everything else's TCP.
     nccl_socket = sorted({i for p in nccl if p["network"] == "Socket" for i in p["ifaces"]})
@@ -348,14 +369,7 @@ def attest(run, rdir: Path, logs: list[RankLog]) -> dict:
     data_ifaces = sorted(i for i, b in total.items() if grand and b >= DATA_SHARE * grand)
     used_ifaces = sorted(set(data_ifaces) | set(nccl_socket)
                          | {t for p in ucx for t in p["tcp"]})
-    notes = []
-    if any(p["ib_missing"] for p in nccl):
-        notes.append("NCCL: 'NET/IB : No device found'")
-    if any(p["pml"] for p in ompi):
-        notes.append("Open MPI pml " + ",".join(sorted({p["pml"] for p in ompi if p["pml"]})))
-    if any(p["btls"] for p in ompi):
-        notes.append("btl " + ",".join(sorted({b for p in ompi for b in p["btls"]})))
-    note = f" ({'; '.join(notes)})" if notes else ""
+    note = _transport_note(nccl, ompi)
     if not used_ifaces:
         if not any(evidence(lg) for lg in logs):
             return _result(UNVERIFIED, "no rank recorded fabric evidence" + note)
