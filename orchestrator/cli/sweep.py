@@ -21,6 +21,21 @@ from ..spec import settings
 from ..spec.settings import OPTIONS_HELP
 from ._common import err_console, out_console, print_event, print_fabric_mismatches, print_runs
 
+# The options of the fault policy (_fault_policy): what a hung or failed run costs.
+HangTimeout = Annotated[float, typer.Option(
+    help="While waiting: a run none of whose ranks logged a new iteration for this many "
+    "seconds (or 10x its median iteration time, if longer) is cancelled and recorded as "
+    "HUNG, naming the stalled ranks and nodes; 0: never.", min=0)]
+StartupTimeout = Annotated[float, typer.Option(
+    help="The same before a run's first iteration (imports, rendezvous, container "
+    "start), seconds.", min=1)]
+MaxRetries = Annotated[int, typer.Option(
+    help="Runs that end NODE_FAIL, BOOT_FAIL, PREEMPTED or HUNG are submitted again, at "
+    "most this many times, as new attempts (the old one moves to attempts/<n>/) kept off "
+    "the nodes that failed (sbatch --exclude). FAILED, OUT_OF_MEMORY, TIMEOUT and "
+    "CANCELLED runs are never retried. Default 1, as Slurm requeues a job after a node "
+    "failure by default.", min=0, max=10)]
+
 
 # The sweep settings' options (--nodes, --mode, --batch-size, …) and the mode options' own flags
 # (--overlap, …) are added to this signature from their one declaration (spec.settings, by
@@ -49,19 +64,9 @@ def sweep(
         "--cancel-on-interrupt", help="Ctrl-C, SIGTERM or SIGHUP cancels the sweep's "
         "unfinished Slurm jobs (without it they keep running; a second Ctrl-C cancels them). "
         "A stopped orch always cancels local-site runs.")] = False,
-    hang_timeout: Annotated[float, typer.Option(
-        help="While waiting: a run none of whose ranks logged a new iteration for this many "
-        "seconds (or 10x its median iteration time, if longer) is cancelled and recorded as "
-        "HUNG, naming the stalled ranks and nodes; 0: never.", min=0)] = 300.0,
-    startup_timeout: Annotated[float, typer.Option(
-        help="The same before a run's first iteration (imports, rendezvous, container "
-        "start), seconds.", min=1)] = 900.0,
-    max_retries: Annotated[int, typer.Option(
-        help="Runs that end NODE_FAIL, BOOT_FAIL, PREEMPTED or HUNG are submitted again, at "
-        "most this many times, as new attempts (the old one moves to attempts/<n>/) kept off "
-        "the nodes that failed (sbatch --exclude). FAILED, OUT_OF_MEMORY, TIMEOUT and "
-        "CANCELLED runs are never retried. Default 1, as Slurm requeues a job after a node "
-        "failure by default.", min=0, max=10)] = 1,
+    hang_timeout: HangTimeout = 300.0,
+    startup_timeout: StartupTimeout = 900.0,
+    max_retries: MaxRetries = 1,
     pack: Annotated[bool, typer.Option(
         "--pack", help="Slurm: run each partition's runs as job steps of one allocation sized "
         "for its largest run (one queue wait per partition).")] = False,
@@ -84,7 +89,7 @@ def sweep(
     **given: Any,
 ) -> None:
     """Expand a matrix of runs, render their scripts, submit them, and print the scaling table."""
-    from .. import envs, execute, rundir
+    from .. import execute
 
     runs, site_obj, loaded = plan(ctx, spec_values(given, option), study, site, dry_run=dry_run)
     out_dir = check_out(out or Path("runs") / site_obj.name)
@@ -93,14 +98,8 @@ def sweep(
     strategy.refuse(site_obj)
     if dry_run:
         return _print_dry_run(runs, site_obj, out_dir, strategy, loaded)
-    strategy.check(runs, site_obj, out_dir)
-    envs.check_runs(site_obj, runs)
-    prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
-                               study=loaded.provenance() if loaded is not None else None,
-                               packed=strategy.packed)
+    prepared = _prepare(strategy, runs, site_obj, out_dir, loaded, retry_failed=retry_failed)
     on_event = _logged_events(out_dir)
-    rundir.log_line(out_dir, f"orch sweep started: pid {os.getpid()} on "
-                    f"{socket.gethostname()}: orch {shlex.join(sys.argv[1:])}")
     try:
         strategy, networks = _predictions(strategy, choice, runs, site_obj, out_dir,
                                           "never" if no_preflight else preflight, wait,
@@ -113,6 +112,22 @@ def sweep(
 
         stopped(exc, command="sweep", cancel=cancel_on_interrupt, log=out_dir)
     _summary(runs, site_obj, out_dir, wait, networks)
+
+
+def _prepare(strategy, runs, site_obj, out_dir: Path, loaded, *, retry_failed: bool):
+    """Check the runs against the strategy and the site's environments, write their
+    directories and scripts (:func:`execute.prepare`), and log the sweep's start: the
+    prepared runs."""
+    from .. import envs, execute, rundir
+
+    strategy.check(runs, site_obj, out_dir)
+    envs.check_runs(site_obj, runs)
+    prepared = execute.prepare(runs, site_obj, out_dir, retry_failed=retry_failed,
+                               study=loaded.provenance() if loaded is not None else None,
+                               packed=strategy.packed)
+    rundir.log_line(out_dir, f"orch sweep started: pid {os.getpid()} on "
+                    f"{socket.gethostname()}: orch {shlex.join(sys.argv[1:])}")
+    return prepared
 
 
 def _logged_events(out_dir: Path):
