@@ -53,7 +53,6 @@ def netbench_cmd(
     --nodes nodes, fits the ring all-reduce model 2(N-1)·α + 2(N-1)/N·m/B, and stores it as
     <store>/<site>-<partition>.json for orch report and orch predict.
     """
-    from .. import envs, execute, results
     from .. import site as sitemod
     from .. import sweep as sweepmod
     from ..model import netbench as nb
@@ -69,27 +68,15 @@ def netbench_cmd(
     if nodes * tpn < 2:
         raise UserError(f"--nodes {nodes} x {tpn} task(s) per node = 1 rank: an all-reduce "
                         "over one rank sends nothing; use --nodes 2 (or more tasks per node)")
-    options = {"reps": (str(reps),)}
-    if sizes is not None:
-        options["sizes"] = (":".join(str(n) for n in parse_sizes(sizes, "--sizes")),)
-    if backend is not None:
-        options["backend"] = (backend,)
     spec = sweepmod.SweepSpec(nodes=(nodes,), modes=(nb.MODE,), models=(model,),
                               dataset=dataset, partitions=(part.name,),
                               tasks_per_node=tasks_per_node, iters=iters, warmup=warmup,
-                              time_limit_min=time_limit, options=options)
+                              time_limit_min=time_limit,
+                              options=_bench_options(reps, sizes, backend))
     runs = sweepmod.expand(spec, site_obj)
     out_dir = (out or Path("runs") / site_obj.name).resolve()
-    envs.check(site_obj, {r.framework for r in runs})
-    prepared = execute.prepare(runs, site_obj, out_dir)
-    run = runs[0]
-    verb = "already measured" if prepared[0].action == "skip" else "submitting"
-    err_console.print(f"netbench {site_obj.name}/{part.name}: {run.ranks} ranks on {nodes} "
-                      f"node(s), {verb}: {out_dir / run.run_id}", highlight=False)
-    execute.execute(prepared, site_obj, wait=True, on_event=_print_event)
-    keys = results.recheck(out_dir)  # the run records first: merge only reads
-    results.merge(out_dir, keys)
-    result = nb.fit_run(out_dir / run.run_id, fit_from=parse_sizes(fit_from, "--fit-from")[0])
+    run_dir = _measure(runs, site_obj, out_dir, f"{site_obj.name}/{part.name}")
+    result = nb.fit_run(run_dir, fit_from=parse_sizes(fit_from, "--fit-from")[0])
     path = nb.save(result, nb.store_path(site_obj.name, part.name, store)) if save else None
     if format == "json":
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
@@ -97,6 +84,35 @@ def netbench_cmd(
         _print_fit(result, f"{site_obj.name}/{part.name}")
     if path is not None:
         err_console.print(f"stored {path}", highlight=False, markup=False)
+
+
+def _bench_options(reps: int, sizes: str | None, backend: str | None) -> dict:
+    """The benchmark mode's options from the command's flags."""
+    from ..units import parse_sizes
+
+    options = {"reps": (str(reps),)}
+    if sizes is not None:
+        options["sizes"] = (":".join(str(n) for n in parse_sizes(sizes, "--sizes")),)
+    if backend is not None:
+        options["backend"] = (backend,)
+    return options
+
+
+def _measure(runs, site_obj, out_dir: Path, where: str) -> Path:
+    """Run the benchmark's one run (unless it already ran) and merge its results: its run
+    directory."""
+    from .. import envs, execute, results
+
+    envs.check(site_obj, {r.framework for r in runs})
+    prepared = execute.prepare(runs, site_obj, out_dir)
+    run = runs[0]
+    verb = "already measured" if prepared[0].action == "skip" else "submitting"
+    err_console.print(f"netbench {where}: {run.ranks} ranks on {run.nodes} "
+                      f"node(s), {verb}: {out_dir / run.run_id}", highlight=False)
+    execute.execute(prepared, site_obj, wait=True, on_event=_print_event)
+    keys = results.recheck(out_dir)  # the run records first: merge only reads
+    results.merge(out_dir, keys)
+    return out_dir / run.run_id
 
 
 def _print_fit(result, where: str) -> None:
