@@ -128,6 +128,44 @@ def make_strategy(tf, implementation: str):
     return strategy, comm, workers
 
 
+def phase_graphs(tf, strategy, comm, model, params, scale):
+    """The breakdown window's two graphs: ``compute`` (forward, loss and gradients, stamped
+    where backward starts and ends; ``scale``: fp16's loss scale or None) and ``all_reduce``
+    (the gradients' mean over the workers, alone)."""
+    from orchestrator.rankside.tf import precision as mixed
+
+    @tf.function
+    def compute(x, y):
+        def replica(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf_common.loss_fn(tf, model(x, training=True), y)
+            with tf.control_dependencies([loss]):
+                t_loss = tf.timestamp()
+            with tf.control_dependencies([t_loss]):
+                seed = tf.ones_like(loss)  # backward starts after the stamp
+                if scale is not None:
+                    seed = seed * scale
+            grads = mixed.unscaled(tf, scale, tape.gradient(loss, params,
+                                                            output_gradients=seed))
+            with tf.control_dependencies(grads):
+                t_grads = tf.timestamp()
+            return loss, grads, t_loss, t_grads
+
+        return strategy.run(replica, args=(x, y))
+
+    @tf.function
+    def all_reduce(grads):
+        def replica(grads):
+            ctx = tf.distribute.get_replica_context()
+            # On this replica's device: the collective takes its placement from its inputs.
+            grads = [tf.identity(g) for g in grads]
+            return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads, options=comm)
+
+        return strategy.run(replica, args=(grads,))
+
+    return compute, all_reduce
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="tensorflow", mode="tf-allreduce") as s:
@@ -155,35 +193,7 @@ def main(argv=None) -> None:
             tf, strategy, model, args.batch_size * strategy.num_replicas_in_sync, args.precision)
         scale = mixed.loss_scale(optimizer)  # fp16: the one the native window left, reused
 
-        @tf.function
-        def compute(x, y):
-            def replica(x, y):
-                with tf.GradientTape() as tape:
-                    loss = tf_common.loss_fn(tf, model(x, training=True), y)
-                with tf.control_dependencies([loss]):
-                    t_loss = tf.timestamp()
-                with tf.control_dependencies([t_loss]):
-                    seed = tf.ones_like(loss)  # backward starts after the stamp
-                    if scale is not None:
-                        seed = seed * scale
-                grads = mixed.unscaled(tf, scale, tape.gradient(loss, params,
-                                                                output_gradients=seed))
-                with tf.control_dependencies(grads):
-                    t_grads = tf.timestamp()
-                return loss, grads, t_loss, t_grads
-
-            return strategy.run(replica, args=(x, y))
-
-        @tf.function
-        def all_reduce(grads):
-            def replica(grads):
-                ctx = tf.distribute.get_replica_context()
-                # On this replica's device: the collective takes its placement from its inputs.
-                grads = [tf.identity(g) for g in grads]
-                return ctx.all_reduce(tf.distribute.ReduceOp.MEAN, grads, options=comm)
-
-            return strategy.run(replica, args=(grads,))
-
+        compute, all_reduce = phase_graphs(tf, strategy, comm, model, params, scale)
         update = tf_common.momentum_update(tf, params, slots,
                                            skip_not_finite=scale is not None)
         total = tf_common.summed(tf, strategy, comm)
