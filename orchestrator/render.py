@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import shlex
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, backends, data, envs, modes, templating
-from .backends.slurm import options as slurm_options
 from .containers.wrapper import wrapper_context
 from .site import Partition
 from .spec.api import Run
@@ -71,15 +69,11 @@ def _layout(tasks: tuple[modes.Task, ...], nodes: int) -> _Layout:
 
 
 def run_job(run: Run, run_dir: Path) -> backends.Job:
-    """What the run's job asks its scheduler for; its sbatch options come from
-    backends.slurm.options, as a pack's do."""
+    """What the run's job asks its scheduler for; the scheduler turns it into its job
+    script's request (Scheduler.request_lines), as it does a pack's."""
     return backends.Job(name=run.run_id, nodes=run.nodes, tasks=len(run.task_table),
                         tasks_per_node=max_tasks_per_node(run), time_min=run.time_limit_min,
                         output=str(run_dir / "slurm-%j.out"))
-
-
-def sbatch_lines(opts: dict[str, str | bool]) -> list[str]:
-    return [f"--{k}" if v is True else f"--{k}={shlex.quote(str(v))}" for k, v in opts.items()]
 
 
 def transport_env(partition: Partition) -> list[tuple[str, str]]:
@@ -147,12 +141,13 @@ def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,
                                        resolved.environment, resolved.mode)
     tasks = run.tasks()
     layout = _layout(run.task_table, run.nodes)
+    scheduler, job = backends.scheduler(site.scheduler), run_job(run, run_dir)
     ctx = {
         "version": __version__,
         "run": run,
         "run_id": run.run_id,
         "site": site,
-        "scheduler": backends.scheduler(site.scheduler),
+        "scheduler": scheduler,
         "launcher": backends.launcher(run.launcher),
         "partition": partition,
         "mode": mode,
@@ -164,14 +159,14 @@ def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,
         "task_roles": layout.task_roles,
         "run_dir": str(run_dir),
         "lib_dir": str(lib_dir),
-        "sbatch": sbatch_lines(slurm_options.sbatch_options(run_job(run, run_dir), partition)),
+        "sbatch": scheduler.request_lines(job, partition),
         "transport": transport_env(partition),
         "env_vars": sorted(env.env.items()),
         "args": workload_args(resolved, run_dir),
         "container": None,
         "packed": packed,
-        "srun_options": slurm_options.srun_options(run_job(run, run_dir), partition, packed),
-        "agent_binding": " ".join(slurm_options.binding_options(partition, agent=True)),
+        "srun_options": scheduler.step_options(job, partition, packed),
+        "agent_binding": scheduler.agent_binding(partition),
     }
     if env.container is not None:
         data = [run.data] if getattr(run, "data", None) else []

@@ -89,6 +89,25 @@ class Scheduler:
         check image paths here only when they do.)"""
         return not self.allocation
 
+    def job_options(self, job: Job, partition: Any) -> dict[str, str | bool]:
+        """What a job script asks for ``job`` on ``partition``: its request's options by name
+        (True: a flag), in the order the script's header shows them."""
+        raise NotImplementedError
+
+    def request_lines(self, job: Job, partition: Any) -> list[str]:
+        """The job script header's request (:meth:`job_options`), one shell-quoted option a
+        line."""
+        raise NotImplementedError
+
+    def step_options(self, job: Job, partition: Any, packed: bool = False) -> str:
+        """What every line that starts the job's tasks as a step says beside their counts
+        (CPUs, binding), as shell words; ``packed``: a step of a pack's allocation."""
+        raise NotImplementedError
+
+    def agent_binding(self, partition: Any) -> str:
+        """The binding of a per-node agent's step (torchrun), as shell words."""
+        raise NotImplementedError
+
     def submit(self, run: Any, rdir: Path, partition: Any, job: Job) -> str:
         """Submit ``rdir/job.sbatch``; return the job id. ``job``: what it asks for (its size,
         time, the nodes to keep off)."""

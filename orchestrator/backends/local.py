@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .. import protocol
 from ..jobscript import job_function, killpg
-from .base import Scheduler, register_scheduler
+from .base import Scheduler, register_scheduler, scheduler
 
 
 @register_scheduler
@@ -39,6 +39,21 @@ class LocalScheduler(Scheduler):
         # prints a TypeError traceback after orch's last line (seen when a sweep stops early).
         # Dropped at exit instead, while every module is still whole.
         atexit.register(self._jobs.clear)
+
+    # The local site's job script is a Slurm job script that bash runs (its #SBATCH lines are
+    # comments), the same one a cluster's sbatch would take: its request and step options are
+    # Slurm's.
+    def job_options(self, job, partition) -> dict[str, str | bool]:
+        return scheduler("slurm").job_options(job, partition)
+
+    def request_lines(self, job, partition) -> list[str]:
+        return scheduler("slurm").request_lines(job, partition)
+
+    def step_options(self, job, partition, packed: bool = False) -> str:
+        return scheduler("slurm").step_options(job, partition, packed)
+
+    def agent_binding(self, partition) -> str:
+        return scheduler("slurm").agent_binding(partition)
 
     def submit(self, run, rdir: Path, partition, job) -> str:
         import submitit

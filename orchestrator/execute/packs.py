@@ -43,9 +43,8 @@ from pathlib import Path
 
 from .. import __version__, backends, files, protocol, rundir, stopping
 from ..backends.slurm import pack as slurm_pack
-from ..backends.slurm.options import sbatch_options
 from ..errors import UserError
-from ..render import max_tasks_per_node, run_job, sbatch_lines
+from ..render import max_tasks_per_node, run_job
 from ..rundir import JobRecord, Prepared
 from ..site import Site
 
@@ -100,6 +99,7 @@ def groups(prepared: list[Prepared], site: Site, kind: str,
     shape (partition and sbatch options), split into arrays of at most ``max_array`` tasks
     (Slurm's MaxArraySize: task ids 0 to MaxArraySize-1). Pure: nothing is written."""
     todo = [p for p in prepared if p.action == "submit"]
+    sched = backends.scheduler(site.scheduler)
     keyed: dict[tuple, list[Prepared]] = {}
     for p in todo:
         part = site.partition(p.run.partition)
@@ -108,7 +108,7 @@ def groups(prepared: list[Prepared], site: Site, kind: str,
                             f"than partition '{part.name}' has ({part.nodes}); lower --nodes")
         key: tuple = (part.name,)
         if kind == "array":
-            opts = sbatch_options(run_job(p.run, Path("/")), part)
+            opts = sched.job_options(run_job(p.run, Path("/")), part)
             key += tuple(sorted((k, str(v)) for k, v in opts.items()
                                 if k not in ("job-name", "output")))
         keyed.setdefault(key, []).append(p)
@@ -125,7 +125,8 @@ def groups(prepared: list[Prepared], site: Site, kind: str,
 def pack_options(group: Group, site: Site, pack_dir: Path, name: str) -> dict[str, str | bool]:
     """The allocation: the largest run's nodes, the busiest node's tasks, the time the runs
     need where they cannot run side by side."""
-    return sbatch_options(pack_job(group, pack_dir, name), site.partition(group.partition))
+    return backends.scheduler(site.scheduler).job_options(pack_job(group, pack_dir, name),
+                                                          site.partition(group.partition))
 
 
 def pack_job(group: Group, pack_dir: Path, name: str) -> backends.Job:
@@ -141,7 +142,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 def _row(p: Prepared, site: Site, share: bool) -> str:
     """One line of the pack script's run table (the run directory last: it may hold spaces)."""
     run, part = p.run, site.partition(p.run.partition)
-    opts = sbatch_options(run_job(run, p.rdir), part)
+    opts = backends.scheduler(site.scheduler).job_options(run_job(run, p.rdir), part)
     ntasks = opts.get("ntasks") or str(len(run.task_table))
     return " ".join([run.run_id, str(run.nodes), str(ntasks),
                      str(opts.get("ntasks-per-node", "-")), str(opts.get("cpus-per-task", "-")),
@@ -157,13 +158,14 @@ def render(group: Group, site: Site, out: Path, pack_dir: Path, name: str) -> st
                             f"--out")
     kind = group.kind
     script = pack_dir / _script_name(kind)
-    opts = pack_options(group, site, pack_dir, name)
+    sched, job = backends.scheduler(site.scheduler), pack_job(group, pack_dir, name)
     first = group.members[0].run
     ctx = {
         "version": __version__, "pack": name, "out": str(out), "site": site,
         "partition": site.partition(group.partition),
-        "scheduler": backends.scheduler(site.scheduler), "script": str(script),
-        "sbatch": sbatch_lines(opts), "nodes": opts["nodes"],
+        "scheduler": sched, "script": str(script),
+        "sbatch": sched.request_lines(job, site.partition(group.partition)),
+        "nodes": str(job.nodes),
         "share": group.share, "steps_log": str((pack_dir / protocol.PACK_STEPS_LOG).resolve()),
         "rows": ([_row(p, site, group.share) for p in group.members] if kind == "pack"
                  else [str(p.rdir.resolve()) for p in group.members]),

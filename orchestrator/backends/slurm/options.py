@@ -47,6 +47,11 @@ def sbatch_options(job: Job, partition: Any, via: Via = "script") -> dict[str, s
     return _for_submitit(opts) if via == "submitit" else opts
 
 
+def lines(opts: dict[str, str | bool]) -> list[str]:
+    """The options as the words of ``#SBATCH`` lines, each value shell-quoted."""
+    return [f"--{k}" if v is True else f"--{k}={shlex.quote(str(v))}" for k, v in opts.items()]
+
+
 def _tasks(job: Job, cpus_per_node: int) -> dict[str, str | bool]:
     if job.tasks_per_node > cpus_per_node:
         return {"ntasks": str(job.tasks), "overcommit": True}

@@ -174,6 +174,20 @@ class SlurmScheduler(Scheduler):
             return False
         return res.returncode == 0 and same_kernel(res.stdout, _this_kernel())
 
+    def job_options(self, job: base.Job, partition) -> dict[str, str | bool]:
+        """The job's sbatch options (options.sbatch_options), as its #SBATCH lines say them."""
+        return options.sbatch_options(job, partition)
+
+    def request_lines(self, job: base.Job, partition) -> list[str]:
+        return options.lines(options.sbatch_options(job, partition))
+
+    def step_options(self, job: base.Job, partition, packed: bool = False) -> str:
+        """srun's CPUs and binding for the job's steps (options.srun_options)."""
+        return options.srun_options(job, partition, packed)
+
+    def agent_binding(self, partition) -> str:
+        return " ".join(options.binding_options(partition, agent=True))
+
     def submit(self, run, rdir: Path, partition, job: base.Job) -> str:
         """A run's job: submitit's job script runs jobscript.job_function, which runs job.sbatch.
 
