@@ -105,9 +105,7 @@ def _check_time(v: str | None) -> str | None:
     limit = timelimit.seconds(v)  # ValueError naming Slurm's forms
     if limit is None:
         raise ValueError(f"'{v}': a run needs a limit; give e.g. '1-00:00:00' for a day")
-    fields = v.split("-")[-1].split(":")
-    if len(fields) > 1 and any(int(f) > 59 for f in fields[1:]):
-        raise ValueError("minutes and seconds must be 00-59, e.g. '01:30:00'")
+    timelimit.check_fields(v)
     if not limit:
         raise ValueError("a time limit of 0 ends every run at once; give e.g. '00:30:00'")
     return v

@@ -20,8 +20,8 @@ import pytest
 
 from orchestrator import modes, protocol
 from orchestrator import site as sitemod
-from orchestrator.backends.slurm import pack
-from orchestrator.backends.slurm.packed import minutes, packed_state
+from orchestrator.backends.slurm import SlurmScheduler, pack
+from orchestrator.backends.slurm.packed import packed_state
 from orchestrator.execute import packs as packing
 from orchestrator.render import render_run
 from orchestrator.rundir import JobRecord, Prepared
@@ -275,10 +275,15 @@ def test_packed_run_state(alloc, times, started, cancel, step, want):
 
 @pytest.mark.parametrize(("text", "want"), [("infinite", None), ("30", 30), ("30:00", 30),
                                             ("01:30:00", 90), ("2-00:00:00", 2880),
-                                            ("1-12", 2160), ("00:10:30", 11), ("UNLIMITED", None)])
-def test_partition_time_limits(text, want):
-    """sinfo's %l, which a pack's time must fit (else: one line, exit 2)."""
-    assert minutes(text) == want
+                                            ("1-12", 2160), ("00:10:30", 11), ("UNLIMITED", None),
+                                            ("n/a", None), ("", None)])
+def test_partition_time_limits(monkeypatch, text, want):
+    """sinfo's %l, which a pack's time must fit (else: one line, exit 2), read by Slurm's one
+    time parser (backends/slurm/timelimit.py); a word that is no time is no known limit."""
+    shown = subprocess.CompletedProcess(["sinfo"], 0, stdout=f"{text}\n", stderr="")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: shown)
+    part = sitemod.load("testcluster")[0].partition("eth")
+    assert SlurmScheduler().max_time_min(part) == want
 
 
 @pytest.mark.parametrize("kind", ["pack", "pack-shared"])

@@ -244,6 +244,22 @@ def test_a_time_that_is_none_of_slurms_forms_is_refused(tmp_path):
     assert minutes_of("n/a") is None
 
 
+@pytest.mark.parametrize(("text", "ok"), [
+    ("90", True), ("30:59", True), ("30:60", False), ("2:59:59", True), ("2:60:00", False),
+    ("1-30", True), ("1-12:59", True), ("1-12:60", False), ("1-12:30:60", False),
+])
+def test_a_site_time_keeps_minutes_and_seconds_to_the_clock(text, ok):
+    """A site config's time: minutes and seconds 00-59 (the first field and D-H's hours are
+    free), checked on the one parser's fields."""
+    from orchestrator.backends.slurm import timelimit
+
+    if ok:
+        timelimit.check_fields(text)
+    else:
+        with pytest.raises(ValueError, match="00-59"):
+            timelimit.check_fields(text)
+
+
 # `scontrol -o show node` of two test-cluster nodes (slurmd 22.05 in network namespaces of
 # this machine), trimmed to the fields same_kernel reads.
 _SHOW_NODES = (

@@ -43,30 +43,6 @@ def submit_script(script: Path, name: str) -> str:
     return res.stdout.strip().split(";")[0]
 
 
-def minutes(limit: str) -> int | None:
-    """Minutes of a Slurm time limit (``infinite``, ``MM``, ``MM:SS``, ``HH:MM:SS``,
-    ``D-HH:MM:SS``, ``D-HH``); None for no limit or a word it does not know."""
-    text = limit.strip()
-    days = 0
-    if "-" in text:
-        head, _, text = text.partition("-")
-        if not head.isdigit():
-            return None
-        days = int(head)
-        parts = [int(x) for x in text.split(":") if x.isdigit()]
-        parts += [0] * (3 - len(parts))  # D-HH, D-HH:MM, D-HH:MM:SS
-        return days * 1440 + parts[0] * 60 + parts[1] + (1 if parts[2] else 0)
-    bits = text.split(":")
-    if not all(b.isdigit() for b in bits) or not text:
-        return None
-    nums = [int(b) for b in bits]
-    if len(nums) == 1:
-        return nums[0]
-    if len(nums) == 2:  # MM:SS
-        return nums[0] + (1 if nums[1] else 0)
-    return nums[0] * 60 + nums[1] + (1 if nums[2] else 0)
-
-
 def _read_json(path: Path) -> dict | None:
     try:
         return json.loads(path.read_text())

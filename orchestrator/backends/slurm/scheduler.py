@@ -34,7 +34,7 @@ from ...errors import SubmitError
 from ...jobscript import job_function
 from .. import base
 from ..base import Scheduler, register_scheduler
-from . import options, packed
+from . import options, packed, timelimit
 
 # The one table of Slurm job states (squeue(1)/sacct(1) "JOB STATE CODES", Slurm 20.11-24.11)
 # and orch's state for each. Transient states map to PENDING/RUNNING; anything not listed is
@@ -221,7 +221,12 @@ class SlurmScheduler(Scheduler):
         except (OSError, subprocess.SubprocessError):
             return None
         words = res.stdout.split()
-        return packed.minutes(words[0]) if res.returncode == 0 and words else None
+        if res.returncode != 0 or not words:
+            return None
+        try:
+            return timelimit.minutes(words[0])
+        except ValueError:  # a word sinfo shows that is no time
+            return None
 
     def submit_script(self, script: Path, name: str) -> str:
         """A pack's or array's job script goes to sbatch as it is (orch sweep --pack/--array):

@@ -39,6 +39,18 @@ def seconds(text: str) -> int | None:
     return parts[0] * 3600 + parts[1] * 60 + parts[2]  # hours:minutes:seconds
 
 
+def check_fields(text: str) -> None:
+    """Raise ValueError where a time's minutes or seconds are not 00-59 (sbatch itself carries
+    them over; a site config is held to the clock's ranges). The hours of ``D-H`` and the
+    first field of every form are free."""
+    m = FORMAT.match(text.strip())
+    if m is None:
+        raise ValueError(f"'{text}' is not a Slurm time: expected {EXAMPLES}")
+    later = (m["dm"], m["ds"]) if m["days"] is not None else (m["b"], m["c"])
+    if any(f is not None and int(f) > 59 for f in later):
+        raise ValueError("minutes and seconds must be 00-59, e.g. '01:30:00'")
+
+
 def minutes(text: str) -> int | None:
     """A Slurm time limit in whole minutes, rounded up (Slurm's own unit); None: no limit."""
     secs = seconds(text)
