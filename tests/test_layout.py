@@ -493,3 +493,23 @@ def test_the_architecture_document_names_every_floor_and_module():
     missing += [name for _, names in LAYERS for name in names
                 if name != "orchestrator" and f"`{name.removeprefix('orchestrator.')}`" not in doc]
     assert not missing, f"docs/architecture.md does not name: {', '.join(missing)}"
+
+
+def long_functions(limit: int = 80) -> list[tuple[int, str]]:
+    """(lines, "path:line name") of every function of the package longer than ``limit`` lines,
+    from its def line to its body's last line, rank side included; longest first."""
+    found = []
+    for path in sorted(PKG.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append((lines, f"{path.relative_to(ROOT)}:{node.lineno} {node.name}"))
+    return sorted(found, reverse=True)
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function longer than a screen is split where a named step takes data in and gives
+    data out (scripts/layout-figures prints the lengths with the other figures)."""
+    found = long_functions(80)
+    assert not found, "functions over 80 lines:\n" + "\n".join(f"{n} {w}" for n, w in found)
