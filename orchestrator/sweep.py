@@ -17,7 +17,7 @@ from .backends.slurm import timelimit
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
-from .spec.api import Run
+from .spec.api import Run, group_names
 from .spec.models import SweepSpec
 from .yamlconf import dotted, location, read_yaml
 
@@ -504,17 +504,16 @@ def summary(run: Run) -> dict[str, Any]:
 
 
 def plan_row(run: Run) -> dict[str, Any]:
-    """One run of a plan (``orch sweep --dry-run``): its dimensions, size and task roles."""
+    """One run of a plan (``orch sweep --dry-run``): its configuration (the Run's GROUP
+    fields), repeat, size and task roles."""
     roles: dict[str, int] = {}
     for task in run.task_table:
         roles[task.role] = roles.get(task.role, 0) + 1
+    config = {k: getattr(run, k) for k in group_names()}
+    config["options"] = ",".join(f"{k}={v}" for k, v in sorted(run.options.items()))
+    config["prefetch"] = run.prefetch if run.data else None
     return {
-        "mode": run.mode,
-        "model": run.model,
-        "partition": run.partition,
-        "batch_size": run.batch_size,
-        "options": ",".join(f"{k}={v}" for k, v in sorted(run.options.items())),
-        "prefetch": run.prefetch if run.data else None,
+        **config,
         "repeat": run.repeat,
         "nodes": run.nodes,
         "tasks_per_node": run.tasks_per_node,
