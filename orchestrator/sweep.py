@@ -141,7 +141,8 @@ def dataset_of(spec: SweepSpec, model: str) -> str:
     return zoo.get(model).datasets[0]
 
 
-USER_MODEL_DATASET = "cifar"  # the geometry a user's model gets without --dataset
+# The geometry a user's model gets without --dataset: the rank's default.
+USER_MODEL_DATASET = protocol.RANK_DEFAULTS["dataset"]
 
 
 def _check_models(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:

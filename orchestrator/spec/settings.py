@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
+from ..protocol import RANK_DEFAULTS
 
 # The value types (of one item, for a dimension), each the plain Python type the command line
 # parses it as; spec.models gives each its strict pydantic type for study files.
@@ -137,8 +138,9 @@ SETTINGS: tuple[Setting, ...] = (
             dimension=True, zippable=True, run_field="tasks_per_node", parse=parse_int_list),
     Setting("iters", "count", 20, "Measured iterations.", doc="measured iterations",
             run_field="iters"),
-    Setting("warmup", "non_negative", 5, "Warm-up iterations (run, not measured).",
-            doc="warm-up iterations", run_field="warmup"),
+    Setting("warmup", "non_negative", RANK_DEFAULTS["warmup"],
+            "Warm-up iterations (run, not measured).", doc="warm-up iterations",
+            run_field="warmup"),
     Setting("repeats", "count", 1, "Repetitions of every run.", doc="repetitions of every run"),
     Setting("launcher", "name", None,
             "srun, mpirun, local or torchrun (torch modes); default: the partition's.",
