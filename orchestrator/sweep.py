@@ -85,15 +85,17 @@ def validate(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: 
 
 
 def _check_applied(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:
-    """A setting that only some modes apply (Setting.modes), set off its default, is refused
-    for the others: nothing would apply it there."""
+    """A setting that only some modes apply (Setting.mode_attribute), set off its default, is
+    refused for the others: nothing would apply it there."""
     for s in settings.SETTINGS:
-        if not s.modes or getattr(spec, s.name) == s.default:
+        if s.mode_attribute is None or getattr(spec, s.name) == s.default:
             continue
         for mode in mode_list:
-            if mode.name not in s.modes:
+            if getattr(mode, s.mode_attribute) is None:
+                having = [m.name for m in modes.registry().values()
+                          if getattr(m, s.mode_attribute) is not None]
                 raise UserError(f"{where(s.name)}: mode '{mode.name}' does not apply it; modes "
-                                f"that do: {', '.join(s.modes)}")
+                                f"that do: {', '.join(having)}")
 
 
 def _check_failure(text: str | None, where: Where) -> None:

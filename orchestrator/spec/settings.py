@@ -14,7 +14,8 @@ may zip it, and the ``Run`` field it becomes. Everything else is derived from :d
 The result set's run columns are the ``Run`` fields marked as columns (``spec.api``). A new
 sweep setting is one entry here, or, for one its ranks receive, the ``setting`` of its rank
 argument (``protocol.RANK_ARGS``, which renders and parses it), and one field of ``Run`` (if
-runs differ by it) with its marks; the sweep's matrix, the modes it concerns (``modes``) and
+runs differ by it) with its marks; the sweep's matrix, the modes it concerns
+(``mode_attribute``) and
 its kind's range are checked from the entry, a check beyond those goes in ``sweep.validate``.
 """
 
@@ -57,7 +58,9 @@ class Setting:
     cli_default: str | None = None  # the option's default text, where it is not str(default)
     run_field: str | None = None  # the Run field it fills (one value per run)
     parse: Callable[[str, str], Any] | None = None  # text, flag -> value (dimensions)
-    modes: tuple[str, ...] = ()  # the modes that apply it (off its default); (): every mode
+    # Off its default, only the modes whose descriptor sets this attribute (not None) apply it
+    # (a mode is named in its own folder only); None: every mode.
+    mode_attribute: str | None = None
     only_with: str | None = None  # a dimension only where this setting is given (else default)
 
     @property
