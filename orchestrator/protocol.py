@@ -214,6 +214,13 @@ RANK_ARGS = (
             "training split, held-out accuracy after each (instead of --iters)"),
     RankArg("target_accuracy", float, None, "with --epochs: stop after the epoch whose "
             "held-out accuracy reaches it", needs="epochs"),
+    RankArg("bucket_cap_mb", int, 25, "torch-ddp: gradient bucket size, MiB (DDP's "
+            "bucket_cap_mb; its first bucket stays 1 MiB)", unit="MiB",
+            setting=dict(type="count", dimension=True, zippable=True,
+                         mode_attribute="first_bucket_bytes",  # the modes with DDP's buckets
+                         help="torch-ddp: DDP's gradient bucket size in MiB (bucket_cap_mb), "
+                         "comma-separated; default 25, DDP's.",
+                         doc="torch-ddp: DDP's gradient bucket size, MiB (bucket_cap_mb)")),
 )
 RANK_DEFAULTS = {a.field: a.default for a in RANK_ARGS}
 

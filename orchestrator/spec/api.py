@@ -20,7 +20,7 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .. import modes
+from .. import modes, protocol
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,8 @@ class Run(BaseModel):
     model_sha256: Annotated[str | None, COLUMN, NEW] = None
     model_params: Annotated[int | None, COLUMN, NEW] = None
     model_flops: Annotated[int | None, COLUMN, NEW] = None
+    # torch-ddp: DDP's gradient bucket size, MiB (protocol.RANK_ARGS declares it).
+    bucket_cap_mb: Annotated[int, COLUMN, GROUP, NEW] = protocol.RANK_DEFAULTS["bucket_cap_mb"]
     # A user's own training script (its trainer file, validated, as the rank's JSON).
     script: Annotated[str | None, NEW] = None
 
