@@ -141,6 +141,117 @@ MACHINE_FAULTS = ("stop", "hold")
 FAILURE_SPEC = re.compile(r"^(\d+)@(\d+)(?::(" + "|".join(FAILURE_ACTIONS) + r"))?$")
 
 
+# The run's arguments to its ranks, declared once: the control plane renders them from the Run
+# (render.workload_args -> :func:`rank_argv`), every rank parses them (rankside.harness ->
+# :func:`add_rank_args`), so the two sides cannot disagree on a flag or a default.
+REQUIRED = "required"  # a RankArg's default: none, the argument is always passed
+YES_NO = "yes/no"  # a RankArg's type: a flag passed as yes or no (the rank reads the word)
+
+
+class RankArg:
+    """One argument of every rank: ``field`` is the Run field it carries (the flag is
+    ``--field-with-dashes``); ``type`` int, float, str or YES_NO; ``default`` the rank's when
+    the argument is not passed (REQUIRED: it always is). Passed when the run's value is set
+    and differs from the default (so a run at the default renders the scripts it did before
+    the argument existed), ``always`` also at the default, and only with ``needs``, another
+    field, set. ``setting``: for an argument that is a sweep setting declared here alone, the
+    keywords of its ``spec.settings.Setting`` (the rest derived: name, default, Run field),
+    ``unit`` its result-set column's unit (results.columns)."""
+
+    __slots__ = ("always", "default", "field", "help", "needs", "setting", "type", "unit")
+
+    def __init__(self, field, type, default, help, needs=None, always=False, setting=None,
+                 unit=""):
+        self.field = field
+        self.type = type
+        self.default = default
+        self.help = help
+        self.needs = needs
+        self.always = always
+        self.setting = setting
+        self.unit = unit
+
+    @property
+    def flag(self):
+        return "--" + self.field.replace("_", "-")
+
+    @property
+    def conditional(self):
+        """Passed for some runs only: after the mode options in a rank's command line."""
+        return not (self.default == REQUIRED or self.always) or self.needs is not None
+
+    def passed(self, values):
+        value = values.get(self.field)
+        if value is None or (self.needs is not None and values.get(self.needs) is None):
+            return False
+        return self.default == REQUIRED or self.always or value != self.default
+
+    def text(self, value):
+        if self.type == YES_NO:
+            return "yes" if value else "no"
+        return repr(value) if self.type is float else str(value)
+
+
+RANK_ARGS = (
+    RankArg("run_id", str, REQUIRED, "the run's id"),
+    RankArg("log_dir", str, REQUIRED, "directory of the rank-<k>.jsonl files"),
+    RankArg("model", str, REQUIRED, "the zoo's model, or FILE.py:FUNCTION"),
+    RankArg("dataset", str, "cifar", "the dataset's geometry (zoo.DATASETS)", always=True),
+    RankArg("batch_size", int, REQUIRED, "samples per rank"),
+    RankArg("iters", int, REQUIRED, "measured iterations"),
+    RankArg("warmup", int, 5, "iterations excluded from statistics", always=True),
+    RankArg("inject_failure", str, None, "RANK@ITER[:fail|stop]: that rank raises there (fail) "
+            "or, in the run's first attempt, SIGSTOPs itself there (stop); a testing aid"),
+    RankArg("data", str, None, "on-disk data set in this mode's format; default: synthetic "
+            "batches in memory"),
+    RankArg("prefetch", YES_NO, True, "with --data: read ahead in a loader process (yes) or "
+            "not (no)", needs="data", always=True),
+    RankArg("classes", int, None, "the labelled data set's class count (its manifest's): the "
+            "models' output width; default: the dataset's (cifar 10, imagenet 1000)"),
+    RankArg("script", str, None, "a user's own training script (orchestrator.trainer), as "
+            "JSON"),
+    RankArg("epochs", int, None, "with --data of a labelled set: train whole epochs of its "
+            "training split, held-out accuracy after each (instead of --iters)"),
+    RankArg("target_accuracy", float, None, "with --epochs: stop after the epoch whose "
+            "held-out accuracy reaches it", needs="epochs"),
+    RankArg("bucket_cap_mb", int, 25, "torch-ddp: gradient bucket size, MiB (DDP's "
+            "bucket_cap_mb; its first bucket stays 1 MiB)", unit="MiB",
+            setting=dict(type="count", dimension=True, zippable=True,
+                         mode_attribute="first_bucket_bytes",  # the modes with DDP's buckets
+                         help="torch-ddp: DDP's gradient bucket size in MiB (bucket_cap_mb), "
+                         "comma-separated; default 25, DDP's.",
+                         doc="torch-ddp: DDP's gradient bucket size, MiB (bucket_cap_mb)")),
+)
+RANK_DEFAULTS = {a.field: a.default for a in RANK_ARGS}
+
+
+def rank_argv(values, options=()):
+    """A rank's command line: the RANK_ARGS passed for ``values`` (field -> value), the mode
+    options (``options``: their flags and values) after those passed for every run."""
+    head = [a for a in RANK_ARGS if not a.conditional and a.passed(values)]
+    tail = [a for a in RANK_ARGS if a.conditional and a.passed(values)]
+    argv = []
+    for a in head:
+        argv += [a.flag, a.text(values[a.field])]
+    argv += list(options)
+    for a in tail:
+        argv += [a.flag, a.text(values[a.field])]
+    return argv
+
+
+def add_rank_args(parser):
+    """Add every RankArg to a rank's argparse parser (its default, or required)."""
+    for a in RANK_ARGS:
+        if a.type == YES_NO:
+            parser.add_argument(a.flag, choices=("yes", "no"), default=a.text(a.default),
+                                help=a.help)
+        elif a.default == REQUIRED:
+            parser.add_argument(a.flag, type=a.type, required=True, help=a.help)
+        else:
+            parser.add_argument(a.flag, type=a.type, default=a.default, help=a.help)
+    return parser
+
+
 def rank_log_name(task):
     """``rank-<task>.jsonl``: task k is SLURM_PROCID (or OMPI_COMM_WORLD_RANK) k."""
     return f"rank-{int(task)}.jsonl"

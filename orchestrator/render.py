@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__, backends, data, envs, modes, templating
+from . import __version__, backends, data, envs, modes, protocol, templating
 from .containers.wrapper import wrapper_context
 from .site import Partition
 from .spec.api import Run
@@ -101,34 +101,17 @@ def transport_env(partition: Partition) -> list[tuple[str, str]]:
 
 
 def workload_args(resolved: ResolvedRun, run_dir: Path) -> list[str]:
-    """Arguments every workload's harness understands (orchestrator.rankside.harness)."""
+    """Arguments every workload's harness understands: protocol.RANK_ARGS of the run, the
+    mode's options among them (orchestrator.rankside.harness parses them)."""
     run = resolved.run
-    args = [
-        "--run-id", run.run_id,
-        "--log-dir", str(run_dir / "ranks"),
-        "--model", run.model,
-        "--dataset", run.dataset,
-        "--batch-size", str(run.batch_size),
-        "--iters", str(run.iters),
-        "--warmup", str(run.warmup),
-    ]  # fmt: skip
-    for key, value in sorted(run.options.items()):
-        args += [f"--{key.replace('_', '-')}", value]
-    if run.inject_failure:
-        args += ["--inject-failure", run.inject_failure]
+    values = {a.field: getattr(run, a.field, None) for a in protocol.RANK_ARGS}
+    values.update(run_id=run.run_id, log_dir=str(run_dir / protocol.RANKS_DIR))
     if run.data:
-        fmt = data.run_format(resolved.site, resolved.mode, run.data)
-        args += ["--data", f"{run.data}/{fmt}", "--prefetch", "yes" if run.prefetch else "no"]
-    if run.classes is not None:
-        args += ["--classes", str(run.classes)]
-    if run.script is not None:  # a user's own training script (orchestrator.trainer)
-        args += ["--script", run.script]
-    if run.epochs is not None:
-        args += ["--epochs", str(run.epochs)]
-        if run.target_accuracy is not None:
-            args += ["--target-accuracy", repr(run.target_accuracy)]
-    return args
-
+        values["data"] = f"{run.data}/{data.run_format(resolved.site, resolved.mode, run.data)}"
+    options = []
+    for key, value in sorted(run.options.items()):
+        options += [f"--{key.replace('_', '-')}", value]
+    return protocol.rank_argv(values, options)
 
 
 def render_run(resolved: ResolvedRun, run_dir: Path, lib_dir: Path,

@@ -17,7 +17,7 @@ from .backends.slurm import timelimit
 from .errors import UserError
 from .site import Partition, Site
 from .spec import settings
-from .spec.api import Run
+from .spec.api import Run, group_names
 from .spec.models import SweepSpec
 from .yamlconf import dotted, location, read_yaml
 
@@ -53,8 +53,9 @@ def expand(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: bo
     mode_list, partitions, data_dir = validate(spec, site, where, dry_run=dry_run)
     users = user_models(spec, site, mode_list, where)
     runs: list[Run] = []
-    for point in matrix(spec, partitions, mode_list, data_dir):
-        runs += runs_at(spec, site, data_dir, *point, where=where, users=users)
+    for part, mode, model, point, repeat in matrix(spec, partitions, mode_list):
+        runs += runs_at(spec, site, data_dir, part, mode, model, point, repeat, where=where,
+                        users=users)
     return runs
 
 
@@ -79,7 +80,22 @@ def validate(spec: SweepSpec, site: Site, where: Where = cli_where, *, dry_run: 
     data_dir = (_check_data(spec, mode_list, site, where, dry_run) if spec.data is not None
                 else None)
     _check_epochs(spec, mode_list, where, dry_run)
+    _check_applied(spec, mode_list, where)
     return mode_list, partitions, data_dir
+
+
+def _check_applied(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:
+    """A setting that only some modes apply (Setting.mode_attribute), set off its default, is
+    refused for the others: nothing would apply it there."""
+    for s in settings.SETTINGS:
+        if s.mode_attribute is None or getattr(spec, s.name) == s.default:
+            continue
+        for mode in mode_list:
+            if getattr(mode, s.mode_attribute) is None:
+                having = [m.name for m in modes.registry().values()
+                          if getattr(m, s.mode_attribute) is not None]
+                raise UserError(f"{where(s.name)}: mode '{mode.name}' does not apply it; modes "
+                                f"that do: {', '.join(having)}")
 
 
 def _check_failure(text: str | None, where: Where) -> None:
@@ -141,7 +157,8 @@ def dataset_of(spec: SweepSpec, model: str) -> str:
     return zoo.get(model).datasets[0]
 
 
-USER_MODEL_DATASET = "cifar"  # the geometry a user's model gets without --dataset
+# The geometry a user's model gets without --dataset: the rank's default.
+USER_MODEL_DATASET = protocol.RANK_DEFAULTS["dataset"]
 
 
 def _check_models(spec: SweepSpec, mode_list: list[modes.Mode], where: Where) -> None:
@@ -316,18 +333,30 @@ def _check_epochs(spec: SweepSpec, mode_list: list[modes.Mode], where: Where = c
                             f"modes that do: {', '.join(modes.epoch_modes())}")
 
 
-MatrixPoint = tuple[Partition, modes.Mode, str, int, int | None, int, bool, int]
+# A point of the matrix: partition, mode, model, the other dimensions' Run fields and values
+# (:data:`POINT_SETTINGS`), repeat.
+MatrixPoint = tuple[Partition, modes.Mode, str, dict[str, Any], int]
+# The dimensions besides partition, mode and model (validated into objects first), in the
+# sweep's order: settings.SETTINGS'.
+POINT_SETTINGS = tuple(s for s in settings.SETTINGS
+                       if s.dimension and s.run_field not in ("partition", "mode", "model"))
 
 
-def matrix(spec: SweepSpec, partitions: list[Partition], mode_list: list[modes.Mode],
-           data_dir: str | None) -> Iterator[MatrixPoint]:
-    """Every (partition, mode, model, nodes, tasks per node, batch size, prefetch, repeat), in
-    sweep order. Prefetch is a dimension only with on-disk data; tasks per node None: the
-    partition's default (one per GPU, else one)."""
-    prefetches = spec.prefetch if data_dir else (True,)
-    return itertools.product(partitions, mode_list, spec.models, spec.nodes,
-                             spec.tasks_per_node or (None,), spec.batch_sizes, prefetches,
-                             range(spec.repeats))
+def matrix(spec: SweepSpec, partitions: list[Partition], mode_list: list[modes.Mode]
+           ) -> Iterator[MatrixPoint]:
+    """Every (partition, mode, model, the other dimensions, repeat), in sweep order. A
+    dimension with ``only_with`` (prefetch: --data) is one only where that setting is given,
+    else its default; one left empty (tasks per node) is None: the partition's default."""
+    axes = []
+    for s in POINT_SETTINGS:
+        values = getattr(spec, s.name) or (None,)
+        if s.only_with is not None and getattr(spec, s.only_with) is None:
+            values = s.default[:1]
+        axes.append(values)
+    fields = [s.run_field for s in POINT_SETTINGS]
+    for part, mode, model, *values, repeat in itertools.product(
+            partitions, mode_list, spec.models, *axes, range(spec.repeats)):
+        yield part, mode, model, dict(zip(fields, values, strict=True)), repeat
 
 
 def option_sets(spec: SweepSpec, mode: modes.Mode) -> list[dict[str, str]]:
@@ -346,10 +375,10 @@ NEEDS_GPUS = (("backend", "nccl", "gloo"), ("implementation", "nccl", "ring"),
 
 
 def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, mode: modes.Mode,
-            model: str, nodes: int, tasks_per_node: int | None, batch: int, prefetch: bool,
-            repeat: int, *, where: Where = cli_where,
+            model: str, point: dict[str, Any], repeat: int, *, where: Where = cli_where,
             users: dict | None = None) -> list[Run]:
     """The runs of one matrix point: one per option combination."""
+    tasks_per_node = point["tasks_per_node"]
     per_node = tasks_per_node or part.gpus_per_node or 1
     if per_node > MAX_TASKS_PER_CORE * max(part.cpus_per_node, part.gpus_per_node):
         raise UserError(f"{where('tasks_per_node', per_node)}: partition '{part.name}' has "
@@ -374,9 +403,8 @@ def runs_at(spec: SweepSpec, site: Site, data_dir: str | None, part: Partition, 
                             f"partition '{part.name}' has {part.gpus_per_node}; use "
                             f"--tasks-per-node {part.gpus_per_node} or backend=gloo (ranks "
                             f"then share the GPUs)")
-    return [build_run(spec, site, part, mode, launcher, opts, model=model, users=users, nodes=nodes,
-                      tasks_per_node=tasks_per_node, batch=batch, prefetch=prefetch,
-                      repeat=repeat, data_dir=data_dir)
+    return [build_run(spec, site, part, mode, launcher, opts, model=model, users=users,
+                      point=point, repeat=repeat, data_dir=data_dir)
             for opts in option_sets(spec, mode)]
 
 
@@ -425,13 +453,13 @@ def _partition_field(site: Site, part: Partition, field: str) -> str:
 
 
 def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, launcher: str,
-              opts: dict[str, str], *, model: str, nodes: int, batch: int, prefetch: bool,
-              repeat: int, data_dir: str | None, tasks_per_node: int | None = None,
-              users: dict | None = None) -> Run:
-    """One Run: the point's values, the spec's constants and the partition's defaults;
-    ``users``: each user's model's resolved name and check (:func:`user_models`)."""
+              opts: dict[str, str], *, model: str, point: dict[str, Any], repeat: int,
+              data_dir: str | None, users: dict | None = None) -> Run:
+    """One Run: the point's values (:func:`matrix`), the spec's constants and the partition's
+    defaults; ``users``: each user's model's resolved name and check (:func:`user_models`)."""
     name, facts, script = (users or {}).get(model, (model, None, None))
     return Run(
+        **{**point, "tasks_per_node": point["tasks_per_node"] or part.gpus_per_node or 1},
         site=site.name,
         scheduler=site.scheduler,
         partition=part.name,
@@ -441,9 +469,6 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         launcher=launcher,
         model=name,
         dataset=dataset_of(spec, model),
-        nodes=nodes,
-        tasks_per_node=tasks_per_node or part.gpus_per_node or 1,
-        batch_size=batch,
         iters=spec.iters,
         warmup=spec.warmup,
         repeat=repeat,
@@ -451,7 +476,6 @@ def build_run(spec: SweepSpec, site: Site, part: Partition, mode: modes.Mode, la
         options=mode.resolve_options(opts, part.gpus_per_node),
         inject_failure=spec.inject_failure,
         data=data_dir,
-        prefetch=prefetch,
         epochs=spec.epochs,
         target_accuracy=spec.target_accuracy,
         classes=_data_classes(data_dir) if data_dir else None,
@@ -504,17 +528,16 @@ def summary(run: Run) -> dict[str, Any]:
 
 
 def plan_row(run: Run) -> dict[str, Any]:
-    """One run of a plan (``orch sweep --dry-run``): its dimensions, size and task roles."""
+    """One run of a plan (``orch sweep --dry-run``): its configuration (the Run's GROUP
+    fields), repeat, size and task roles."""
     roles: dict[str, int] = {}
     for task in run.task_table:
         roles[task.role] = roles.get(task.role, 0) + 1
+    config = {k: getattr(run, k) for k in group_names()}
+    config["options"] = ",".join(f"{k}={v}" for k, v in sorted(run.options.items()))
+    config["prefetch"] = run.prefetch if run.data else None
     return {
-        "mode": run.mode,
-        "model": run.model,
-        "partition": run.partition,
-        "batch_size": run.batch_size,
-        "options": ",".join(f"{k}={v}" for k, v in sorted(run.options.items())),
-        "prefetch": run.prefetch if run.data else None,
+        **config,
         "repeat": run.repeat,
         "nodes": run.nodes,
         "tasks_per_node": run.tasks_per_node,

@@ -182,9 +182,11 @@ def test_every_commands_help_imports_nothing_heavy():
 
 
 # The orch modules a command module may import at its top: nothing beyond the standard library.
+# protocol: stdlib only (a rank's contract); the settings take the rank arguments' defaults
+# from it.
 LIGHT = ("orchestrator.errors", "orchestrator.spec", "orchestrator.spec.settings",
          "orchestrator.history", "orchestrator.history.settings",
-         "orchestrator.stopping")
+         "orchestrator.stopping", "orchestrator.protocol")
 
 
 def settings_imports() -> list[str]:

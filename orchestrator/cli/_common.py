@@ -156,11 +156,13 @@ def print_runs(recs: list[dict]) -> None:
     from rich.table import Table
 
     from ..results.runs import co_tenant_ids
+    from ..spec.api import group_names
 
     if not recs:
         out_console.print("no runs")
         return
-    cols = ["mode", "model", "partition", "batch_size", "options", "prefetch"]
+    # The configuration's keys (spec.api's GROUP fields), those that differ between the runs.
+    cols = ["mode", "model", *(k for k in group_names() if k not in ("mode", "model"))]
     multi = {k for k in cols if len({json.dumps(r.get(k), sort_keys=True) for r in recs}) > 1}
     table = Table(box=None, header_style="bold")
     for c in cols:
@@ -197,8 +199,9 @@ def print_runs(recs: list[dict]) -> None:
         if rate is not None and r.get("throughput_from") == "epoch steps":  # analyze.FROM_EPOCHS
             rate_s += " (epochs)"
         style = STATE_STYLE.get(r["state"], "")
-        row = [str(r[c]) if c != "options" else ",".join(f"{k}={v}" for k, v in
-                                                        r[c].items()) for c in cols if c in multi]
+        row = [str(r.get(c)) if c != "options" else ",".join(f"{k}={v}" for k, v in
+                                                            r[c].items())
+               for c in cols if c in multi]
         base = r.get("baseline_ranks")
         row += [str(r["nodes"]), *([str(r.get("tasks_per_node"))] if per_node else []),
                 str(r["ranks"]), rate_s,

@@ -332,6 +332,10 @@ def _given(ctx: typer.Context) -> set[str]:
                                                                          "ENVIRONMENT")}
 
 
+# The plan's columns shown on every row (sweep.plan_row); the others only where they vary.
+PLAN_SIZES = ("run_id", "nodes", "tasks_per_node", "ranks", "tasks", "roles")
+
+
 def print_plan(runs, title: str) -> None:
     """The plan of a sweep, one row per run: what it varies, its size and its tasks' roles."""
     from rich.table import Table
@@ -339,17 +343,16 @@ def print_plan(runs, title: str) -> None:
     from .. import sweep as sweepmod
 
     rows = [sweepmod.plan_row(r) for r in runs]
-    varying = [k for k in ("mode", "model", "partition", "batch_size", "options", "prefetch",
-                           "repeat") if len({str(r[k]) for r in rows}) > 1]
+    varying = [k for k in rows[0] if k not in PLAN_SIZES and len({str(r[k]) for r in rows}) > 1
+               ] if rows else []
     table = Table(title=title, title_justify="left", box=None, header_style="bold")
     heads = {"batch_size": "batch", "tasks_per_node": "tasks/node"}
-    for k in ("run_id", *varying, "nodes", "tasks_per_node", "ranks", "tasks", "roles"):
+    for k in ("run_id", *varying, *PLAN_SIZES[1:]):
         table.add_column(heads.get(k, k.replace("_id", "")),
                          justify="right" if k in ("nodes", "tasks_per_node", "ranks",
                                                   "tasks") else "left")
     for r in rows:
-        table.add_row(*(str(r[k]) for k in ("run_id", *varying, "nodes", "tasks_per_node",
-                                            "ranks", "tasks", "roles")))
+        table.add_row(*(str(r[k]) for k in ("run_id", *varying, *PLAN_SIZES[1:])))
     out_console.print(table, highlight=False)
     out_console.print()
 

@@ -82,31 +82,8 @@ def mode_parser(mode) -> argparse.ArgumentParser:
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:
-    """The arguments every rank takes (rendered by orchestrator.render.workload_args)."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--run-id", required=True)
-    p.add_argument("--log-dir", required=True, help="directory of the rank-<k>.jsonl files")
-    p.add_argument("--model", required=True)
-    p.add_argument("--dataset", default="cifar")
-    p.add_argument("--batch-size", type=int, required=True, help="samples per rank")
-    p.add_argument("--iters", type=int, required=True, help="measured iterations")
-    p.add_argument("--warmup", type=int, default=5, help="iterations excluded from statistics")
-    p.add_argument("--inject-failure", default=None,
-                   help="RANK@ITER[:fail|stop]: that rank raises there (fail) or, in the run's "
-                   "first attempt, SIGSTOPs itself there (stop); a testing aid")
-    p.add_argument("--data", default=None, help="on-disk data set in this mode's format; "
-                   "default: synthetic batches in memory")
-    p.add_argument("--classes", type=int, default=None,
-                   help="the labelled data set's class count (its manifest's): the models' "
-                   "output width; default: the dataset's (cifar 10, imagenet 1000)")
-    p.add_argument("--prefetch", choices=("yes", "no"), default="yes",
-                   help="with --data: read ahead in a loader process (yes) or not (no)")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="with --data of a labelled set: train whole epochs of its training "
-                   "split, held-out accuracy after each (instead of --iters)")
-    p.add_argument("--target-accuracy", type=float, default=None,
-                   help="with --epochs: stop after the epoch whose held-out accuracy reaches it")
-    return p
+    """The arguments every rank takes: protocol.RANK_ARGS, which orchestrator.render renders."""
+    return protocol.add_rank_args(argparse.ArgumentParser(description=description))
 
 
 class RankInfo:

@@ -43,9 +43,9 @@ def config_labels(runs: pd.DataFrame) -> dict[str, str]:
     first = runs.groupby(configs, sort=True).head(1).copy()
     first["_config"] = configs.loc[first.index]
     shown = ["mode", "model"] + [
-        k for k in ("dataset", "partition", "batch_size", "options",
-                    "launcher", "site", "data", "prefetch")
-        if k in first.columns and first[k].astype(str).nunique() > 1]
+        k for k in analyze.GROUP_KEYS
+        if k not in ("mode", "model") and k in first.columns
+        and first[k].astype(str).nunique() > 1]
     labels = {}
     for _, row in first.iterrows():
         parts = []

@@ -47,6 +47,7 @@ import pandas as pd
 
 from .. import protocol
 from ..protocol import PHASES
+from ..spec.api import group_names
 
 # Timer resolution allowed when comparing two measured intervals (exposed vs total
 # communication, communication vs zero): perf_counter reads in ns, the intervals are taken
@@ -55,9 +56,8 @@ TIMER_TOLERANCE = 1e-5
 
 # What makes two runs "the same configuration" apart from their size (nodes x tasks per node:
 # ranks per node is a size dimension, so 1, 2, 4 ranks on one node and 8 on 4 nodes scale from
-# the same 1-rank baseline).
-GROUP_KEYS = ("site", "partition", "mode", "model", "dataset", "batch_size", "launcher",
-              "options", "data", "prefetch", "epochs", "target_accuracy")
+# the same 1-rank baseline): the Run fields marked GROUP (spec.api).
+GROUP_KEYS = group_names()
 
 
 # Every column run_metrics can fill: a run with no measured iteration has them all as None.

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..protocol import PHASES
+from ..protocol import PHASES, RANK_ARGS, YES_NO
 from . import devices, workload
 
 
@@ -40,6 +40,12 @@ PHASE_MEANS = {
     "t_comm": "gradient communication not hidden behind backward (exposed)",
     "t_u": "optimizer step (and zeroing the gradients)",
 }
+
+# The run columns of the sweep settings declared by their rank argument alone (its type, unit
+# and help; protocol.RANK_ARGS), in the Run's order: after the fields declared before them.
+_ARROW = {int: "int64", float: "double", str: "string", YES_NO: "bool"}
+RANK_SETTING_COLUMNS = tuple(Column(a.field, _ARROW[a.type], a.unit, f"{a.help} (`{a.flag}`)")
+                             for a in RANK_ARGS if a.setting)
 
 # The run's parameters (spec.api.Run fields marked as columns, and the values derived from
 # them); the iterations table repeats those its rows need (ITERATIONS).
@@ -77,6 +83,7 @@ PARAMETERS = (
            "check before submission counted them"),
     Column("model_flops", "int64", "FLOP", "a user's own model: its training FLOPs per "
            "sample, as that check counted them"),
+    *RANK_SETTING_COLUMNS,
     Column("ranks", "int64", "count", "training processes (workers): what speedup and "
            "efficiency count"),
     Column("options", "string", "", "the mode options of the run, JSON (`--option`); a run "

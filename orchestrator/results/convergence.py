@@ -30,6 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from .. import modes, protocol
+from ..spec.api import group_names
 
 # Measured on the local site (torch-ddp, LeNet-5, digits, 4 epochs): 2 ranks x 64 vs 1 x 128
 # differ by < 0.01 % in training loss and not at all in held-out accuracy; ranks that train
@@ -42,9 +43,9 @@ EPOCH_COLUMNS = ("run_id", "mode", "nodes", "ranks", "rank", "epoch", "t_start",
 RUN_COLUMNS = ("epochs_done", "final_test_acc", "best_test_acc", "final_test_loss",
                "final_perplexity", "tta_s", "tta_epochs", "tta_reason", "tta_speedup",
                "sync_check", "sync_detail")
-# Apart from size and per-rank batch: what makes two epoch runs the same configuration.
-_SAME = ("site", "partition", "mode", "model", "dataset", "launcher", "options", "data",
-         "prefetch", "epochs", "target_accuracy")
+# Apart from size and per-rank batch: what makes two epoch runs the same configuration (the
+# sync check compares W ranks at batch B with one rank at W·B, so the batch may differ).
+_SAME = tuple(k for k in group_names() if k != "batch_size")
 
 
 def epoch_rows(run_id: str, mode: str, nodes: int, ranks: int, logs) -> list[dict]:

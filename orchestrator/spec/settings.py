@@ -12,8 +12,11 @@ may zip it, and the ``Run`` field it becomes. Everything else is derived from :d
 * the ``SweepSpec`` keyword arguments a study fills in (:data:`STUDY_SETTINGS`).
 
 The result set's run columns are the ``Run`` fields marked as columns (``spec.api``). A new
-sweep setting is one entry here, one field of ``Run`` (if runs differ by it) and its check in
-``sweep.validate``.
+sweep setting is one entry here, or, for one its ranks receive, the ``setting`` of its rank
+argument (``protocol.RANK_ARGS``, which renders and parses it), and one field of ``Run`` (if
+runs differ by it) with its marks; the sweep's matrix, the modes it concerns
+(``mode_attribute``) and
+its kind's range are checked from the entry, a check beyond those goes in ``sweep.validate``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
+from ..protocol import RANK_ARGS, RANK_DEFAULTS, RankArg
 
 # The value types (of one item, for a dimension), each the plain Python type the command line
 # parses it as; spec.models gives each its strict pydantic type for study files.
@@ -54,6 +58,10 @@ class Setting:
     cli_default: str | None = None  # the option's default text, where it is not str(default)
     run_field: str | None = None  # the Run field it fills (one value per run)
     parse: Callable[[str, str], Any] | None = None  # text, flag -> value (dimensions)
+    # Off its default, only the modes whose descriptor sets this attribute (not None) apply it
+    # (a mode is named in its own folder only); None: every mode.
+    mode_attribute: str | None = None
+    only_with: str | None = None  # a dimension only where this setting is given (else default)
 
     @property
     def option(self) -> str:
@@ -128,17 +136,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("partitions", "name", (None,), "Partition(s), comma-separated; default: the site's "
             "default.", doc="partitions; default the site's", flag="--partition",
             dimension=True, zippable=True, run_field="partition"),
-    Setting("batch_sizes", "count", (32,), "Samples per rank, comma-separated.",
-            doc="samples per rank", flag="--batch-size", dimension=True, zippable=True,
-            run_field="batch_size", parse=parse_int_list),
     Setting("tasks_per_node", "count", None, "Ranks per node, comma-separated (a dimension: "
             "1,2,4); default: one per GPU, or 1 on CPU partitions.",
             doc="ranks per node (GPUs, or CPU ranks); default one per GPU, else one",
             dimension=True, zippable=True, run_field="tasks_per_node", parse=parse_int_list),
+    Setting("batch_sizes", "count", (32,), "Samples per rank, comma-separated.",
+            doc="samples per rank", flag="--batch-size", dimension=True, zippable=True,
+            run_field="batch_size", parse=parse_int_list),
     Setting("iters", "count", 20, "Measured iterations.", doc="measured iterations",
             run_field="iters"),
-    Setting("warmup", "non_negative", 5, "Warm-up iterations (run, not measured).",
-            doc="warm-up iterations", run_field="warmup"),
+    Setting("warmup", "non_negative", RANK_DEFAULTS["warmup"],
+            "Warm-up iterations (run, not measured).", doc="warm-up iterations",
+            run_field="warmup"),
     Setting("repeats", "count", 1, "Repetitions of every run.", doc="repetitions of every run"),
     Setting("launcher", "name", None,
             "srun, mpirun, local or torchrun (torch modes); default: the partition's.",
@@ -151,7 +160,8 @@ SETTINGS: tuple[Setting, ...] = (
             "batches in memory.", doc="on-disk data set (orch data make)", run_field="data"),
     Setting("prefetch", "flag", (True,), "With --data: yes, no or yes,no (read ahead in a loader "
             "process or not).", doc="with data: read ahead (true), or not", dimension=True,
-            zippable=True, cli_default="yes", run_field="prefetch", parse=parse_yes_no_list),
+            zippable=True, cli_default="yes", run_field="prefetch", parse=parse_yes_no_list,
+            only_with="data"),
     Setting("epochs", "count", None, "Train whole epochs of --data's labelled set (orch data "
             "make --from) instead of --iters; held-out accuracy after each.",
             doc="train whole epochs of data's labelled set instead of iters (held-out "
@@ -165,6 +175,22 @@ SETTINGS: tuple[Setting, ...] = (
             "there with SIGSTOP (stop: a hung rank) or stay there alive (hold: a rank waiting "
             "on a dead link).", study=False, run_field="inject_failure"),
 )
+
+
+
+def _of_rank_arg(arg: RankArg) -> Setting:
+    """The sweep setting a rank argument declares (its ``setting``): named as its Run field,
+    with its default (a one-value tuple for a dimension)."""
+    facts = dict(arg.setting)
+    dimension = facts.get("dimension", False)
+    if dimension and facts["type"] in ("count", "non_negative"):
+        facts.setdefault("parse", parse_int_list)
+    return Setting(arg.field, default=(arg.default,) if dimension else arg.default,
+                   run_field=arg.field, **facts)
+
+
+# The settings declared by their rank argument alone (protocol.RANK_ARGS): after the others.
+SETTINGS += tuple(_of_rank_arg(a) for a in RANK_ARGS if a.setting)
 
 BY_NAME = {s.name: s for s in SETTINGS}
 # The dimensions a study's zip group may name (each a list in the file).

@@ -23,6 +23,9 @@ NCCL's stream, so host times would see no communication at all. An event recorde
 compute stream when the hook is called marks ``ready``; one recorded in the callback, whose
 stream is made to wait for the all-reduce (PyTorch's CUDA-aware futures), marks its end.
 
+Every DDP wrapper takes the run's ``--bucket-cap-mb`` (DDP's ``bucket_cap_mb``: gradients are
+all-reduced in buckets of that many MiB, the first bucket 1 MiB whatever it is).
+
 World size 1: no hook is installed and nothing is counted as communication (DDP's all-reduce of
 a one-member group is a local copy): ``t_comm = t_comm_total = 0``, ``t_b`` = backward.
 
@@ -133,12 +136,14 @@ def main(argv=None) -> None:
         workload.note(s.footer)
         model = dims.prepare(workload.model.to(device))
         device_ids = [device.index] if device.type == "cuda" else None  # ranks may share a GPU
+        wrap = {"device_ids": device_ids, "bucket_cap_mb": args.bucket_cap_mb}  # every DDP's
+        s.footer["bucket_cap_mb"] = args.bucket_cap_mb
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         loss_fn = workload.loss_fn
         if args.epochs:  # time to accuracy: whole epochs of DDP's own step
             from orchestrator.rankside.torch import epochs as epochs_torch
 
-            plain = dims.compiled(DistributedDataParallel(model, device_ids=device_ids))
+            plain = dims.compiled(DistributedDataParallel(model, **wrap))
             epochs_torch.train(s, args, info, plain_step(plain, optimizer, loss_fn, dims), model,
                                device, dims=dims, workload=workload)
             s.footer["param_checksum"] = parameter_checksum(model)
@@ -149,7 +154,7 @@ def main(argv=None) -> None:
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
         delay = comm_delay_s(args)
-        plain = DistributedDataParallel(model, device_ids=device_ids)
+        plain = DistributedDataParallel(model, **wrap)
         if delay and info.world_size > 1:
             plain.register_comm_hook(state=None, hook=delayed_allreduce(info.world_size, delay))
         plain = dims.compiled(plain)
@@ -159,7 +164,7 @@ def main(argv=None) -> None:
         del plain, step  # its reducer (and autograd hooks) go with it, compiled or not
         gc.collect()
 
-        ddp = DistributedDataParallel(model, device_ids=device_ids)
+        ddp = DistributedDataParallel(model, **wrap)
         timer = BucketTimer(info.world_size, cuda=device.type == "cuda", delay_s=delay)
         if info.world_size > 1:  # one rank: nothing to communicate, nothing to time
             ddp.register_comm_hook(state=None, hook=timer.hook)

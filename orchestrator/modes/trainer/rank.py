@@ -85,8 +85,9 @@ class Intervals:
 
 def main(argv=None):
     p = harness.mode_parser(MODE)
-    p.add_argument("--script", required=True, help="the trainer file, validated, as JSON")
     args = p.parse_args(argv)
+    if args.script is None:  # protocol.RANK_ARGS: optional for the other modes
+        p.error("the following arguments are required: --script")
     with harness.rank_log(args, framework="torch", mode="trainer") as s:
         spec = json.loads(args.script)
         info = s.info
