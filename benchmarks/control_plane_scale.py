@@ -78,7 +78,7 @@ def measure(nodes: int, repeats: int, site_path: Path, out: Path, log: Path) -> 
     """Plan, prepare, submit, wait, gather and merge one sweep; seconds and command counts."""
     from orchestrator import execute, results
     from orchestrator import site as sitemod
-    from orchestrator.sweep import SweepSpec, expand
+    from orchestrator.plan.sweep import SweepSpec, expand
 
     site = sitemod.load(str(site_path))[0]
     marks: dict[str, float] = {}

@@ -54,10 +54,11 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import record  # noqa: E402
-from orchestrator import files, rundir  # noqa: E402
+from orchestrator import files  # noqa: E402
 from orchestrator.protocol import PHASES  # noqa: E402
 from orchestrator.rankside.harness import RankLogWriter  # noqa: E402
-from orchestrator.rundir import JobRecord  # noqa: E402
+from orchestrator.runs import rundir  # noqa: E402
+from orchestrator.runs.rundir import JobRecord  # noqa: E402
 from orchestrator.spec.api import Run  # noqa: E402
 
 MODELS = ("lenet5", "alexnet", "googlenet", "resnet18", "resnet50")

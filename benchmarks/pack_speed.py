@@ -32,7 +32,7 @@ from pathlib import Path
 from benchmarks import record
 from orchestrator import backends, execute, results
 from orchestrator import site as sitemod
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.plan.sweep import SweepSpec, expand
 
 
 def _cpu() -> float:

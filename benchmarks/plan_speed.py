@@ -29,7 +29,7 @@ from pathlib import Path
 from benchmarks import record
 from orchestrator import execute
 from orchestrator import site as sitemod
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.plan.sweep import SweepSpec, expand
 
 SITE = "example-gpu-cluster"
 MODES = ("torch-ddp", "horovod", "mpi-ssgd", "tf-allreduce", "mxnet-kvstore")

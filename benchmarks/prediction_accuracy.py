@@ -8,7 +8,7 @@ or 2 ranks: what a user has before spending on the large runs), the 2-rank run a
 from 1 rank.
 
 It prints, per variant and for valid and flagged predictions apart (a flagged prediction said
-before its run why it may not hold: orchestrator.model.validity): how many, the median absolute
+before its run why it may not hold: orchestrator.perfmodel.validity): how many, the median absolute
 ``t_iter`` error, and the coverage of the predicted intervals (the share of measured ``t_iter``
 inside them) against their nominal level; then every scored run, and it draws predicted against
 measured ``t_iter`` (``--plot``, kept beside the docs). The goal (nodes with cores or CPU shares
@@ -94,8 +94,8 @@ def sweep(variant: str, a: argparse.Namespace, out: Path, store: Path) -> str | 
 
 def scored(out: Path) -> pd.DataFrame:
     """The sweep's runs scored against the latest prediction stated from at most SMALL ranks
-    before each run started (orchestrator.model.ledger), with each run's model."""
-    from orchestrator.model import ledger
+    before each run started (orchestrator.execute.ledger), with each run's model."""
+    from orchestrator.execute import ledger
 
     preds = [p for p in ledger.load(out / ledger.FILE) if int(p.get("from_workers", 0)) <= SMALL]
     runs = pd.read_parquet(out / "results" / "runs.parquet")
@@ -122,7 +122,7 @@ def _pct(value: float | None) -> str:
 
 def _coverage(s: dict, level: float | None) -> str:
     """``k of n inside = p % (nominal L %)``, and below 10 that n cannot judge calibration."""
-    from orchestrator.model import interval
+    from orchestrator.perfmodel import interval
 
     text = interval.coverage_text(s["inside"], s["with_interval"], level)
     return text.removeprefix("interval coverage ") or "–"
@@ -255,7 +255,7 @@ def main() -> None:
 
 def report(a, frames, rows, each, figures, failures, start) -> None:
     """The summary line, the tables, the picture, and the result file."""
-    from orchestrator.model import interval
+    from orchestrator.perfmodel import interval
 
     every = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     valid = summarize(every[every["valid"]]) if len(every) else summarize(every)

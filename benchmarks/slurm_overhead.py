@@ -25,7 +25,7 @@ from pathlib import Path
 from benchmarks import record
 from orchestrator import execute, results
 from orchestrator import site as sitemod
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.plan.sweep import SweepSpec, expand
 
 
 def measure_one(site, out: Path, repeat: int) -> dict:

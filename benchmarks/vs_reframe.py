@@ -387,7 +387,7 @@ class Side(NamedTuple):
 
 
 def spec(repeats: int, partition: str):
-    from orchestrator.sweep import SweepSpec
+    from orchestrator.plan.sweep import SweepSpec
 
     return SweepSpec(nodes=(1,), iters=ITERS, warmup=WARMUP, repeats=repeats,
                      partitions=(partition,))
@@ -402,7 +402,7 @@ def orch_command(side: Side, repeats: int, out: Path) -> list[str]:
 
 def run_orch(side: Side, name: str, repeats: int) -> tuple[float, float, float, dict[str, Job]]:
     """One ``orch sweep``: (start, end, CPU s, job id -> its Job)."""
-    from orchestrator import rundir
+    from orchestrator.runs import rundir
 
     out = side.base / name
     t0, t1, cpu = timed(orch_command(side, repeats, out), side.base / f"{name}.log")
@@ -420,7 +420,7 @@ def run_orch(side: Side, name: str, repeats: int) -> tuple[float, float, float, 
 def prepare_reframe(side: Side, name: str, repeats: int) -> Path:
     """orch's rendered runs for ReFrame's side (written, not submitted) and their manifest."""
     from orchestrator import execute
-    from orchestrator.sweep import expand
+    from orchestrator.plan.sweep import expand
 
     runs = execute.prepare(expand(spec(repeats, side.partition), side.site), side.site,
                            side.base / name / "runs")

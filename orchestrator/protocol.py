@@ -208,7 +208,7 @@ RANK_ARGS = (
             "not (no)", needs="data", always=True),
     RankArg("classes", int, None, "the labelled data set's class count (its manifest's): the "
             "models' output width; default: the dataset's (cifar 10, imagenet 1000)"),
-    RankArg("script", str, None, "a user's own training script (orchestrator.trainer), as "
+    RankArg("script", str, None, "a user's own training script (orchestrator.plan.trainer), as "
             "JSON"),
     RankArg("epochs", int, None, "with --data of a labelled set: train whole epochs of its "
             "training split, held-out accuracy after each (instead of --iters)"),

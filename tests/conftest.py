@@ -186,8 +186,8 @@ def built_python(name: str, hint: str = "") -> str:
     """The Python of the local site's environment ``name`` once it is built; a skip without it,
     a failure under CI (make test builds every environment). ``hint``: what building it
     takes, when that is more than a minute."""
-    from orchestrator import envs
     from orchestrator import site as sitemod
+    from orchestrator.site import envs
 
     env = sitemod.load("local")[0].environment(name)
     if not envs.is_built(env):
@@ -218,9 +218,9 @@ def rendered(site_name, partition, mode, nodes=2, **spec):
     and paths fixed so that the text is the same on every machine (golden files)."""
     from orchestrator import modes
     from orchestrator import site as sitemod
+    from orchestrator.plan.resolved import ResolvedRun
+    from orchestrator.plan.sweep import SweepSpec, expand
     from orchestrator.render import render_run
-    from orchestrator.spec.resolved import ResolvedRun
-    from orchestrator.sweep import SweepSpec, expand
 
     site = sitemod.load(site_name)[0]
     run = expand(SweepSpec(nodes=(nodes,), modes=(mode,), partitions=(partition,),

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from orchestrator import site as sitemod
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.results import analyze
 from orchestrator.spec.api import Run
-from orchestrator.sweep import SweepSpec, expand
 
 ONE_RANK = "1-rank run reports communication"
 

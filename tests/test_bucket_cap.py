@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import study
 from orchestrator.errors import UserError
 from orchestrator.modes.torch_ddp.mode import MODE as DDP
+from orchestrator.plan import study
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import expand
 from orchestrator.rankside import harness
 from orchestrator.render import workload_args
 from orchestrator.results import analyze, columns
 from orchestrator.spec import api, settings
-from orchestrator.spec.models import SweepSpec
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import expand
+from orchestrator.spec.schema import SweepSpec
 
 from .conftest import run_orch
 

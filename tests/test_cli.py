@@ -166,7 +166,7 @@ def test_orch_help_and_version_import_nothing_heavy():
     # signal handling every command runs under is the standard library's.
     assert sorted(m for m in modules if m.startswith("orchestrator")) == [
         "orchestrator", "orchestrator.cli", "orchestrator.cli._common", "orchestrator.errors",
-        "orchestrator.stopping"]
+        "orchestrator.runs.stopping"]
 
 
 def test_every_commands_help_imports_nothing_heavy():
@@ -186,7 +186,7 @@ def test_every_commands_help_imports_nothing_heavy():
 # from it.
 LIGHT = ("orchestrator.errors", "orchestrator.spec", "orchestrator.spec.settings",
          "orchestrator.history", "orchestrator.history.settings",
-         "orchestrator.stopping", "orchestrator.protocol")
+         "orchestrator.runs.stopping", "orchestrator.protocol")
 
 
 def settings_imports() -> list[str]:
@@ -378,8 +378,9 @@ def test_stopped_local_sweep_cancels_its_run_and_says_so(tmp_path, signum, code)
     """On the local site a stopped orch cancels its run (backends/local.py says why): the
     ranks are gone, the ledger says CANCELLED by orch stopped by the signal, the sweep's log
     holds what stderr said, and the next sweep into the directory would submit it again."""
-    from orchestrator import execute, rundir
+    from orchestrator import execute
     from orchestrator import site as sitemod
+    from orchestrator.runs import rundir
 
     out = tmp_path / "stopped"
     name = signal.Signals(signum).name

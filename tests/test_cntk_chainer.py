@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from orchestrator import envs, zoo
 from orchestrator import site as sitemod
+from orchestrator import zoo
 from orchestrator.results.gather import PHASES
+from orchestrator.site import envs
 
 from .conftest import (
     ITERS,

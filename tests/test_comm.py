@@ -1,4 +1,4 @@
-"""The communication models (orchestrator/model/comm.py), one per pattern, on a two-level
+"""The communication models (orchestrator/perfmodel/comm.py), one per pattern, on a two-level
 network: every expected number is computed by hand in the comments (α in seconds, B in
 bytes/s, m in bytes)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import model as pm
-from orchestrator.model import AlphaBeta, ModelInputError, Network
+from orchestrator import perfmodel as pm
+from orchestrator.perfmodel import AlphaBeta, ModelInputError, Network
 
 approx = pytest.approx
 # Round numbers: inter α = 1 ms, B = 1e6 B/s; intra α = 0.1 ms, B = 1e7 B/s; m = 1e6 B.

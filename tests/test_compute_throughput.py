@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator import rundir, verdict
 from orchestrator.protocol import PHASES
 from orchestrator.report.tables import throughput_table
 from orchestrator.results import analyze, tables
+from orchestrator.runs import rundir, verdict
 
 from .conftest import orch
 

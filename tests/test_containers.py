@@ -24,13 +24,13 @@ import yaml
 
 from orchestrator import containers, modes
 from orchestrator import site as sitemod
-from orchestrator.containers import build, recipes, specs
-from orchestrator.containers.digest import image_digest
-from orchestrator.containers.image import ImageTree
 from orchestrator.errors import UserError
+from orchestrator.images import build, recipes, specs
+from orchestrator.images.digest import image_digest
+from orchestrator.images.image import ImageTree
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.render import render_run
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import IN_CI, ROOT, check_golden, results, run_orch
 

@@ -15,8 +15,8 @@ import pytest
 
 from orchestrator import modes
 from orchestrator.errors import UserError
+from orchestrator.plan.sweep import SweepSpec, _check_epochs
 from orchestrator.results import convergence
-from orchestrator.sweep import SweepSpec, _check_epochs
 
 from .conftest import run_orch
 

@@ -1,15 +1,16 @@
 """Before submitting, orch checks each run's environment for what its mode needs (the Python
 modules its ranks import, the launcher's program) where it can see that environment, and refuses
-with one line naming what is missing (orchestrator.envs.check_runs)."""
+with one line naming what is missing (orchestrator.site.envs.check_runs)."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator import envs, modes
+from orchestrator import modes
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.plan.sweep import SweepSpec, expand
+from orchestrator.site import envs
 
 from .conftest import orch
 

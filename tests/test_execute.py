@@ -14,8 +14,8 @@ from orchestrator import execute
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
 from orchestrator.execute import strategies
-from orchestrator.rundir import JobRecord, Prepared
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.plan.sweep import SweepSpec, expand
+from orchestrator.runs.rundir import JobRecord, Prepared
 
 from .conftest import run_orch
 

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from orchestrator import fabric, protocol
+from orchestrator import protocol
 from orchestrator.protocol import RankLog
 from orchestrator.rankside import fabric as probe
+from orchestrator.runs import fabric
 
 from .conftest import ROOT, results, run_orch
 

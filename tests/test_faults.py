@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import faults, protocol, rundir
+from orchestrator import protocol
 from orchestrator.backends.slurm import expand_hostlist
+from orchestrator.runs import faults, rundir
 
 from .conftest import ROOT, run_orch
 

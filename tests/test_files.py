@@ -22,9 +22,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import files, results, rundir
-from orchestrator.model import ledger
+from orchestrator import files, results
+from orchestrator.execute import ledger
 from orchestrator.results import resultset
+from orchestrator.runs import rundir
 
 from .conftest import IN_CI, orch
 from .test_gather_cache import _age, _age_all, _sweep

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import envs
 from orchestrator import site as sitemod
-from orchestrator.containers import recipes, specs
 from orchestrator.errors import UserError
+from orchestrator.images import recipes, specs
+from orchestrator.site import envs
 
 from .conftest import ROOT, run_orch
 

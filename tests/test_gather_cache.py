@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator import protocol, results, rundir
+from orchestrator import protocol, results
 from orchestrator.results import cache, resultset
+from orchestrator.runs import rundir
 
 from .test_report import FOOTER, check_merge, dumps, header, iteration, iterations_table, make_run
 

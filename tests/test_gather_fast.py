@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestrator import protocol, results, rundir
+from orchestrator import protocol, results
 from orchestrator.results import gather, tables
+from orchestrator.runs import rundir
 
 from .test_report import (
     FOOTER,
@@ -356,9 +357,9 @@ def _json(value) -> str:
 def _agree(run, rdir: Path, fast_logs, fast_table, case: str) -> None:
     """The fast merge's rows and logs of one case against the reference reader's; then what
     reads those logs downstream, on both, raises nothing."""
-    from orchestrator import fabric, verdict
     from orchestrator.results import analyze, devices, gather
     from orchestrator.results.dimensions import dimension_facts
+    from orchestrator.runs import fabric, verdict
 
     ref_logs = verdict.read_run_logs(rdir)
     reference = tables.iteration_table(tables.iteration_rows(run, ref_logs))

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import fabric, peaks
-from orchestrator.results import devices
+from orchestrator.results import devices, peaks
+from orchestrator.runs import fabric
 
 from .conftest import run_orch
 

@@ -693,6 +693,6 @@ def test_orch_compare_of_two_histories_imports_no_plotting_and_no_report(tmp_pat
     assert proc.returncode == 0, proc.stderr
     loaded = set(proc.stdout.splitlines()[-1].split())
     assert "no measured change" in proc.stdout and "orchestrator.history.compare" in loaded
-    for heavy in ("matplotlib", "scipy", "orchestrator.report", "orchestrator.provenance",
+    for heavy in ("matplotlib", "scipy", "orchestrator.report", "orchestrator.runs.provenance",
                   "orchestrator.render"):
         assert not {m for m in loaded if m == heavy or m.startswith(heavy + ".")}, heavy

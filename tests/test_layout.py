@@ -34,29 +34,17 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("orchestrator", "orchestrator.errors", "orchestrator.protocol",
                 "orchestrator.files", "orchestrator.resources", "orchestrator.zoo",
-                "orchestrator.units", "orchestrator.peaks", "orchestrator.jobscript",
-                "orchestrator.yamlconf", "orchestrator.stopping",
-                "orchestrator.spec", "orchestrator.spec.settings", "orchestrator.spec.models")),
-    ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.templating",
-                    "orchestrator.staging", "orchestrator.containers")),
-    ("specs", ("orchestrator.spec.api",)),
-    ("config", ("orchestrator.site", "orchestrator.envs", "orchestrator.datasources",
-                "orchestrator.data", "orchestrator.sitedetect", "orchestrator.containers.specs")),
-    ("plan", ("orchestrator.sweep", "orchestrator.study", "orchestrator.spec.resolved",
-              "orchestrator.usermodel", "orchestrator.trainer")),
-    ("render", ("orchestrator.render", "orchestrator.containers.recipes",
-                "orchestrator.containers.build", "orchestrator.containers.digest",
-                "orchestrator.containers.image", "orchestrator.containers.checks",
-                "orchestrator.containers.wrapper", "orchestrator.containers.sif",
-                "orchestrator.containers.sifbuild")),
-    ("runs", ("orchestrator.rundir", "orchestrator.provenance", "orchestrator.verdict",
-              "orchestrator.fabric", "orchestrator.progress",
-              "orchestrator.watch", "orchestrator.faults", "orchestrator.execute",
-              "orchestrator.execute.packs")),
+                "orchestrator.units", "orchestrator.jobscript", "orchestrator.yamlconf")),
+    ("registries", ("orchestrator.modes", "orchestrator.backends", "orchestrator.containers")),
+    ("specs", ("orchestrator.spec",)),
+    ("config", ("orchestrator.site", "orchestrator.data")),
+    ("plan", ("orchestrator.plan",)),
+    ("render", ("orchestrator.render", "orchestrator.images")),
+    ("runs", ("orchestrator.runs",)),
     ("results", ("orchestrator.results",)),
-    ("analysis", ("orchestrator.model", "orchestrator.report",
-                  "orchestrator.execute.staged",
-                  "orchestrator.zoo_counts", "orchestrator.history")),
+    ("model", ("orchestrator.perfmodel",)),
+    ("execute", ("orchestrator.execute",)),
+    ("analysis", ("orchestrator.report", "orchestrator.history")),
     ("cli", ("orchestrator.cli", "orchestrator.__main__")),
 ]
 # What rank-side code may import from orch (it runs with any framework environment's Python).
@@ -208,12 +196,12 @@ def test_the_cli_uses_no_private_name_of_another_module():
 def test_the_private_name_check_sees_each_kind_of_reach_in(tmp_path):
     fake = tmp_path / "cmd.py"
     fake.write_text("from .. import report as rep\nfrom ..report import _fmt\n"
-                    "import orchestrator.model._x\nfrom ._common import _helper\n"
+                    "import orchestrator.perfmodel._x\nfrom ._common import _helper\n"
                     "def f():\n    return rep._num(1)\n")
     found = private_reach_ins("orchestrator.cli.cmd", fake)
     text = "\n".join(found)
     assert len(found) == 3, found  # the CLI's own _common is not a reach-in
-    for reach_in in ("import _fmt", "import orchestrator.model._x", "rep._num"):
+    for reach_in in ("import _fmt", "import orchestrator.perfmodel._x", "rep._num"):
         assert reach_in in text, found
 
 
@@ -296,8 +284,8 @@ def test_rank_side_imports_only_the_rank_floor():
 
 
 def _python36() -> str | None:
-    from orchestrator import envs
     from orchestrator.errors import UserError
+    from orchestrator.site import envs
 
     try:
         return envs.find_python("3.6")

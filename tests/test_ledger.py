@@ -1,4 +1,4 @@
-"""The ledger of predictions (orchestrator/model/ledger.py): a prediction comes only from a
+"""The ledger of predictions (orchestrator/execute/ledger.py): a prediction comes only from a
 smaller run of the configuration that had already finished, never from the run's own
 measurements; the scorecard never scores a prediction made after its run started; a damaged
 predictions file is named with its line and field."""
@@ -10,8 +10,8 @@ import json
 import pytest
 
 from orchestrator.errors import UserError
-from orchestrator.model import ledger as predictions
-from orchestrator.model import preflight
+from orchestrator.execute import ledger as predictions
+from orchestrator.execute import preflight
 
 from .test_preflight import preflight_level
 

@@ -16,10 +16,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from orchestrator import protocol, rundir, verdict
+from orchestrator import protocol
 from orchestrator.protocol import PHASES
 from orchestrator.report.tables import comm_table, measurement_table
 from orchestrator.results import analyze, gather, tables
+from orchestrator.runs import rundir, verdict
 
 LOGS = Path(__file__).parent / "golden" / "ranklogs"
 

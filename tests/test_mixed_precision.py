@@ -24,9 +24,9 @@ from orchestrator import modes, protocol
 from orchestrator.modes.base import PRECISIONS, precision_option
 from orchestrator.modes.tf_options import PRECISION
 from orchestrator.modes.torch_options import RUN_DIMENSIONS as TORCH_DIMENSIONS
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.rankside import harness
 from orchestrator.site import load
-from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import ROOT, built_python, rank0_log, run_orch
 

@@ -1,4 +1,4 @@
-"""The performance model's package API (orchestrator/model/): iteration time and speedup, the
+"""The performance model's package API (orchestrator/perfmodel/): iteration time and speedup, the
 breakdown and trace inputs, the α–β fit, the schedules and predict. Every expected number is
 computed by hand below; the communication patterns, the ledger, the pre-flight and netbench have
 files of their own (test_comm, test_ledger, test_preflight, test_netbench)."""
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from orchestrator.errors import UserError
-from orchestrator.model import (
+from orchestrator.perfmodel import (
     AlphaBeta,
     Breakdown,
     Layer,
@@ -570,8 +570,8 @@ def test_model_input_error_is_a_user_error_and_a_value_error():
 def test_a_negative_latency_fit_falls_back_to_bandwidth_alone():
     """Large sizes only, noisy: the free fit puts α below zero; the measured fit holds α at 0
     (the α ≥ 0 least-squares solution) and finds B from the times."""
-    from orchestrator.model.comm import fit_ring
-    from orchestrator.model.netbench import fit_measured
+    from orchestrator.execute.netbench import fit_measured
+    from orchestrator.perfmodel.comm import fit_ring
 
     sizes = [262144, 1048576, 4194304]
     times = [2 * m / 2 / 30e6 * f for m, f in zip(sizes, (0.9, 1.0, 1.02), strict=True)]

@@ -1,4 +1,4 @@
-"""Prediction intervals from what was measured (orchestrator/model/interval.py): the compute
+"""Prediction intervals from what was measured (orchestrator/perfmodel/interval.py): the compute
 part from the measured run's per-iteration quantiles where its iterations are at hand (the
 normal approximation from ``t_iter_std`` only where they are not), and coverage said with its
 count, and as no calibration figure below 10 scored intervals. Synthetic iterations whose
@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.model import interval
+from orchestrator.perfmodel import interval
 
 
 @pytest.mark.parametrize(("inside", "n", "expect"), [
@@ -72,7 +72,7 @@ def _iterations(path, run_id: str, steps: list[float]) -> None:
 
 
 def test_a_stated_prediction_takes_its_compute_spread_from_the_measured_iterations(tmp_path):
-    from orchestrator.model import ledger, preflight
+    from orchestrator.execute import ledger, preflight
 
     from .test_model_validity import _level, _runs
 
@@ -100,7 +100,8 @@ def test_the_what_if_and_the_ledger_give_one_run_the_same_interval(tmp_path, ste
     # the 2-node run of a result set, predicted from its 1-node run by orch predict --results
     # (a what-if link) and by the ledger (a pre-flight fit without residuals: no network
     # part): the same compute spread as fractions of each prediction, the same basis
-    from orchestrator.model import ledger, preflight, whatif
+    from orchestrator.execute import ledger, preflight
+    from orchestrator.report import whatif
 
     from .test_model_validity import _level
     from .test_predict import write_result_set

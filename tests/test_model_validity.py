@@ -1,4 +1,4 @@
-"""Predictions that say how sure they are and when they do not hold (orchestrator/model/
+"""Predictions that say how sure they are and when they do not hold (orchestrator/perfmodel/
 interval.py, validity.py): every stated prediction carries an interval at a nominal level; a
 pre-flight fit that fails its thresholds, ranks over the cores given, a shared node or an
 I/O-bound run flag the prediction before its run; the scorecard scores flagged runs apart, with
@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.model import interval, ledger, preflight, validity
-from orchestrator.model.comm import AlphaBeta, allreduce_time, fit_ring
+from orchestrator.execute import ledger, preflight
+from orchestrator.perfmodel import interval, validity
+from orchestrator.perfmodel.comm import AlphaBeta, allreduce_time, fit_ring
 from orchestrator.report.scorecard import scorecard_summary, scorecard_table
 
 SIZES = [4, 1024, 16384, 262144, 1048576, 4194304]
@@ -202,7 +203,7 @@ def test_orch_predict_prints_the_interval_and_the_flags(tmp_path):
     pf = preflight.Preflight(site=str(runs["site"].iloc[0]), partition=part, inter=level)
     (d / "preflight.json").write_text(json.dumps({part: pf.model_dump(mode="json")}))
     # the sweep's pre-flight (nodes on one machine of 2 cores): fit intervals and flags
-    from orchestrator.model import whatif
+    from orchestrator.report import whatif
 
     ask = whatif.Ask(workers="2,4")
     two = whatif.TwoLevel(1, None, None, None, None, None)

@@ -10,7 +10,8 @@ import pytest
 
 from orchestrator import units
 from orchestrator.errors import UserError
-from orchestrator.model import allreduce_time, netbench
+from orchestrator.execute import netbench
+from orchestrator.perfmodel import allreduce_time
 from orchestrator.units import parse_sizes
 
 from .conftest import run_orch
@@ -203,7 +204,7 @@ def test_bus_bandwidth_is_nccl_tests_busbw():
 def test_the_cpu_an_all_reduce_keeps_busy():
     """netbench.cpu_cores: per rank and measured iteration, CPU over wall seconds of the sizes
     of 1 MiB and more (latency-bound sizes say nothing of what bytes cost), the median."""
-    from orchestrator.model import netbench
+    from orchestrator.execute import netbench
     from orchestrator.protocol import RankLog
 
     def it(i, cpu_big, warmup=False):

@@ -23,10 +23,10 @@ from orchestrator import site as sitemod
 from orchestrator.backends.slurm import SlurmScheduler, pack
 from orchestrator.backends.slurm.packed import packed_state
 from orchestrator.execute import packs as packing
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.render import render_run
-from orchestrator.rundir import JobRecord, Prepared
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.runs.rundir import JobRecord, Prepared
 
 from .conftest import check_golden, run_orch, wait_until
 

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import envs, modes
+from orchestrator import modes
 from orchestrator.modes.torch_options import COLUMNS, RUN_DIMENSIONS
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.protocol import RANKS_DIR, RankLog, rank_logs, read_rank_log
 from orchestrator.rankside import harness
 from orchestrator.results.dimensions import dimension_facts
-from orchestrator.site import load
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.site import envs, load
 
 from .conftest import IN_CI, run_orch
 

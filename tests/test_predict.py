@@ -320,8 +320,8 @@ def test_hidden_communication_takes_the_cpu_it_uses_from_backward():
     """predict_from_measured with comm_cpu: the change in hidden communication (wfbp: up to
     t_b) lengthens backward by that share; with no overlap nothing is hidden, so nothing is
     taken; CPU-bound communication (1) hides nothing at all."""
-    from orchestrator.model.inputs import ModelInputError
-    from orchestrator.model.predict import predict_from_measured
+    from orchestrator.perfmodel.inputs import ModelInputError
+    from orchestrator.perfmodel.predict import predict_from_measured
 
     phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.3, "t_b": 0.8, "t_comm": 0.0, "t_u": 0.1}
     plain = predict_from_measured(phases, 1.2, 0.0, 0.6, overlap="wfbp")

@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from orchestrator import rundir
 from orchestrator.errors import UserError
-from orchestrator.model import ledger as predictions
-from orchestrator.model import preflight
+from orchestrator.execute import ledger as predictions
+from orchestrator.execute import preflight
+from orchestrator.runs import rundir
 
 from .conftest import run_orch
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from orchestrator.progress import SweepProgress, fmt_s
+from orchestrator.runs.progress import SweepProgress, fmt_s
 
 
 class Clock:

@@ -1,4 +1,4 @@
-"""Provenance beside every run (orchestrator/provenance.py) and orch rerun from it, for a plain
+"""Provenance beside every run (orchestrator/runs/provenance.py) and orch rerun from it, for a plain
 run; a container's part of it (image digest, rerun in the image) is in test_containers."""
 
 from __future__ import annotations

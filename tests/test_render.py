@@ -16,9 +16,9 @@ import pytest
 
 from orchestrator import modes
 from orchestrator import site as sitemod
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.render import render_run, transport_env
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import (
     check_golden,
@@ -106,7 +106,7 @@ def sbatch_option_record() -> dict[str, list[list]]:
     from orchestrator.backends.slurm.options import sbatch_options
     from orchestrator.execute import packs
     from orchestrator.render import run_job
-    from orchestrator.rundir import JobRecord, Prepared
+    from orchestrator.runs.rundir import JobRecord, Prepared
 
     out = Path("/scratch/runs")
     record = {}

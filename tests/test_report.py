@@ -24,12 +24,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from orchestrator import protocol, report, results, rundir
+from orchestrator import protocol, report, results
 from orchestrator.history import references, store
-from orchestrator.model import AlphaBeta, allreduce_time
+from orchestrator.perfmodel import AlphaBeta, allreduce_time
 from orchestrator.report import overview, trend
 from orchestrator.results import analyze, gather, resultset, tables
-from orchestrator.rundir import JobRecord
+from orchestrator.runs import rundir
+from orchestrator.runs.rundir import JobRecord
 from orchestrator.spec.api import Run
 
 from .conftest import run_orch
@@ -446,7 +447,7 @@ def test_html_is_self_contained_and_markdown_links_the_plots(real_sweep):
 @pytest.mark.ranks
 def test_every_run_has_predicted_next_to_measured_speedup(real_sweep):
     out, _, _ = real_sweep
-    from orchestrator.model import netbench
+    from orchestrator.execute import netbench
 
     runs = pd.read_parquet(out / "results" / "runs.parquet")
     train = runs[runs["mode"] == "torch-ddp"]

@@ -127,7 +127,7 @@ def test_co_tenants_are_written_and_read_by_one_pair_of_functions(tmp_path):
     # job-times.json's list (a --pack-shared step) becomes the column; every reader of the
     # column (the validity flags, the runs table) gets the run ids back from co_tenant_ids.
     from orchestrator import protocol
-    from orchestrator.model import validity
+    from orchestrator.perfmodel import validity
     from orchestrator.results import runs
 
     (tmp_path / protocol.JOB_TIMES_FILE).write_text(json.dumps({"co_tenants": ["a-1", "b-2"]}))

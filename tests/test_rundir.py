@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from orchestrator import rundir
+from orchestrator.runs import rundir
 
 from .conftest import ROOT, frozen_rank, orch, rank0_log, run_orch, wait_until
 

@@ -17,13 +17,13 @@ import pytest
 
 from orchestrator import backends, modes
 from orchestrator import site as sitemod
-from orchestrator.containers import recipes, specs
 from orchestrator.containers.base import runtime_names
 from orchestrator.execute import packs
+from orchestrator.images import recipes, specs
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.render import Rendered, render_run
-from orchestrator.rundir import JobRecord, Prepared
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.runs.rundir import JobRecord, Prepared
 
 from .conftest import IN_CI, model_of
 

@@ -28,11 +28,12 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from orchestrator import execute, provenance
-from orchestrator.containers import build, sif, sifbuild, specs
-from orchestrator.containers.image import inspect
+from orchestrator import execute
 from orchestrator.errors import UserError
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.images import build, sif, sifbuild, specs
+from orchestrator.images.image import inspect
+from orchestrator.plan.sweep import SweepSpec, expand
+from orchestrator.runs import provenance
 
 from .conftest import IN_CI, ROOT, check_golden, results, run_orch
 from .test_containers import _run_wrapper, _site_file, assert_ranks_in_image, container_site

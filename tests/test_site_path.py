@@ -1,4 +1,4 @@
-"""The site search path (orchestrator/site.py's SEARCH_PATH): $ORCH_SITE_PATH, the user's
+"""The site search path (orchestrator/site/__init__.py's SEARCH_PATH): $ORCH_SITE_PATH, the user's
 ~/.config/orch/sites, /etc/orch/sites, the shipped site-configs/; ``orch site list|show|detect``
 on it, and the commands that look a site up by name finding it there."""
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from orchestrator import provenance, sitedetect
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
+from orchestrator.runs import provenance
+from orchestrator.site import detect as sitedetect
 
 from .conftest import LOCAL, ROOT, orch, results, run_orch
 

@@ -7,8 +7,8 @@ import os
 
 import yaml
 
-from orchestrator import sitedetect
-from orchestrator.sitedetect import gpus_of, minutes_of, parse_probe, parse_sinfo, render
+from orchestrator.site import detect as sitedetect
+from orchestrator.site.detect import gpus_of, minutes_of, parse_probe, parse_sinfo, render
 
 from .conftest import run_orch
 

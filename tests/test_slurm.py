@@ -14,9 +14,9 @@ import pytest
 
 from orchestrator import modes
 from orchestrator import site as sitemod
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.render import render_run
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import SweepSpec, expand
 
 from .conftest import (
     frozen_rank,
@@ -225,7 +225,7 @@ def test_slurm_jobs_are_not_requeued(slurm_cluster, tmp_path):
 ])
 def test_every_slurm_time_format(text, seconds):
     from orchestrator.backends.slurm import timelimit
-    from orchestrator.sitedetect import minutes_of
+    from orchestrator.site.detect import minutes_of
 
     assert timelimit.seconds(text) == seconds
     expect = None if seconds is None else -(-seconds // 60)
@@ -239,7 +239,7 @@ def test_a_time_that_is_none_of_slurms_forms_is_refused(tmp_path):
     for bad in ("1:2:3:4", "1-", "-5", "1.5", "30m", ""):
         with pytest.raises(ValueError, match="not a Slurm time"):
             timelimit.seconds(bad)
-    from orchestrator.sitedetect import minutes_of
+    from orchestrator.site.detect import minutes_of
 
     assert minutes_of("n/a") is None
 

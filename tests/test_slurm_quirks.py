@@ -27,8 +27,8 @@ from orchestrator.backends.slurm import options
 from orchestrator.backends.slurm import scheduler as slurm
 from orchestrator.errors import UserError
 from orchestrator.execute import packs
-from orchestrator.rundir import JobRecord, Prepared
-from orchestrator.sweep import SweepSpec, expand
+from orchestrator.plan.sweep import SweepSpec, expand
+from orchestrator.runs.rundir import JobRecord, Prepared
 
 from .conftest import check_golden, edit_partition, orch, rendered, run_orch, site_file
 

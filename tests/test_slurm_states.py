@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.backends.slurm import SLURM_STATES, parse_jobs, slurm_state
 from orchestrator.backends.slurm import scheduler as slurm
-from orchestrator.rundir import JobRecord
+from orchestrator.runs.rundir import JobRecord
 
 # --- recordings ------------------------------------------------------------------------------
 
@@ -162,7 +162,7 @@ def test_unknown_and_ambiguous_words_are_failures_with_the_word():
 
 
 def test_the_table_maps_every_word_to_an_orch_state():
-    from orchestrator.rundir import STATES
+    from orchestrator.runs.rundir import STATES
 
     assert set(SLURM_STATES.values()) == set(STATES) - {"NEW", "HUNG"}
     for word in ("REQUEUED", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",

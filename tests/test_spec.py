@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import site as sitemod
-from orchestrator import study
 from orchestrator.cli import COMMANDS, load
 from orchestrator.errors import UserError
+from orchestrator.plan import study
 from orchestrator.spec import settings
 from orchestrator.spec.api import Run, column_names
-from orchestrator.spec.models import SweepSpec
+from orchestrator.spec.schema import SweepSpec
 
 
 def sweep_command():
@@ -50,7 +50,7 @@ def test_a_new_setting_becomes_an_option_a_spec_field_and_a_study_field(monkeypa
     new = settings.Setting("seeds", "count", (1,), "Random seeds, comma-separated.",
                            dimension=True, zippable=True, parse=settings.parse_int_list)
     monkeypatch.setattr(settings, "SETTINGS", (*settings.SETTINGS, new))
-    from orchestrator.spec import models
+    from orchestrator.spec import schema as models
 
     assert ("seeds", str, "1", "Random seeds, comma-separated.") in settings.cli_parameters()
     _, field = models.study_fields()["seeds"]

@@ -1,4 +1,4 @@
-"""orchestrator/stopping.py: SIGTERM and SIGHUP stop orch as Ctrl-C does, a signal never cuts
+"""orchestrator/runs/stopping.py: SIGTERM and SIGHUP stop orch as Ctrl-C does, a signal never cuts
 a submission from its ledger entry, and the handlers found are put back (the signals are sent
 to this process: each is handled before os.kill returns to the main thread's next bytecode)."""
 
@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from orchestrator import stopping
+from orchestrator.runs import stopping
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143),

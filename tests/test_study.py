@@ -11,10 +11,11 @@ import textwrap
 import pandas as pd
 import pytest
 
-from orchestrator import modes, study
+from orchestrator import modes
 from orchestrator.errors import UserError
+from orchestrator.plan import study
+from orchestrator.plan.sweep import plan_row
 from orchestrator.results import analyze
-from orchestrator.sweep import plan_row
 
 from .conftest import ROOT, run_orch
 

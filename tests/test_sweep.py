@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.errors import UserError
-from orchestrator.spec.models import SweepSpec
+from orchestrator.plan.sweep import expand
+from orchestrator.spec.schema import SweepSpec
 from orchestrator.spec.settings import parse_int_list, parse_options
-from orchestrator.sweep import expand
 
 from .conftest import orch
 

@@ -1,15 +1,16 @@
 """A dry run never needs data: every shipped study (studies/*.yaml) dry-runs where no data set
 has been made, as on a fresh clone; the data set is checked, with the ``orch data make``
-command that makes the one the study needs, when the sweep runs (orchestrator/sweep.py)."""
+command that makes the one the study needs, when the sweep runs (orchestrator/plan/sweep.py)."""
 
 from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator import site, study
+from orchestrator import site
 from orchestrator.cli import app
 from orchestrator.errors import UserError
+from orchestrator.plan import study
 
 from .conftest import ROOT
 

@@ -18,13 +18,13 @@ import pytest
 from orchestrator import backends, modes, protocol
 from orchestrator import site as sitemod
 from orchestrator.errors import UserError
+from orchestrator.plan.resolved import ResolvedRun
+from orchestrator.plan.sweep import SweepSpec, expand
 from orchestrator.protocol import rank_logs, read_rank_log
 from orchestrator.rankside import binding as bnd
 from orchestrator.render import render_run
+from orchestrator.runs.verdict import first_failure
 from orchestrator.site import Container, load
-from orchestrator.spec.resolved import ResolvedRun
-from orchestrator.sweep import SweepSpec, expand
-from orchestrator.verdict import first_failure
 
 from .conftest import check_golden, orch, rendered, run_orch
 

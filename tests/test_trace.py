@@ -7,7 +7,8 @@ import csv
 
 import pytest
 
-from orchestrator import model, zoo
+from orchestrator import perfmodel as model
+from orchestrator import zoo
 
 from .conftest import run_orch
 

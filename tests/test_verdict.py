@@ -76,7 +76,7 @@ TRACEBACK = f"""Traceback (most recent call last):
 def _one_rank_run(tmp_path: Path, footer: dict | None, output: str = ""):
     """A 1-rank local run whose rank wrote a header on node1 and ``footer`` (None: no log)."""
     from orchestrator import site as sitemod
-    from orchestrator.sweep import SweepSpec, expand
+    from orchestrator.plan.sweep import SweepSpec, expand
 
     run = expand(SweepSpec(nodes=(1,)), sitemod.load("local")[0])[0]
     ranks = tmp_path / "run" / "ranks"
@@ -92,7 +92,7 @@ def _one_rank_run(tmp_path: Path, footer: dict | None, output: str = ""):
 
 
 def _reason(run, rdir: Path) -> str:
-    from orchestrator import verdict
+    from orchestrator.runs import verdict
 
     ok, reason = verdict.verdict(run, rdir, verdict.read_run_logs(rdir))
     assert not ok and reason
@@ -139,6 +139,6 @@ def test_reason_of_a_rank_without_log_leads_with_the_exception_in_its_output(tmp
     ("mpirun exited with status 1:\nsome text", None),
 ])
 def test_exception_line(text, line):
-    from orchestrator import verdict
+    from orchestrator.runs import verdict
 
     assert verdict.exception_line(text) == line

@@ -13,8 +13,8 @@ import pytest
 
 from benchmarks import vs_reframe as vs
 from orchestrator import execute
-from orchestrator.spec.models import SweepSpec
-from orchestrator.sweep import expand
+from orchestrator.plan.sweep import expand
+from orchestrator.spec.schema import SweepSpec
 
 
 def _rendered(site, **spec) -> list:

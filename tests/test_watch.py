@@ -9,7 +9,8 @@ import json
 import time
 from pathlib import Path
 
-from orchestrator import protocol, watch
+from orchestrator import protocol
+from orchestrator.runs import watch
 from orchestrator.spec.api import Run
 
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import peaks, trainer, usermodel, zoo
+from orchestrator import zoo
 from orchestrator.errors import UserError
 from orchestrator.modes.trainer import rank as trainer_rank
-from orchestrator.results import workload
+from orchestrator.plan import trainer, usermodel
+from orchestrator.plan.sweep import expand, validate
+from orchestrator.results import peaks, workload
 from orchestrator.spec.api import model_label
-from orchestrator.spec.models import SweepSpec
-from orchestrator.sweep import expand, validate
+from orchestrator.spec.schema import SweepSpec
 
 # --- the zoo's transformers in the sweep ---------------------------------------------------
 

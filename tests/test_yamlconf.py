@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import data, site, study, yamlconf
-from orchestrator.containers import specs
+from orchestrator import data, site, yamlconf
 from orchestrator.errors import UserError
 from orchestrator.history import references
-from orchestrator.model import load_breakdown, load_trace_csv
-from orchestrator.model.inputs import TRACE_LIMITS
+from orchestrator.images import specs
+from orchestrator.perfmodel import load_breakdown, load_trace_csv
+from orchestrator.perfmodel.inputs import TRACE_LIMITS
+from orchestrator.plan import study
 from orchestrator.yamlconf import LIMITS, Limits
 
 ROOT = Path(__file__).resolve().parent.parent

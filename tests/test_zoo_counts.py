@@ -7,7 +7,8 @@ import json
 import pytest
 
 from orchestrator import site as sitemod
-from orchestrator import zoo, zoo_counts
+from orchestrator import zoo
+from orchestrator.plan import zoo_counts
 
 from .conftest import IN_CI, run_orch
 

@@ -21,8 +21,9 @@ from typing import Annotated, NamedTuple
 
 import typer
 
-from .. import __version__, stopping
+from .. import __version__
 from ..errors import CONTROL, UserError
+from ..runs import stopping
 from ._common import RICH_MARKUP_MODE, Group
 
 

@@ -102,7 +102,7 @@ def renamed(new: Any, old: Any, new_name: str, old_name: str, use: str | None = 
 
 def find_run(command: str, run_id: str, directory: Path | None, old_dir: Path | None) -> Path:
     """A run's directory from ``orch COMMAND RUN_ID [SWEEP]`` (or the deprecated --dir)."""
-    from .. import rundir
+    from ..runs import rundir
 
     directory = renamed(directory, old_dir, "SWEEP", "--dir",
                         use=f"orch {command} RUN_ID SWEEP")
@@ -116,7 +116,7 @@ def find_run(command: str, run_id: str, directory: Path | None, old_dir: Path | 
 
 
 def sweep_dir(path: Path) -> Path:
-    from .. import rundir
+    from ..runs import rundir
 
     if not path.is_dir():
         raise UserError(f"{path}: no such sweep directory")
@@ -126,7 +126,7 @@ def sweep_dir(path: Path) -> Path:
 
 
 def schedulers(d: Path) -> list[str]:
-    from .. import rundir
+    from ..runs import rundir
 
     found = set()
     for rdir in rundir.run_dirs(d):

@@ -23,7 +23,7 @@ def generate(
                                         "file differs from its spec.")] = False,
 ) -> None:
     """Write containers/<name>.def and containers/<name>.charliecloud.sh from every spec."""
-    from ..containers import recipes, specs
+    from ..images import recipes, specs
 
     changed = recipes.generate_all(check=check)
     for path in changed:
@@ -49,11 +49,11 @@ def build(
 ) -> None:
     """Build an image; print its path and digest. A SIF is built with apptainer (singularity)
     where it exists, else assembled with siftool from the Charliecloud build."""
-    from .. import provenance
-    from ..containers import build as builds
     from ..containers import runtime_names
-    from ..containers.digest import image_digest
-    from ..containers.specs import load_spec
+    from ..images import build as builds
+    from ..images.digest import image_digest
+    from ..images.specs import load_spec
+    from ..runs import provenance
 
     if runtime not in runtime_names():
         raise UserError(f"--runtime {runtime}: valid: {', '.join(runtime_names())}")
@@ -72,8 +72,8 @@ def list_images(
     SIF file: its size, digest and how it was built (siftool, or apptainer build)."""
     from rich.table import Table
 
-    from ..containers import build as builds
-    from ..containers import specs
+    from ..images import build as builds
+    from ..images import specs
 
     table = Table("image", "framework", "spec sha256", "charliecloud image", "SIF", "size",
                   "SIF sha256", "built with", box=None)
@@ -89,8 +89,8 @@ def list_images(
 
 def _sif_columns(path: Path) -> tuple[str, str, str, str]:
     """A SIF's path, size, digest (first 16 hex digits) and how it was built."""
-    from ..containers import sif
-    from ..containers.digest import image_digest
+    from ..images import sif
+    from ..images.digest import image_digest
 
     if not sif.is_sif(path):
         return ("[dim]not built[/]", "", "", "")
@@ -108,7 +108,7 @@ def show(
     old_dir: Annotated[Path | None, typer.Option("--dir", hidden=True)] = None,
 ) -> None:
     """A run's provenance: image and digest, orch commit, site config hash, scripts, ranks."""
-    from .. import provenance
+    from ..runs import provenance
 
     info = provenance.show(find_run("show", run_id, directory, old_dir))
     if as_json:
@@ -132,7 +132,8 @@ def rerun(
 
     Once it ran, it says whether its result falls inside the original's spread (orch
     compare's test)."""
-    from .. import backends, execute, provenance, results
+    from .. import backends, execute, results
+    from ..runs import provenance
     from . import history
 
     src = find_run("rerun", run_id, directory, old_dir)

@@ -43,8 +43,8 @@ def data_make(
     """Write a data set to disk in each framework's native format, so that sweeps with --data
     measure real input I/O: random images, or a real labelled set with a held-out split."""
     from .. import data as datamod
-    from .. import datasources
     from .. import site as sitemod
+    from ..data import sources as datasources
     from ..errors import UserError
     from ..spec import settings
 

@@ -16,8 +16,8 @@ def env_list(site: Annotated[str, typer.Option(help="Site name or YAML path.")] 
     """The site's environments, their Python, where their build is defined, whether built."""
     from rich.table import Table
 
-    from .. import envs
     from .. import site as sitemod
+    from ..site import envs
 
     s, _ = sitemod.load(site)
     table = Table("environment", "python", "managed by orch", "build from", "built", box=None)
@@ -37,8 +37,8 @@ def env_build(
     force: Annotated[bool, typer.Option(help="Rebuild even if up to date.")] = False,
 ) -> None:
     """Create the environments' venvs (once; a changed description rebuilds)."""
-    from .. import envs
     from .. import site as sitemod
+    from ..site import envs
 
     s, path = sitemod.load(site)
     wanted = names or [n for n, e in s.environments.items() if e.build is not None]

@@ -59,8 +59,8 @@ def add(sweep: Annotated[Path, typer.Argument(metavar="SWEEP", help="A gathered 
                                               "directory.")],
         history: HistoryDir = None) -> None:
     """Record a sweep's results in the history (a new entry; nothing is rewritten)."""
-    from .. import rundir
     from ..history import store
+    from ..runs import rundir
 
     root = _root(history)
     if not Path(sweep).is_dir() or not rundir.run_dirs(sweep):
@@ -111,11 +111,11 @@ def report_history(history: Path | None, references: Path | None, sweep: Path | 
     (``--references`` alone: no trend to draw its band on)."""
     import time as time_module
 
-    from .. import provenance, rundir
     from ..history import gathered as gathered_module
     from ..history import references as refs_module
     from ..history import store
     from ..report.trend import History
+    from ..runs import provenance, rundir
 
     root = history.expanduser() if history is not None else (
         gathered_module.site_history(sweep) if sweep is not None else None)

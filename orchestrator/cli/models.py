@@ -29,7 +29,7 @@ def models(
     from rich.table import Table
 
     from .. import site as sitemod
-    from .. import zoo_counts
+    from ..plan import zoo_counts
 
     s, _ = sitemod.load(site)
     frameworks = () if catalogue_only else zoo_counts.FRAMEWORKS

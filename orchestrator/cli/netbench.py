@@ -1,5 +1,5 @@
 """``orch netbench``: measure a partition's all-reduce latency α and bandwidth B with a real
-job (the network benchmark mode), fit the α–β model (orchestrator.model.netbench) and store it
+job (the network benchmark mode), fit the α–β model (orchestrator.execute.netbench) and store it
 for orch report and orch predict."""
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def netbench_cmd(
     <store>/<site>-<partition>.json for orch report and orch predict.
     """
     from .. import site as sitemod
-    from .. import sweep as sweepmod
-    from ..model import netbench as nb
+    from ..execute import netbench as nb
+    from ..plan import sweep as sweepmod
     from ..units import parse_sizes
 
     if format not in ("table", "json"):
@@ -101,7 +101,8 @@ def _bench_options(reps: int, sizes: str | None, backend: str | None) -> dict:
 def _measure(runs, site_obj, out_dir: Path, where: str) -> Path:
     """Run the benchmark's one run (unless it already ran) and merge its results: its run
     directory."""
-    from .. import envs, execute, results
+    from .. import execute, results
+    from ..site import envs
 
     envs.check(site_obj, {r.framework for r in runs})
     prepared = execute.prepare(runs, site_obj, out_dir)
@@ -119,7 +120,7 @@ def _print_fit(result, where: str) -> None:
     """Each size as measured, its algorithm and bus bandwidth, the fit's model beside it."""
     from rich.table import Table as RichTable
 
-    from ..model import netbench as nb
+    from ..execute import netbench as nb
 
     table = RichTable(box=None, header_style="bold",
                       title=f"all-reduce over {result.workers} ranks ({result.backend}), "

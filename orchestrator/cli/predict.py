@@ -1,5 +1,5 @@
 """``orch predict``: speedup and iteration time at given worker counts, from the performance
-model (orchestrator.model.whatif decides the inputs; this module parses and prints)."""
+model (orchestrator.report.whatif decides the inputs; this module parses and prints)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def predict_cmd(
     pattern's model on the intra- and inter-node α–β, extrapolated to any worker count, e.g.
     --workers 64,256,1024 --tasks-per-node 4.
     """
-    from ..model import whatif
+    from ..report import whatif
     _check_choices(results_dir, breakdown, trace, format, prefetch, overlap)
     # Ask's fields are named as this command's options (the others are not Ask's: ignored).
     ask = whatif.Ask.model_validate({**locals(), "prefetch": prefetch == "yes"})
@@ -129,7 +129,7 @@ def _show(forecast, format: str) -> None:
 def _forecast(ask, two, results_dir: Path | None, breakdown: Path | None, trace: Path | None):
     """The model's forecast for the one input given: two-level when its options (or a result
     set's pre-flight) ask for it."""
-    from ..model import whatif
+    from ..report import whatif
 
     if two.wanted(results_dir):
         if trace is not None:

@@ -42,7 +42,7 @@ def report_cmd(
     performance model predicts from the 1-node breakdown, next to the measured one.
     """
     from .. import report as rep
-    from ..model.network import comm_lookup
+    from ..execute.network import comm_lookup
 
     runs, iters, sweep = load_result_set(directory)
     if netbench_file is not None and not netbench_file.exists():

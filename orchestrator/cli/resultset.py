@@ -18,8 +18,9 @@ def load_result_set(directory: Path):
     """
     import pandas as pd
 
-    from .. import results, rundir
+    from .. import results
     from ..results.columns import read_runs
+    from ..runs import rundir
 
     if not directory.is_dir():
         raise UserError(f"{directory}: no such directory; give a sweep directory (orch sweep "
@@ -107,7 +108,7 @@ def load_scorecard(directory: Path, sweep: Path | None, runs):
     predictions.parquet; None when the sweep stated none."""
     import pandas as pd
 
-    from ..model import ledger
+    from ..execute import ledger
 
     if sweep is not None:
         return ledger.scorecard_of_sweep(sweep, runs)

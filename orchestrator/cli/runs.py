@@ -122,7 +122,7 @@ def _print_history(entries) -> None:
 
     from rich.table import Table
 
-    from ..rundir import Event
+    from ..runs.rundir import Event
 
     table = Table("run", "time (UTC)", "attempt", "state", "job", "nodes", "reason", box=None)
     for run, record, _ in entries:
@@ -148,7 +148,8 @@ def cancel(
         metavar="RUN_ID", help="Runs to cancel (default: all unfinished).")] = None,
 ) -> None:
     """Cancel unfinished runs of a sweep."""
-    from .. import execute, rundir
+    from .. import execute
+    from ..runs import rundir
 
     d = sweep_dir(directory)
     known = {p.name for p in rundir.run_dirs(d)}

@@ -126,7 +126,7 @@ def site_detect(
     """Draft a site config from the live Slurm (sinfo + a probe job per partition)."""
     from pathlib import Path
 
-    from .. import sitedetect
+    from ..site import detect as sitedetect
 
     path = None if out == "-" else Path(out) if out else sitedetect.draft_path(name)
     if path is not None and path.exists() and not force:

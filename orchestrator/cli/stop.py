@@ -1,4 +1,4 @@
-"""What orch does when it is stopped: Ctrl-C, SIGTERM or SIGHUP (orchestrator/stopping.py).
+"""What orch does when it is stopped: Ctrl-C, SIGTERM or SIGHUP (orchestrator/runs/stopping.py).
 
 Every command goes through :func:`stopped` (``orch sweep`` with its own options, the others
 from the ``orch`` group): the jobs this process submitted or waited for that are still
@@ -28,7 +28,7 @@ from typing import NoReturn
 
 import typer
 
-from .. import stopping
+from ..runs import stopping
 from ._common import err_console
 
 # Ctrl-C on a sweep whose jobs go on: a second one within this many seconds cancels them.
@@ -59,7 +59,8 @@ def stopped(exc: BaseException, command: str, cancel: bool = False,
 def _live() -> dict[tuple[Path, str], list[tuple[str, str]]]:
     """(sweep directory, scheduler) -> [(run id, job id)] of the followed runs still
     unfinished, in run order."""
-    from .. import execute, rundir
+    from .. import execute
+    from ..runs import rundir
 
     groups: dict[tuple[Path, str], list[tuple[str, str]]] = {}
     for rdir, scheduler in sorted(execute.followed()):
@@ -76,7 +77,7 @@ def _live() -> dict[tuple[Path, str], list[tuple[str, str]]]:
 def _sayer(log: Path | None, outs: list[Path]) -> Callable[[str], None]:
     """A line to stderr and to the sweep's log (``log``: the sweep directory whose log it
     is; else each directory with a job left)."""
-    from .. import rundir
+    from ..runs import rundir
 
     logs = [log] if log is not None else sorted(set(outs))
 
@@ -92,7 +93,8 @@ def _left(out: Path, scheduler: str, runs: list[tuple[str, str]], what: str, can
           signum: int, say: Callable[[str], None]) -> None:
     """One sweep directory's unfinished jobs: left running (their ledgers noting it) or
     cancelled."""
-    from .. import backends, execute, rundir
+    from .. import backends, execute
+    from ..runs import rundir
 
     sched = backends.scheduler(scheduler)
     listed = ", ".join(f"{rid} (job {job})" for rid, job in runs)
@@ -143,7 +145,7 @@ def _second_ctrl_c(say: Callable[[str], None]) -> bool:
 def _note(out: Path, run_ids: list[str], what: str) -> None:
     """Each left job's ledger: orch stopped, nothing follows the job now (its reason, and an
     event of its history)."""
-    from .. import rundir
+    from ..runs import rundir
 
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     for run_id in run_ids:

@@ -19,7 +19,7 @@ def study_list() -> None:
     """Studies shipped in studies/."""
     from rich.table import Table
 
-    from .. import study as studymod
+    from ..plan import study as studymod
 
     table = Table("study", "description", box=None)
     for name, path in studymod.available().items():
@@ -39,7 +39,7 @@ def study_validate(
 ) -> None:
     """Validate a study file against a site; errors give file:line, field and the fix."""
     from .. import site as sitemod
-    from .. import study as studymod
+    from ..plan import study as studymod
 
     ls = studymod.load(path)
     site_obj, _ = sitemod.load(site or ls.study.site or "local")
@@ -51,6 +51,6 @@ def study_validate(
 @app.command("schema")
 def study_schema() -> None:
     """The JSON schema of study files."""
-    from .. import study as studymod
+    from ..plan import study as studymod
 
     sys.stdout.write(json.dumps(studymod.schema(), indent=2) + "\n")

@@ -1,6 +1,6 @@
 """``orch sweep``: expand a matrix of runs, render, submit, wait, print the scaling table.
 
-With ``--study FILE`` the matrix comes from a study file (orchestrator/study.py); a flag given
+With ``--study FILE`` the matrix comes from a study file (orchestrator/plan/study.py); a flag given
 on the command line replaces the study's value of that dimension, and ``--dry-run`` prints the
 plan (one row per run: dimensions, nodes, ranks, roles) before the scripts."""
 
@@ -118,7 +118,9 @@ def _prepare(strategy, runs, site_obj, out_dir: Path, loaded, *, retry_failed: b
     """Check the runs against the strategy and the site's environments, write their
     directories and scripts (:func:`execute.prepare`), and log the sweep's start: the
     prepared runs."""
-    from .. import envs, execute, rundir
+    from .. import execute
+    from ..runs import rundir
+    from ..site import envs
 
     strategy.check(runs, site_obj, out_dir)
     envs.check_runs(site_obj, runs)
@@ -132,7 +134,7 @@ def _prepare(strategy, runs, site_obj, out_dir: Path, loaded, *, retry_failed: b
 
 def _logged_events(out_dir: Path):
     """Each run's state change: printed, and a line of the sweep's log."""
-    from .. import rundir
+    from ..runs import rundir
 
     def on_event(run, record) -> None:
         print_event(run, record)
@@ -170,7 +172,7 @@ def _importing_summary(update):
     job ends, they would keep its result waiting as long."""
     def on_progress(states):
         from .. import results  # noqa: F401
-        from ..model import ledger  # noqa: F401
+        from ..execute import ledger  # noqa: F401
 
         update(states)
 
@@ -202,7 +204,7 @@ def _print_dry_run(runs, site_obj, out_dir: Path, strategy, loaded) -> None:
 
 def _progress(prepared, out_dir: Path):
     """Say what is to do, and the progress bar of the runs to wait for."""
-    from ..progress import SweepProgress
+    from ..runs.progress import SweepProgress
 
     skipped = [p for p in prepared if p.action == "skip"]
     err_console.print(f"sweep {out_dir}: {len(prepared)} run(s); {len(skipped)} already finished, "
@@ -212,7 +214,7 @@ def _progress(prepared, out_dir: Path):
 
 
 def _fault_policy(hang_timeout: float, startup_timeout: float, max_retries: int):
-    from .. import faults, watch
+    from ..runs import faults, watch
 
     return faults.FaultPolicy(watch.HangPolicy(hang_timeout, startup_timeout), max_retries)
 
@@ -245,8 +247,9 @@ def _predictions(strategy, choice: dict[str, bool], runs, site_obj, out_dir: Pat
 
 def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
     """The runs' table once they ended (or how to follow them); exit 1 if one failed."""
-    from .. import backends, results, rundir
-    from ..model import ledger
+    from .. import backends, results
+    from ..execute import ledger
+    from ..runs import rundir
 
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
         err_console.print(f"submitted; follow with: orch status {out_dir}")
@@ -273,14 +276,14 @@ def plan(ctx: typer.Context, values: dict[str, Any], study: str | None, site: st
     raised here, before anything is written (with ``dry_run``, all but a data set not made
     yet: a dry run reads no data)."""
     from .. import site as sitemod
-    from .. import sweep as sweepmod
+    from ..plan import sweep as sweepmod
 
     if study is None:
-        from ..spec.models import SweepSpec
+        from ..spec.schema import SweepSpec
 
         site_obj, _path = sitemod.load(site)
         return sweepmod.expand(SweepSpec(**values), site_obj, dry_run=dry_run), site_obj, None
-    from .. import study as studymod
+    from ..plan import study as studymod
 
     loaded = studymod.load(study)
     named = _given(ctx)
@@ -340,7 +343,7 @@ def print_plan(runs, title: str) -> None:
     """The plan of a sweep, one row per run: what it varies, its size and its tasks' roles."""
     from rich.table import Table
 
-    from .. import sweep as sweepmod
+    from ..plan import sweep as sweepmod
 
     rows = [sweepmod.plan_row(r) for r in runs]
     varying = [k for k in rows[0] if k not in PLAN_SIZES and len({str(r[k]) for r in rows}) > 1

@@ -21,7 +21,7 @@ _RUNTIMES: dict[str, Runtime] = {}
 
 class ImageDirs(Protocol):
     """The directories of an image, as far as binding into it needs them
-    (:class:`orchestrator.containers.image.ImageTree`)."""
+    (:class:`orchestrator.images.image.ImageTree`)."""
 
     image: object
 

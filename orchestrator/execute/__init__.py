@@ -15,14 +15,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from .. import backends, fabric, faults, provenance, rundir, verdict
-from ..containers import checks
-from ..containers.image import ImageFacts
+from .. import backends
+from ..images import checks
+from ..images.image import ImageFacts
+from ..plan.resolved import ResolvedRun
 from ..render import Rendered, render_run, run_job
-from ..rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
+from ..runs import fabric, faults, provenance, rundir, verdict
+from ..runs.rundir import RETRYABLE, TERMINAL, JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
-from ..spec.resolved import ResolvedRun
 from . import packs
 from .strategies import Event, Plain, Strategy, choose
 

@@ -41,11 +41,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__, backends, files, protocol, rundir, stopping
+from .. import __version__, backends, files, protocol
 from ..backends.slurm import pack as slurm_pack
 from ..errors import UserError
 from ..render import max_tasks_per_node, run_job
-from ..rundir import JobRecord, Prepared
+from ..runs import rundir, stopping
+from ..runs.rundir import JobRecord, Prepared
 from ..site import Site
 
 # A pack whose runs may share nodes, as orch sweep spells it (the strategies, each kind's name:

@@ -1,5 +1,5 @@
 """A sweep in stages of increasing scale, each later run's prediction stated before it
-is submitted (orchestrator/model/ledger.py says why), and the pre-flight that gives the
+is submitted (orchestrator/execute/ledger.py says why), and the pre-flight that gives the
 predictions their network.
 
 It sits above the runs it executes (the analysis layer: it reads results, the pre-flight and
@@ -23,7 +23,7 @@ from ..site import Site
 from ..spec.settings import PREFLIGHT_MODES
 
 if TYPE_CHECKING:
-    from ..model.preflight import Preflight
+    from .preflight import Preflight
 
 
 def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
@@ -33,7 +33,7 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
     ``ranks`` ranks have finished, state the predictions of the ``later`` runs, before any of
     them is submitted."""
     from .. import results
-    from ..model import ledger
+    from . import ledger
 
     def between(ranks: int, later: set[str]) -> None:
         keys = results.recheck(sweep_dir)  # the run records first: merge only reads
@@ -77,7 +77,7 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
                     and site.partition(r.partition).min_busbw is not None})
     if how != "never" and not gated and len({r.nodes * r.tasks_per_node for r in runs}) < 2:
         return {}  # one scale, no fabric to check: nothing to say, the model not even loaded
-    from ..model import comm
+    from ..perfmodel import comm
 
     modelled = [r for r in runs if (m := modes.registry().get(r.mode)) is not None and m.trains
                 and m.pattern in comm.PATTERN_MODELS]
@@ -94,7 +94,7 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     partitions = sorted(({r.partition for r in modelled} if predict else set()) | set(gated))
     if not partitions:
         return {}  # nothing larger to predict, no fabric to check: no pre-flight needed
-    from ..model import preflight as pre
+    from . import preflight as pre
 
     first = (modelled or runs)[0]
     try:

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from .. import backends, rundir, stopping
+from .. import backends
 from ..errors import UserError
 from ..render import run_job
-from ..rundir import JobRecord, Prepared
+from ..runs import rundir, stopping
+from ..runs.rundir import JobRecord, Prepared
 from ..site import Site
 from ..spec.api import Run
 

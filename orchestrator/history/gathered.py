@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import provenance, rundir
 from ..errors import UserError
+from ..runs import provenance, rundir
 from . import compare, store
 
 

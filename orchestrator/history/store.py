@@ -120,7 +120,7 @@ def with_provenance(table: pd.DataFrame, sweep: Path, runs: pd.DataFrame) -> pd.
     # (the site, the renderer, container checks) were a tenth of that command's time.
     import json
 
-    from .. import provenance, rundir
+    from ..runs import provenance, rundir
 
     meta = []
     for rdir in rundir.run_dirs(sweep):

@@ -163,7 +163,7 @@ class Mode:
       partition (the sweep refuses them there at render time, with the reason), as
       ``{value: reason}``;
     * ``phases``: False for a mode that runs a user's own training script as it is (its
-      model is a trainer file, orchestrator.trainer): no breakdown window, its throughput
+      model is a trainer file, orchestrator.plan.trainer): no breakdown window, its throughput
       from the script's output, its phases not measured.
 
     ``package`` (the folder's name) is filled in by the registry.

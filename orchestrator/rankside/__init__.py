@@ -2,7 +2,7 @@
 the model zoo of each framework, input pipelines, the layer-wise trace, data writers.
 
 Only rank-side code imports a deep-learning framework, and only inside a rank's process. It is
-staged beside the runs (orchestrator.staging) and run with the environment's Python; each
+staged beside the runs (orchestrator.modes.staging) and run with the environment's Python; each
 mode's own rank is ``orchestrator/modes/<name>/rank.py``.
 """
 

@@ -8,7 +8,7 @@ What a report answers, for every configuration (mode, model, partition, batch, o
   total communication (how much was hidden behind backward);
 * who is slow: per-rank spread of the iteration and of its compute part; a straggler is a rank
   whose compute is >= 10 % above the run's median rank (the others wait for it in ``t_comm``);
-* why: the performance model (orchestrator/model/) predicts every run's speedup from
+* why: the performance model (orchestrator/perfmodel/) predicts every run's speedup from
   the *1-node* measured breakdown of the same configuration, with communication at N workers
   either from an α–β fit of the partition (``orch netbench``: ring all-reduce of the model's
   float32 gradient) or, without one, taken as measured in that run. Measured − predicted is
@@ -17,7 +17,7 @@ What a report answers, for every configuration (mode, model, partition, batch, o
 One module per step, data flowing one way:
 
 * ``select``: training runs, configuration keys and labels, the 1-node baseline;
-* ``predict``: every run's prediction from its baseline (orchestrator.model) and residuals;
+* ``predict``: every run's prediction from its baseline (orchestrator.perfmodel) and residuals;
 * ``ranks``: per-rank statistics and stragglers;
 * ``fmt``: numbers → table cells;
 * ``tables``: ``Table`` and one builder per question;
@@ -37,13 +37,13 @@ One module per step, data flowing one way:
 
 from __future__ import annotations
 
+from ..results.select import baseline, completed, config_labels, config_of, training_runs
 from .assemble import Report, build
 from .fmt import as_float, fmt_num, ms
 from .plots import CONFIG_COLORS, PHASE_COLORS
-from .predict import CommModel, gradient_bytes, overlap_of, predict_from_baseline, predictions
+from .predictions import CommModel, gradient_bytes, overlap_of, predict_from_baseline, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
 from .render import to_html, to_markdown
-from .select import baseline, completed, config_labels, config_of, training_runs
 from .tables import Table
 
 __all__ = [

@@ -16,12 +16,12 @@ import pandas as pd
 
 from ..history import samples
 from ..results import analyze
+from ..results.select import completed, config_labels, config_of, rated, training_runs
 from . import convergence, devices, overview, plots, trend
 from .fmt import as_float, fmt_num, fmt_signed, ms, nodes_word
-from .predict import CommModel, predictions
+from .predictions import CommModel, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
 from .scorecard import scorecard_summary, scorecard_table
-from .select import completed, config_labels, config_of, rated, training_runs
 from .tables import (
     Table,
     comm_table,
@@ -160,7 +160,7 @@ def more_figures(runs: pd.DataFrame, epochs: pd.DataFrame | None, iters: pd.Data
 
 
 def fabric_table(runs: pd.DataFrame) -> Table | None:
-    """Fabric attestation (orchestrator.fabric): per multi-node run, the verdict, the
+    """Fabric attestation (orchestrator.runs.fabric): per multi-node run, the verdict, the
     transport and interface really used, the bytes sent in the measured window against the
     bytes its pattern must move, and why."""
     if runs.empty or "fabric" not in runs.columns:

@@ -138,7 +138,7 @@ def timeline_runs(runs: pd.DataFrame, samples: pd.DataFrame) -> tuple[list, list
     """The runs to draw, one per configuration (node and rank count included): its median
     run by throughput, of those with device samples; at most MAX_PANELS, and the labels of
     the configurations left out."""
-    from .select import config_labels, config_of
+    from ..results.select import config_labels, config_of
 
     done = runs[(runs["state"] == "COMPLETED") & runs["run_id"].isin(set(samples["run_id"]))] \
         if not runs.empty and not samples.empty else runs.iloc[0:0]

@@ -15,7 +15,7 @@ import re
 
 import pandas as pd
 
-from ..model.validity import BROKEN, UNRELIABLE
+from ..perfmodel.validity import BROKEN, UNRELIABLE
 from .fmt import PHASE_LABELS, PHASE_ORDER, as_float, fmt_num, nodes_word
 from .tables import Table
 

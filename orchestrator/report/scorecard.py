@@ -7,14 +7,14 @@ Per mode × partition × node count: predicted and measured ``t_iter`` and speed
 errors ((predicted − measured) / measured), the predicted interval and any flag; the sweep's
 median absolute ``t_iter`` error and the intervals' coverage (the share of measured ``t_iter``
 inside their interval, against its nominal level), for valid and flagged predictions apart (a
-flagged prediction said before its run why it may not hold: orchestrator.model.validity).
+flagged prediction said before its run why it may not hold: orchestrator.perfmodel.validity).
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from ..model import interval
+from ..perfmodel import interval
 from .fmt import as_float, fmt_num, fmt_signed, ms
 from .overview import split_flags
 from .tables import Table

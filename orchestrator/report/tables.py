@@ -21,7 +21,7 @@ from .fmt import (
     ms_value,
     nodes_word,
 )
-from .predict import CommModel, gradient_bytes, overlap_of
+from .predictions import CommModel, gradient_bytes, overlap_of
 from .ranks import STRAGGLER_THRESHOLD
 
 

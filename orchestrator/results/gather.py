@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .. import protocol
 from ..protocol import PHASES, RankLog
-from ..verdict import CHECKSUM_RTOL, failure_reason, read_run_logs, tail, verdict
+from ..runs.verdict import CHECKSUM_RTOL, failure_reason, read_run_logs, tail, verdict
 
 __all__ = ["CHECKSUM_RTOL", "PHASES", "RankLog", "failure_reason", "footer_facts",
            "read_run_logs", "scan_run_logs", "scan_runs_logs", "tail", "verdict"]

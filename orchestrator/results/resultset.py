@@ -39,9 +39,10 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from .. import fabric, files, protocol, rundir
+from .. import files, protocol
 from ..protocol import RankLog
-from ..rundir import JobRecord
+from ..runs import fabric, rundir
+from ..runs.rundir import JobRecord
 from ..spec.api import Run
 from . import analyze, cache, columns, convergence, devices, gather, tables, workload
 from .dimensions import dimension_facts

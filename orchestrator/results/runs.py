@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import protocol, rundir, verdict
-from ..rundir import TERMINAL, JobRecord
+from .. import protocol
+from ..runs import rundir, verdict
+from ..runs.rundir import TERMINAL, JobRecord
 from ..spec.api import Run, column_names
 from . import cache
 

@@ -11,8 +11,9 @@ partition runs one rank per GPU; on a CPU a rank is a process on its cores).
   submission counted it (``model_flops``); ``flops_basis`` says which.
 * ``model_flops_per_s_per_device``: samples/s x FLOPs per sample over the training ranks:
   achieved model FLOP/s per device (what torchtitan and Megatron-LM print as TFLOP/s).
-* ``mfu``: that over the device's peak FLOP/s at the run's precision (:mod:`orchestrator.peaks`:
-  the device's name from the ranks' footers, or the partition's ``peak_tflops``);
+* ``mfu``: that over the device's peak FLOP/s at the run's precision
+  (:mod:`orchestrator.results.peaks`: the device's name from the ranks' footers, or the
+  partition's ``peak_tflops``);
   ``peak_flops_per_device`` and ``peak_flops_source`` say which peak; null with
   ``mfu_reason`` where none is known (a CPU, a device orch's table lacks).
 * ``peak_device_reserved_bytes``: the caching allocator's peak on a GPU (beside the allocated
@@ -27,9 +28,10 @@ import json
 from pathlib import Path
 from typing import NamedTuple
 
-from .. import modes, peaks, protocol, zoo
+from .. import modes, protocol, zoo
 from ..protocol import RankLog
 from ..spec.api import Run
+from . import peaks
 
 
 class Column(NamedTuple):

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import jinja2
 
-from ... import templating
 from ...errors import UserError
+from .. import templating
 from ..base import Job
 from .scheduler import max_array_size
 

@@ -3,7 +3,8 @@
 Not a training mode: its ranks all-reduce float32 buffers of several sizes with
 torch.distributed (Gloo on CPU partitions, NCCL on GPU ones) and log, per iteration, the
 seconds of one all-reduce of every size. ``orch netbench`` runs it and fits the α–β model
-(orchestrator/model/netbench.py); ``orch sweep --mode allreduce-bench`` runs it at every node count
+(orchestrator/execute/netbench.py);
+``orch sweep --mode allreduce-bench`` runs it at every node count
 of the sweep (throughput, speedup and efficiency are empty for it: it moves no samples). The
 ``--model`` of such a run only adds that model's gradient size to the measured sizes.
 """

@@ -1,6 +1,7 @@
 """The user's own trainer: an unmodified torchrun-style training script, started on every rank
 with PyTorch's env:// variables, its throughput (and loss, tokens/s, MFU where it prints them)
-read from its output by the patterns of a trainer file (orchestrator/trainer.py). orch launches,
+read from its output by the patterns of a trainer file (orchestrator/plan/trainer.py).
+orch launches,
 sweeps, gathers and merges it like any run; it does not time the script's phases."""
 
 from ..base import Mode

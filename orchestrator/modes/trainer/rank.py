@@ -1,5 +1,5 @@
 """A rank of the ``trainer`` mode: start the user's training script as torchrun would and read
-its figures from its output (orchestrator/trainer.py says how; stdlib only).
+its figures from its output (orchestrator/plan/trainer.py says how; stdlib only).
 
 The script inherits the rank's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT from launch.sh) with ``PYTHONUNBUFFERED=1``, so each line reaches the rank when it

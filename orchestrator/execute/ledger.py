@@ -1,0 +1,486 @@
+"""The ledger of predictions stated before the runs they predict, and their scorecard.
+
+Why: a model checked against the runs it was fitted to proves nothing. A staged sweep runs
+its runs in stages of increasing scale (distinct rank counts, smallest first). After each
+stage every later run of a configuration is predicted from that configuration's largest
+completed run so far (its measured phase breakdown and ``t_iter``) plus the pre-flight's
+two-level network (:mod:`.preflight`), with the communication model its mode declares
+(``Mode.pattern``: ring all-reduce, parameter server with S servers, reduce-scatter +
+all-gather). Each prediction is appended, with its time, model and inputs, to
+``<sweep>/predictions.jsonl`` (append-only, never rewritten) *before* the next stage is
+submitted. A run's own measurements are never used to predict it: a run is predicted only from
+a run with fewer ranks that had already finished. (The staging itself, which submits the
+stages, is orchestrator.execute.staged: this module only predicts, writes and reads.)
+
+``scorecard_frame`` joins every run with the latest prediction made before the run started,
+and the result set keeps them (``results/predictions.parquet``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from .. import __version__, files, modes, protocol
+from ..errors import UserError
+from ..perfmodel import interval, validity
+from ..perfmodel.comm import PATTERN_MODELS, Network, pattern_comm_time
+from ..perfmodel.inputs import ModelInputError, gradient_bytes, overlap_of, run_options
+from ..perfmodel.predict import Measured, predict
+from ..results import analyze, resultset
+from ..results.select import config_of, training_runs
+from ..runs import rundir
+from .preflight import Preflight
+
+FILE = "predictions.jsonl"
+PARQUET = "predictions.parquet"  # in results/
+
+# The runs-table columns a prediction reads (and scores against): kept in one place, so the
+# native-window measurement can change what t_iter means without touching the model.
+T_ITER = "t_iter"  # whatever iteration time the runs table reports
+PHASE_COLUMNS = protocol.PHASES
+RANKS, NODES, TASKS = "ranks", "nodes", "tasks_per_node"
+# Per-phase spread columns: the measured run's compute jitter (synchronization wait model).
+JITTER_COLUMNS = tuple(f"{p}_std" for p in PHASE_COLUMNS if p != "t_comm")
+
+
+def compute_jitter(base: pd.DataFrame) -> float:
+    """Per-iteration standard deviation of a rank's compute in the measured run(s): the phase
+    spreads combined as if independent (0 where the runs table has none)."""
+    total = 0.0
+    for col in JITTER_COLUMNS:
+        if col in base.columns:
+            value = pd.to_numeric(base[col], errors="coerce").mean()
+            if pd.notna(value):
+                total += float(value) ** 2
+    return math.sqrt(total)
+
+COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "partition",
+           "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
+           "overlap", "servers", "grad_bytes", "predicted_t_iter", "predicted_speedup",
+           "measured_t_iter", "measured_speedup", "error_t_iter", "error_speedup",
+           "t_comm_predicted", "network", "predicted_t_iter_low", "predicted_t_iter_high",
+           "level", "inside", "flags", "valid"]
+
+
+def _mode_of(name: str):
+    return modes.registry().get(name)
+
+
+def servers_of(mode_name: str, nodes: int, tasks_per_node: int, options: dict) -> int:
+    """Parameter servers of a run, from its mode's task placement (0 if it has none)."""
+    mode = _mode_of(mode_name)
+    if mode is None:
+        return 0
+    return sum(t.role in ("server", "ps") for t in mode.tasks(nodes, tasks_per_node, options))
+
+
+def comm_function(mode_name: str, options: dict, grad: int, net: Network,
+                  pattern: str | None = None, servers: int | None = None,
+                  ) -> tuple[str, Callable[[int, int, int], float]]:
+    """(pattern, ``f(workers, nodes, tasks_per_node) -> seconds``) of a mode's declared
+    pattern (or ``pattern``, a what-if); ``servers`` replaces the placement's server count. A
+    pattern without a model raises ModelInputError."""
+    mode = _mode_of(mode_name)
+    if pattern is None:
+        pattern = mode.pattern if mode is not None else "none"
+    if pattern not in PATTERN_MODELS:
+        raise ModelInputError(
+            f"mode '{mode_name}' declares communication pattern '{pattern}', which has no "
+            f"model; patterns with one: {', '.join(PATTERN_MODELS)}")
+    reshard = options.get("reshard_after_forward", "yes") != "no"
+
+    def comm(workers: int, nodes: int, tasks: int) -> float:
+        count = servers if servers is not None else servers_of(mode_name, nodes, tasks,
+                                                                options)
+        count = max(1, count)
+        return pattern_comm_time(pattern, grad, workers, tasks, net,
+                                           servers=count, reshard_after_forward=reshard)
+
+    return pattern, comm
+
+
+def measured_base(base: pd.DataFrame, comm_total: float,
+                  smallest: pd.DataFrame | None = None) -> Measured:
+    """The :class:`Measured` source of the runs of one size (the mean of each phase and of
+    ``t_iter``, their compute jitter); speedups relative to ``smallest``'s mean ``t_iter``
+    when it has runs."""
+    speedup_from = None
+    if smallest is not None and not smallest.empty:
+        speedup_from = (int(smallest[RANKS].iloc[0]), float(smallest[T_ITER].mean()))
+    return Measured(phases={p: float(base[p].mean()) for p in PHASE_COLUMNS},
+                    t_iter=float(base[T_ITER].mean()), workers=int(base[RANKS].iloc[0]),
+                    comm_total=comm_total, jitter=compute_jitter(base),
+                    speedup_from=speedup_from)
+
+
+def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Preflight],
+                 now: float | None = None, iterations: Path | None = None,
+                 ) -> tuple[list[dict], list[str]]:
+    """Predictions of the ``targets`` (run ids) from their configuration's largest completed
+    run with fewer ranks; returns (records, notes on what could not be predicted).
+    ``iterations``: the sweep's iterations.parquet as merged now (the completed runs'
+    per-iteration ``t_iter``, for the intervals' quantiles), None where there is none."""
+    now = time.time() if now is None else now
+    train = training_runs(runs)
+    if train.empty:
+        return [], []
+    done_ids = train.loc[(train["state"] == "COMPLETED") & train[T_ITER].notna(), "run_id"]
+    iters = read_iterations(iterations, list(done_ids))
+    configs = config_of(train)
+    records, notes = [], []
+    for _, group in train.groupby(configs, sort=False):
+        done = group[(group["state"] == "COMPLETED") & group[T_ITER].notna()]
+        first_done = done[done[RANKS] == group[RANKS].min()]
+        for _, run in group[group["run_id"].isin(targets)].iterrows():
+            base = done[done[RANKS] < int(run[RANKS])]
+            if base.empty:
+                continue
+            smaller = base
+            base = base[base[RANKS] == base[RANKS].max()]
+            try:
+                records.append(_predict_run(run, base, first_done, networks, now,
+                                            contention_factor(smaller), iters))
+            except _NotPredicted as why:
+                notes.append(f"{run['run_id']}: {why}")
+    return records, notes
+
+
+class _NotPredicted(Exception):
+    """Why one run has no prediction (a note, never an error of the sweep)."""
+
+
+def contention_factor(smaller: pd.DataFrame) -> float | None:
+    """How much a rank's compute slows when a second rank shares its machine, as measured:
+    the mean compute (t_h2d + t_f + t_b + t_u) of the configuration's completed 2-rank runs
+    over its 1-rank runs (None without both). Bounded to [1, 2]: between no contention and
+    two ranks taking turns on one core; noise outside it is not a model."""
+    compute = [p for p in ("t_h2d", "t_f", "t_b", "t_u") if p in smaller.columns]
+    if not compute:
+        return None
+    per_run = smaller[compute].apply(pd.to_numeric, errors="coerce").sum(axis=1)
+    one, two = per_run[smaller[RANKS] == 1].mean(), per_run[smaller[RANKS] == 2].mean()
+    if not (pd.notna(one) and pd.notna(two) and one > 0):
+        return None
+    return min(2.0, max(1.0, float(two / one)))
+
+
+def compute_scale(pf: Preflight, base_ranks: int, ranks: int,
+                  factor: float | None = None) -> float:
+    """The compute phases' factor from ``base_ranks`` to ``ranks``, where the nodes share one
+    machine of C cores (preflight.compute_load; 1 on machines of their own): ranks per core
+    (taking turns: time slices) times ``factor`` (contention_factor) for each doubling of the
+    ranks running at once, ``min(ranks, C)`` (memory bandwidth and caches they share)."""
+    scale = pf.compute_load(ranks) / pf.compute_load(base_ranks)
+    cpus = pf.shared_machine_cpus()
+    if cpus and factor:
+        scale *= factor ** math.log2(min(ranks, cpus) / min(base_ranks, cpus))
+    return scale
+
+
+def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
+                 networks: dict[str, Preflight], now: float,
+                 factor: float | None = None, iters: pd.DataFrame | None = None) -> dict:
+    """The ledger record of one run predicted from ``base`` (the runs of the largest smaller
+    size), or :class:`_NotPredicted`."""
+    pf = networks.get(str(run["partition"]))
+    if pf is None:
+        raise _NotPredicted(f"no pre-flight network for partition {run['partition']}: not "
+                            "predicted")
+    opts = run_options(run.get("options"))
+    grad = gradient_bytes(str(run["model"]), str(run["dataset"]), run.get("model_params"))
+    if grad is None:
+        raise _NotPredicted(f"model {run['model']} not in the zoo (gradient size unknown): not "
+                            "predicted")
+    try:
+        pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network)
+    except ModelInputError as exc:
+        raise _NotPredicted(str(exc)) from None
+    w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
+    b = base.iloc[0]
+    overlap = overlap_of(str(run["mode"]), opts, grad)
+    source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
+    source = source.model_copy(update={"comm_cpu": pf.comm_cpu()})
+    scale = compute_scale(pf, int(b[RANKS]), w, factor)
+    pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
+                   compute_scale=lambda _n: scale)[0]
+    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter, iters)
+    return {
+        "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
+        "site": run["site"], "partition": run["partition"], "model": run["model"],
+        "nodes": nodes, "tasks_per_node": tasks, "workers": w,
+        "from_run_id": str(b["run_id"]) if len(base) == 1 else ",".join(base["run_id"]),
+        "from_workers": int(b[RANKS]), "pattern": pattern, "overlap": overlap,
+        "servers": servers_of(str(run["mode"]), nodes, tasks, opts),
+        "grad_bytes": grad, "inputs": {**source.phases, T_ITER: source.t_iter},
+        "network": pf.as_record(),
+        "t_iter": pred.t_iter, "speedup": pred.speedup,
+        "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
+        "interval_parts": {k: list(v) for k, v in band.parts.items()},
+        "interval_basis": band.basis, "interval_iterations": band.iterations,
+        "flags": run_flags(pf, w, tasks, base),
+        "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
+        "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
+        "contention_factor": factor, "comm_cpu": source.comm_cpu, "t_comm_cpu": pred.t_comm_cpu,
+        "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
+                      "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
+                      + (f", compute x{scale:.2f} (nodes share "
+                         f"{pf.shared_machine_cpus()} cores"
+                         + (f", x{factor:.2f} measured from 1 to 2 ranks" if factor else "")
+                         + ")" if scale != 1 else "")
+                      + (f", hidden communication takes {source.comm_cpu:.0%} of a rank's CPU "
+                         "from backward" if source.comm_cpu else ""),
+        "orch_version": __version__,
+    }
+
+
+def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Preflight, grad: int,
+              overlap: str, scale: float, point: float,
+              iters: pd.DataFrame | None = None) -> interval.Interval:
+    """The prediction's interval on the pre-flight's fast and slow corner networks."""
+    opts = run_options(run.get("options"))
+
+    def comm_of(net: Network) -> Callable[[int, int, int], float]:
+        return comm_function(str(run["mode"]), opts, grad, net)[1]
+
+    return measured_interval(base, source, pf.corner_networks(), comm_of,
+                             (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
+                             scale, point, iterations=iters)
+
+
+def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Network],
+                      comm_of: Callable[[Network], Callable[[int, int, int], float]],
+                      at: tuple[int, int, int], overlap: str, scale: float, point: float,
+                      prefetch: bool = False, iterations: pd.DataFrame | None = None,
+                      ) -> interval.Interval:
+    """The interval (model.interval) of a prediction from the measured runs ``base`` at ``at``
+    (workers, nodes, tasks per node): the same prediction on each of the ``corners``
+    networks (``comm_of(net)``: the pattern's cost there), the measured runs' per-iteration
+    spread (iteration_spread: quantiles of ``iterations`` where they hold the runs, as
+    fractions of the point) and the spread of their repeats."""
+    w, nodes, tasks = at
+    b = base.iloc[0]
+    points = []
+    for net in corners:
+        comm = comm_of(net)
+        src = source.model_copy(update={
+            "comm_total": comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS]))})
+        points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,
+                              comm=lambda _n, c=comm: c(w, nodes, tasks),
+                              compute_scale=lambda _n: scale)[0].t_iter)
+    return runs_interval(base, point, points, iterations)
+
+
+def runs_interval(base: pd.DataFrame, point: float, network: Sequence[float] = (),
+                  iterations: pd.DataFrame | None = None) -> interval.Interval:
+    """The interval around ``point`` (s) of a prediction from the measured runs ``base``:
+    ``network``, the same prediction on other networks (model.interval.combine), the runs'
+    per-iteration spread as fractions of the point (iteration_spread) and the spread of
+    their repeats. Every prediction from measured runs (the ledger's, ``orch predict``'s)
+    takes its interval here, so that two of them from the same runs agree."""
+    repeats = float(base[T_ITER].std(ddof=1)) if len(base) > 1 else 0.0
+    return interval.combine(point, network=network, spread=iteration_spread(base, iterations),
+                            repeats_sd=repeats if math.isfinite(repeats) else 0.0)
+
+
+def read_iterations(path: Path | None, run_ids: list[str]) -> pd.DataFrame | None:
+    """The per-iteration ``t_iter`` of ``run_ids`` in a result set's ``iterations.parquet`` (a
+    file per run, or an older orch's one file; the run, its window and warm-up flag only),
+    None where there is no such table or run."""
+    import pyarrow.parquet as pq
+
+    found = resultset.table_files(path, run_ids) if path is not None and run_ids else []
+    if not found:
+        return None
+    present = set(pq.read_schema(found[0]).names)
+    columns = [c for c in ("run_id", "window", "warmup_iter", T_ITER) if c in present]
+    if not {"run_id", T_ITER} <= set(columns):
+        return None
+    frame = resultset.read_table(path, columns=columns, run_ids=run_ids)
+    return frame if frame is not None and len(frame) else None
+
+
+def measured_t_iter(iterations: pd.DataFrame, run_id: str) -> pd.Series:
+    """One run's measured ``t_iter`` rows, every rank's: the rows the runs table's ``t_iter``
+    and ``t_iter_std`` are taken from (the breakdown window, warm-up left out)."""
+    _, rows = analyze.split_windows(iterations[iterations["run_id"] == run_id])
+    if "warmup_iter" in rows.columns:
+        rows = rows[~rows["warmup_iter"].fillna(False).astype(bool)]
+    return pd.to_numeric(rows[T_ITER], errors="coerce")
+
+
+def iteration_spread(base: pd.DataFrame, iterations: pd.DataFrame | None) -> interval.Spread:
+    """The measured runs' per-iteration spread (model.interval.Spread): their iterations'
+    quantiles where ``iterations`` holds enough of every one of them, else the normal
+    approximation from the runs table's ``t_iter_std``."""
+    if iterations is not None:
+        each = [interval.quantile_spread(measured_t_iter(iterations, str(rid)).to_numpy())
+                for rid in base["run_id"]]
+        if each and all(s is not None for s in each):
+            return interval.mean_spread(each)
+    sd = (pd.to_numeric(base["t_iter_std"], errors="coerce").mean()
+          if "t_iter_std" in base.columns else None)
+    mean = pd.to_numeric(base[T_ITER], errors="coerce").mean()
+    return interval.normal_spread(float(sd) if pd.notna(sd) else None,
+                                  float(mean) if pd.notna(mean) else None)
+
+
+def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list[str]:
+    """Why a prediction may not hold, known before its run (model.validity): the
+    pre-flight's fit, ranks over the cores or GPUs given, the measured run's node shared or
+    its I/O dominating."""
+    flags = list(pf.flags())
+    shared = pf.shared_machine_cores()
+    over = validity.oversubscribed(ranks, tasks, cpus_per_node=pf.cpus_per_node,
+                                   gpus_per_node=pf.gpus_per_node,
+                                   shared_machine_cpus=shared.physical if shared else None,
+                                   shared_machine_logical=shared.logical if shared else None,
+                                   node_cpu_share=pf.node_cpu_share)
+    if over:
+        flags.append(over)
+    for _, b in base.iterrows():
+        t_io = pd.to_numeric(b.get("t_io"), errors="coerce")
+        for flag in validity.base_run_problems(
+                int(b[RANKS]), float(t_io) if pd.notna(t_io) else None,
+                float(b[T_ITER]), b.get("co_tenants")):
+            if flag not in flags:
+                flags.append(flag)
+    return flags
+
+
+def append(sweep_dir: Path, records: list[dict]) -> None:
+    """Append predictions to ``<sweep>/predictions.jsonl`` (never rewrites a line), flushed
+    and synced before the next stage is submitted; a failed append leaves the file as it was
+    (files.append_text), never with a torn line."""
+    if not records:
+        return
+    files.append_text(sweep_dir / FILE, "".join(json.dumps(rec, sort_keys=True) + "\n"
+                                                for rec in records))
+
+
+def load(path: Path) -> list[dict]:
+    """Every prediction of a predictions.jsonl; a bad line names the file, line and field."""
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); the file is "
+                            "append-only: remove the damaged line") from None
+        for field, kind in (("run_id", str), ("predicted_at", (int, float)),
+                            ("t_iter", (int, float))):
+            value = rec.get(field) if isinstance(rec, dict) else None
+            if not isinstance(value, kind) or isinstance(value, bool) or (
+                    kind is not str and (not math.isfinite(value) or value < 0)):
+                raise UserError(f"{path}:{number}: field '{field}': got {value!r}, expected "
+                                f"{'a run id' if kind is str else 'a non-negative number'}; "
+                                "remove the damaged line")
+        out.append(rec)
+    return out
+
+
+def run_started_at(rdir: Path) -> float | None:
+    """When a run's job script started (job-times.json), else when it was submitted."""
+    path = rdir / protocol.JOB_TIMES_FILE
+    if path.exists():
+        try:
+            value = json.loads(path.read_text()).get("script_started_at")
+            if isinstance(value, (int, float)):
+                return float(value)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            pass
+    try:
+        record = rundir.read_record(rdir)
+    except UserError:
+        return None
+    return record.submitted_at if record else None
+
+
+def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
+                    started: dict[str, float | None]) -> pd.DataFrame:
+    """One row per predicted run: the latest prediction made before the run started, next to
+    what was measured. ``error_*`` = (predicted − measured) / measured."""
+    by_run: dict[str, dict] = {}
+    for rec in preds:
+        start = started.get(rec["run_id"])
+        if start is not None and rec["predicted_at"] >= start:
+            continue  # not stated before the run: never scored
+        old = by_run.get(rec["run_id"])
+        if old is None or rec["predicted_at"] >= old["predicted_at"]:
+            by_run[rec["run_id"]] = rec
+    rows = []
+    table = runs.set_index("run_id") if not runs.empty else runs
+    for rid, rec in by_run.items():
+        run = table.loc[rid] if rid in table.index else None
+        done = run is not None and run["state"] == "COMPLETED" and pd.notna(run[T_ITER])
+        meas_t = float(run[T_ITER]) if done else None
+        meas_s = (float(run["speedup"]) if done and "speedup" in run.index
+                  and pd.notna(run["speedup"]) else None)
+        pred_s = rec.get("speedup")
+        rows.append({
+            "run_id": rid, "predicted_at": rec["predicted_at"],
+            "run_started_at": started.get(rid),
+            "before_run": started.get(rid) is not None,
+            "mode": rec.get("mode"), "partition": rec.get("partition"),
+            "nodes": rec.get("nodes"), "tasks_per_node": rec.get("tasks_per_node"),
+            "workers": rec.get("workers"), "from_run_id": rec.get("from_run_id"),
+            "from_workers": rec.get("from_workers"), "pattern": rec.get("pattern"),
+            "overlap": rec.get("overlap"), "servers": rec.get("servers"),
+            "grad_bytes": rec.get("grad_bytes"),
+            "predicted_t_iter": rec["t_iter"], "predicted_speedup": pred_s,
+            "measured_t_iter": meas_t, "measured_speedup": meas_s,
+            "error_t_iter": (rec["t_iter"] - meas_t) / meas_t if meas_t else None,
+            "error_speedup": (pred_s - meas_s) / meas_s if meas_s and pred_s else None,
+            "t_comm_predicted": rec.get("t_comm_exposed"),
+            "network": json.dumps(rec.get("network"), sort_keys=True),
+            **_scored_interval(rec, meas_t, run),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _scored_interval(rec: dict, measured: float | None, run: pd.Series | None) -> dict:
+    """A scorecard row's interval, whether the measured t_iter fell in it, and its flags:
+    those stated before the run and a shared node found after it."""
+    low, high = rec.get("t_iter_low"), rec.get("t_iter_high")
+    flags = [str(f) for f in rec.get("flags") or []]
+    after = validity.shared_after(run.get("co_tenants")) if run is not None else None
+    if after:
+        flags.append(after)
+    inside = (low <= measured <= high if measured is not None and low is not None
+              and high is not None else None)
+    return {"predicted_t_iter_low": low, "predicted_t_iter_high": high,
+            "level": rec.get("level"), "inside": inside, "flags": "; ".join(flags),
+            "valid": not flags}
+
+
+def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The scorecard of a sweep directory (None if it stated no predictions); also writes
+    ``results/predictions.parquet`` so the result set keeps the predictions."""
+    path = sweep_dir / FILE
+    if not path.exists():
+        return None
+    preds = load(path)
+    started = {rec["run_id"]: run_started_at(sweep_dir / rec["run_id"]) for rec in preds}
+    frame = scorecard_frame(runs, preds, started)
+    target = sweep_dir / "results" / PARQUET
+    files.make_dirs(target.parent)
+    files.write_bytes_if_changed(target, files.parquet_bytes(frame))
+    return frame
+
+
+def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
+    """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
+    stated predictions."""
+    from ..report.scorecard import scorecard_summary
+
+    frame = scorecard_of_sweep(sweep_dir, runs)
+    if frame is None:
+        return []
+    return scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]

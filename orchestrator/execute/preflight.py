@@ -1,0 +1,456 @@
+"""Pre-flight network model: α and B inside one node and across nodes, measured before a sweep.
+
+Why: a prediction is only worth stating if its inputs were known before the runs it predicts.
+Before a sweep's training runs, orch measures every partition the sweep uses with the
+all-reduce micro-benchmark (mode ``allreduce-bench``) as real jobs:
+
+* ``intra``: one node, several tasks on it (2 on CPU partitions, one per GPU on GPU ones;
+  skipped on a 1-GPU-per-node partition: there is nothing inside a node to talk to);
+* ``inter``: the sweep's largest node count (at least 2), one task per node.
+
+Each level's α–β is fitted (netbench.fit_run: ring all-reduce model, relative least squares)
+and its fit quality recorded: R² of the fitted against the measured seconds and the largest
+relative residual. A level is cached as ``<store>/preflight-<site>-<partition>-<level>-
+<nodes>x<tasks>.json`` (``store`` = netbench.store_dir(): ``$ORCH_NETBENCH_DIR``, else
+``~/.cache/orch/netbench``) with the time it was measured; ``--preflight=auto`` re-uses an
+entry younger than :data:`MAX_AGE_S`, ``always`` measures again, ``never`` skips (and the
+sweep then states no predictions). The jobs run in ``<sweep>/preflight/``, a sweep directory of
+their own, so the sweep's result set holds only its training runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .. import execute, protocol, results, units
+from ..errors import FabricBelowMinimum, UserError
+from ..perfmodel import interval, validity
+from ..perfmodel.comm import AlphaBeta, Network
+from ..perfmodel.inputs import ModelInputError
+from ..plan import sweep as sweepmod
+from ..rankside import cores
+from ..results import gather
+from ..runs import rundir
+from ..site import Site
+from ..spec.settings import PREFLIGHT_MODES as MODES
+from . import netbench
+
+MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
+# Few sizes and iterations: the pre-flight must cost seconds, not minutes. The sizes of
+# gradient buckets, which the model prices (64 KiB pins α, the per-step cost of a ring in that
+# regime; 1-16 MiB pin B; the model's own gradient size is added by the benchmark): below them
+# an all-reduce's time says how fast processes wake up, not what a link does (netbench.FIT_FROM).
+SIZES = "65536:262144:1048576:4194304:16777216"
+ITERS, WARMUP, REPS = 5, 1, 3
+# A fit that fails validity's thresholds is measured once more with this many times the
+# repeats and iterations (noise averages out as 1/sqrt(samples)); if it still fails, every
+# prediction from it says so.
+RETRY_FACTOR = 3
+PREFLIGHT_DIR = "preflight"
+LEVELS = ("intra", "inter")
+
+
+class Level(BaseModel):
+    """The fitted α–β of one level of one partition, with its fit quality and provenance."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    level: str
+    site: str
+    partition: str
+    nodes: int
+    tasks_per_node: int
+    alpha: float
+    bandwidth: float
+    r2: float
+    max_rel_residual: float
+    sizes: list[int]
+    seconds: list[float]
+    measured_at: float
+    run_id: str
+    run_dir: str
+    # Physical machines under the job's nodes (distinct kernel boot ids) and their cores:
+    # fewer machines than nodes means the nodes share cores (the test cluster: 4 on 1).
+    machines: int | None = None
+    machine_cpus: int | None = None
+    # ... and their physical cores (hyper-threads counted once; None: not recorded).
+    machine_cores: int | None = None
+    reps: int = REPS  # repeats of each size per iteration it was measured with
+    # The cores each node's ranks may use, read on the node (rankside.cpushare: a cgroup's CPU
+    # quota or the affinity mask), the smallest over the job's nodes; None where a node runs
+    # unconfined (its machine's cores are its own) or it was not recorded.
+    node_cpu_share: float | None = None
+    # The CPU a rank of the job may use (rankside.cpushare: a quota split among the node's
+    # tasks, or its own affinity), the smallest over the ranks; and the CPU cores its
+    # all-reduce keeps busy while it runs (netbench.cpu_cores). None: not recorded.
+    rank_cpu_cores: float | None = None
+    comm_cpu_cores: float | None = None
+
+    @property
+    def alpha_beta(self) -> AlphaBeta:
+        return AlphaBeta(alpha=self.alpha, bandwidth=self.bandwidth)
+
+    @property
+    def busbw(self) -> float:
+        """The peak all-reduce bus bandwidth measured (netbench.peak_busbw), bytes/s."""
+        return netbench.peak_busbw(self.sizes, self.seconds, self.ranks)[0]
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.tasks_per_node
+
+    def problem(self) -> str | None:
+        """The flag of a fit that fails validity's thresholds, or None."""
+        return validity.fit_problem(self.level, self.r2, self.max_rel_residual)
+
+    def bounds(self) -> tuple[AlphaBeta, AlphaBeta] | None:
+        """(fast, slow) corners of α and B at the interval's level, from the standard errors of
+        the fit the level's α–β came from (None where the fit has too few sizes to say)."""
+        try:
+            fit = netbench.fit_measured(self.sizes, self.seconds, self.ranks)
+        except ModelInputError:
+            return None
+        return interval.alpha_beta_bounds(fit, self.alpha_beta)
+
+    def core_count(self) -> cores.Cores:
+        """The machine's physical cores (its logical CPUs where not recorded) and CPUs."""
+        logical = self.machine_cpus or 0
+        if self.machine_cores:
+            return cores.Cores(self.machine_cores, logical or self.machine_cores,
+                               cores.PHYSICAL)
+        return cores.Cores(logical, logical, cores.LOGICAL)
+
+    def shares_fit(self) -> bool:
+        """Whether its nodes, though on fewer machines than nodes, are each confined to a CPU
+        share and together fit their machine's cores: then no node takes another's compute."""
+        if not (self.node_cpu_share and self.machines and self.machines < self.nodes):
+            return False
+        per_machine = math.ceil(self.nodes / self.machines)
+        cores = self.core_count().physical
+        return bool(cores) and per_machine * self.node_cpu_share <= cores + 1e-9
+
+    def describe(self, now: float | None = None) -> str:
+        age = format_age((now or time.time()) - self.measured_at)
+        shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
+                  f"{self.core_count().describe()}" if self.machines else "")
+        if self.node_cpu_share:
+            shared += (f", each confined to {self.node_cpu_share:.3g} cores"
+                       + (" (they fit)" if self.shares_fit() else ""))
+        if self.comm_cpu_cores is not None:
+            shared += f", the all-reduce keeps {self.comm_cpu_cores:.2f} cores busy"
+        return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
+                f"{units.format_bandwidth(self.bandwidth)}, "
+                f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
+                f"R² = {self.r2:.3f}, worst "
+                f"residual {self.max_rel_residual:.0%} ({self.nodes} node(s) x "
+                f"{self.tasks_per_node}{shared}, measured {age} ago, run {self.run_id})")
+
+
+class Preflight(BaseModel):
+    """The two-level network of one partition (``intra`` may be None, see the module doc)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    site: str
+    partition: str
+    inter: Level
+    intra: Level | None = None
+    # What the partition gives each node (the site config): the validity checks' budget.
+    cpus_per_node: int | None = None
+    gpus_per_node: int = 0
+
+    @property
+    def network(self) -> Network:
+        return Network(inter=self.inter.alpha_beta,
+                       intra=self.intra.alpha_beta if self.intra else None)
+
+    def corner_networks(self) -> list[Network]:
+        """The network with both levels at their fast corners, and at their slow ones ([]
+        where a level's fit cannot say how uncertain it is)."""
+        inter = self.inter.bounds()
+        intra = self.intra.bounds() if self.intra else None
+        if inter is None or (self.intra is not None and intra is None):
+            return []
+        return [Network(inter=inter[i], intra=intra[i] if intra else None) for i in (0, 1)]
+
+    def flags(self) -> list[str]:
+        """The fit problems of its levels (validity.fit_problem): [] when both hold."""
+        levels = [self.inter, *([self.intra] if self.intra else [])]
+        return [p for p in (lv.problem() for lv in levels) if p]
+
+    def shared_machine_cpus(self) -> int | None:
+        """Cores of the one machine all nodes share (physical where recorded: hyper-threads
+        add no compute), when the across-nodes job found its nodes on a single machine
+        (None: nodes are machines of their own)."""
+        shared = self.shared_machine_cores()
+        return shared.physical if shared else None
+
+    def shared_machine_cores(self) -> cores.Cores | None:
+        """:meth:`shared_machine_cpus` with the machine's logical CPUs beside its cores. Nodes
+        confined to CPU shares that fit the machine together (Level.shares_fit: the test
+        cluster's cgroup quotas) are machines of their own for the model."""
+        if (self.inter.machines == 1 and self.inter.nodes > 1 and self.inter.machine_cpus
+                and not self.inter.shares_fit()):
+            return self.inter.core_count()
+        return None
+
+    @property
+    def node_cpu_share(self) -> float | None:
+        """The cores a node's ranks may use where the pre-flight found them confined."""
+        return self.inter.node_cpu_share
+
+    def comm_cpu(self) -> float:
+        """The share of a rank's CPU its communication takes while it runs, where that CPU is
+        all its compute has (a rank of at most one core on a CPU partition: its one compute
+        thread keeps it busy): communication hidden behind backward takes this much of its
+        time from backward. 0 on GPU partitions, on ranks with cores to spare, or where the
+        pre-flight did not record it."""
+        level = self.inter
+        if (self.gpus_per_node or not level.comm_cpu_cores or not level.rank_cpu_cores
+                or level.rank_cpu_cores > 1.0 + 1e-9):
+            return 0.0
+        return min(1.0, level.comm_cpu_cores / level.rank_cpu_cores)
+
+    def compute_load(self, ranks: int) -> float:
+        """How many ranks share each core at ``ranks`` ranks (>= 1): on nodes sharing one
+        machine of C cores, ``max(1, ranks / C)``; on machines of their own, 1."""
+        cpus = self.shared_machine_cpus()
+        return max(1.0, ranks / cpus) if cpus else 1.0
+
+    def as_record(self) -> dict:
+        """What a prediction records as its network input."""
+        return {"site": self.site, "partition": self.partition,
+                "inter": self.inter.model_dump(exclude={"sizes", "seconds"}),
+                "intra": self.intra.model_dump(exclude={"sizes", "seconds"})
+                if self.intra else None}
+
+
+def format_age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, int]]:
+    """Level -> (nodes, tasks per node) of its micro-benchmark job on this partition: the
+    across-nodes job spans ``nodes`` (the sweep's largest node count, at least 2; on a site
+    whose nodes are this machine, at most its cores: :func:`local_cores`), so the fit sees
+    what a ring of that many nodes meets (switch hops, and on the test cluster the machine its
+    nodes share)."""
+    part = site.partition(partition)
+    gpus = part.gpus_per_node or 0
+    out: dict[str, tuple[int, int]] = {}
+    if gpus != 1:
+        out["intra"] = (1, gpus if gpus >= 2 else 2)
+    out["inter"] = (max(2, min(nodes, local_cores(site) or nodes)), 1)
+    return out
+
+
+def local_cores(site: Site) -> int | None:
+    """The physical cores this process may run on (rankside.cores: hyper-threads counted
+    once), where the site's ranks run on this machine (the local site: its nodes share them),
+    else None. The pre-flight's ring across nodes is kept to one rank a core: on more ranks
+    than cores the fit measures the scheduler's time slices, not the links (an R² below 0 on
+    4 nodes of a 2-core machine), and predictions of runs that oversubscribe are flagged
+    anyway."""
+    from .. import backends
+
+    if not backends.scheduler(site.scheduler).runs_here:
+        return None
+    return cores.this_process().physical
+
+
+def cache_path(site: str, partition: str, level: str, nodes: int, tasks: int,
+               store: Path | None = None) -> Path:
+    return (store or netbench.store_dir()) / (
+        f"preflight-{site}-{partition}-{level}-{nodes}x{tasks}.json")
+
+
+def load_level(path: Path) -> Level:
+    """A cached level; a damaged file names itself and the field."""
+    try:
+        return Level.model_validate(json.loads(path.read_text()))
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read the pre-flight cache ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not valid JSON ({exc}); delete it or run the sweep with "
+                        "--preflight=always") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise UserError(f"{path}: field '{field}': {err['msg']}; delete it or run the sweep "
+                        "with --preflight=always") from None
+
+
+def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
+                  model: str, dataset: str,
+                  on_event: Callable | None = None, factor: int = 1) -> Level:
+    """Run the micro-benchmark job of one level (a real job) and fit it; ``factor`` times the
+    repeats and iterations."""
+    spec = sweepmod.SweepSpec(
+        nodes=(nodes,), modes=(netbench.MODE,), models=(model,), dataset=dataset,
+        partitions=(partition,), tasks_per_node=(tasks,), iters=ITERS * factor, warmup=WARMUP,
+        options={"sizes": (SIZES,), "reps": (str(REPS * factor),)})
+    runs = sweepmod.expand(spec, site)
+    prepared = execute.prepare(runs, site, out, retry_failed=True)
+    execute.execute(prepared, site, wait=True, on_event=on_event)
+    keys = results.recheck(out)  # the run records first: merge only reads
+    results.merge(out, keys)
+    rdir = out / runs[0].run_id
+    fit = netbench.fit_run(rdir)
+    r2, worst = fit.r2()
+    sizes, seconds = fit.fitted()
+    record = rundir.read_record(rdir)
+    logs = gather.read_run_logs(rdir)
+    footers = [log.footer for log in logs if log.footer]
+    boots = {f.get("boot_id") for f in footers if f.get("boot_id")}
+    cpus = [int(f["host_cpus"]) for f in footers if isinstance(f.get("host_cpus"), int)]
+    physical = [int(f["host_cores"]) for f in footers if isinstance(f.get("host_cores"), int)]
+    return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
+                 machine_cores=min(physical) if physical else None,
+                 node_cpu_share=confined_share(logs), rank_cpu_cores=rank_cores(logs, tasks),
+                 comm_cpu_cores=fit.cpu_cores,
+                 level=level, site=site.name, partition=partition, nodes=nodes,
+                 tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
+                 max_rel_residual=worst, sizes=sizes, seconds=seconds,
+                 reps=REPS * factor,
+                 measured_at=(record.ended_at if record and record.ended_at else time.time()),
+                 run_id=fit.run_id, run_dir=fit.run_dir)
+
+
+def confined_share(logs) -> float | None:
+    """The smallest CPU share the ranks of a job recorded (their headers' ``cpu_share``,
+    rankside.cpushare), or None where any rank ran unconfined or recorded none."""
+    shares = []
+    for log in logs:
+        probe = (log.header or {}).get(protocol.CPU_SHARE)
+        if not isinstance(probe, dict) or not probe.get("limited"):
+            return None
+        cores_ = probe.get("cores")
+        if not isinstance(cores_, (int, float)) or not cores_ > 0:
+            return None
+        shares.append(float(cores_))
+    return min(shares) if shares else None
+
+
+def rank_cores(logs, tasks_per_node: int) -> float | None:
+    """The CPU cores each rank of a job may use, the smallest over its ranks: a cgroup quota
+    is the node's, shared by its ``tasks_per_node`` tasks; an affinity mask is the rank's own
+    (rankside.cpushare). None where no rank recorded it."""
+    found = []
+    for log in logs:
+        probe = (log.header or {}).get(protocol.CPU_SHARE)
+        cores_ = probe.get("cores") if isinstance(probe, dict) else None
+        if isinstance(cores_, (int, float)) and cores_ > 0:
+            found.append(float(cores_) / (max(1, tasks_per_node) if probe.get("limited")
+                                          else 1))
+    return min(found) if found else None
+
+
+def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = "auto",
+              model: str = "lenet5", dataset: str = "cifar", store: Path | None = None,
+              say: Callable[[str], None] = lambda line: None,
+              on_event: Callable | None = None,
+              max_age_s: float = MAX_AGE_S, nodes: int = 2) -> dict[str, Preflight]:
+    """The two-level network of every partition: from the cache when fresh (``auto``), else
+    measured now; the result is also written to ``<sweep>/preflight.json``."""
+    if how not in MODES:
+        raise UserError(f"--preflight {how}: valid: {', '.join(MODES)}")
+    out: dict[str, Preflight] = {}
+    if how == "never":
+        return out
+    now = time.time()
+    for partition in partitions:
+        levels: dict[str, Level] = {}
+        for level, (count, tasks) in layouts(site, partition, nodes).items():
+            path = cache_path(site.name, partition, level, count, tasks, store)
+            cached = load_level(path) if path.exists() and how == "auto" else None
+            where = (site, partition, level, count, tasks, sweep_dir / PREFLIGHT_DIR, model,
+                     dataset, on_event)
+            if cached is not None and now - cached.measured_at <= max_age_s:
+                say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
+                    f"{path}]")
+                levels[level] = _checked(cached, where, path, say)
+                continue
+            why = "stale" if cached is not None else (
+                "on request" if how == "always" else "not measured yet")
+            say(f"pre-flight {site.name}/{partition} {level}: measuring ({why}): "
+                f"allreduce-bench on {count} node(s) x {tasks} task(s)")
+            levels[level] = _checked(_measured(where, path, say), where, path, say)
+        part = site.partition(partition)
+        out[partition] = Preflight(site=site.name, partition=partition, inter=levels["inter"],
+                                   intra=levels.get("intra"), cpus_per_node=part.cpus_per_node,
+                                   gpus_per_node=part.gpus_per_node or 0)
+        for flag in out[partition].flags():
+            say(f"pre-flight {site.name}/{partition}: {flag}: every prediction from it says so")
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    rundir.write_json_atomic(sweep_dir / "preflight.json",
+                             {p: pf.model_dump(mode="json") for p, pf in out.items()})
+    return out
+
+
+def _measured(where: tuple, path: Path, say: Callable[[str], None], factor: int = 1) -> Level:
+    """Measure one level (``where``: measure_level's arguments), cache it and say it."""
+    site, partition = where[0], where[1]
+    fresh = measure_level(*where, factor=factor)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
+    say(f"pre-flight {site.name}/{partition} {fresh.describe()}")
+    return fresh
+
+
+def _checked(got: Level, where: tuple, path: Path, say: Callable[[str], None]) -> Level:
+    """``got``, or, when its fit fails validity's thresholds and it was not itself such a
+    second measurement, the level measured once more with RETRY_FACTOR times the repeats
+    (cached in its place: a second measurement that fails too is used, flagged, for the
+    cache's age; ``--preflight always`` measures again)."""
+    problem = got.problem()
+    if problem is None or got.reps > REPS:
+        return got
+    say(f"pre-flight {where[0].name}/{where[1]} {got.level}: {problem}: measuring again with "
+        f"{RETRY_FACTOR}x the repeats and iterations")
+    return _measured(where, path, say, factor=RETRY_FACTOR)
+
+
+def check_busbw(site: Site, networks: dict[str, Preflight]) -> list[str]:
+    """Each partition's across-nodes bus bandwidth against the ``min_busbw`` its site declares:
+    a line per checked partition, or FabricBelowMinimum naming the partition, both figures and
+    the pre-flight run (the sweep then stops before its runs)."""
+    lines = []
+    for partition, pf in sorted(networks.items()):
+        part = site.partition(partition)
+        floor = part.min_busbw_bytes
+        if floor is None:
+            continue
+        got = pf.inter.busbw
+        verdict = (f"{site.name}/{partition}: all-reduce busbw across {pf.inter.nodes} nodes "
+                   f"{got / 1e9:.3g} GB/s, site minimum {part.min_busbw} "
+                   f"({floor / 1e9:.3g} GB/s), pre-flight run {pf.inter.run_id}")
+        if got < floor:
+            raise FabricBelowMinimum(
+                f"{verdict}: below the minimum, the sweep stops before its runs; check the "
+                f"link (orch netbench --site {site.name} --partition {partition}) or lower "
+                "min_busbw in the site config")
+        lines.append(f"{verdict}: ok")
+    return lines
+
+
+def load_sweep(sweep_dir: Path) -> dict[str, Preflight]:
+    """The pre-flight a sweep used (``<sweep>/preflight.json``), or {} if it had none."""
+    path = sweep_dir / "preflight.json"
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        return {p: Preflight.model_validate(v) for p, v in data.items()}
+    except (json.JSONDecodeError, ValidationError, AttributeError) as exc:
+        raise UserError(f"{path}: damaged pre-flight record ({str(exc).splitlines()[0]}); "
+                        "run the sweep again with --preflight=always") from None

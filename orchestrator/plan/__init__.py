@@ -1,0 +1,1 @@
+"""The plan: a sweep spec or a study file expanded into runs."""
