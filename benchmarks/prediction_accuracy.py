@@ -96,11 +96,12 @@ def scored(out: Path) -> pd.DataFrame:
     """The sweep's runs scored against the latest prediction stated from at most SMALL ranks
     before each run started (orchestrator.execute.ledger), with each run's model."""
     from orchestrator.execute import ledger
+    from orchestrator.report import scorecard
 
     preds = [p for p in ledger.load(out / ledger.FILE) if int(p.get("from_workers", 0)) <= SMALL]
     runs = pd.read_parquet(out / "results" / "runs.parquet")
-    started = {p["run_id"]: ledger.run_started_at(out / p["run_id"]) for p in preds}
-    frame = ledger.scorecard_frame(runs, preds, started)
+    started = {p["run_id"]: scorecard.run_started_at(out / p["run_id"]) for p in preds}
+    frame = scorecard.scorecard_frame(runs, preds, started)
     if "model" not in frame.columns and len(frame):
         frame = frame.merge(runs[["run_id", "model"]], on="run_id", how="left")
     return frame

@@ -16,6 +16,7 @@ import pytest
 from orchestrator.execute import ledger, preflight
 from orchestrator.perfmodel import interval, validity
 from orchestrator.perfmodel.comm import AlphaBeta, allreduce_time, fit_ring
+from orchestrator.report import scorecard
 from orchestrator.report.scorecard import scorecard_summary, scorecard_table
 
 SIZES = [4, 1024, 16384, 262144, 1048576, 4194304]
@@ -170,7 +171,7 @@ def test_scorecard_keeps_flagged_runs_apart_with_coverage():
     preds = [rec("a", 0.11, 0.09, 0.13), rec("b", 0.10, 0.09, 0.11),
              rec("c", 0.12, 0.10, 0.14, ["assumption broken: 4 ranks on 2 cores"], nodes=4),
              rec("d", 0.10, 0.09, 0.11)]
-    frame = ledger.scorecard_frame(runs, preds, {})
+    frame = scorecard.scorecard_frame(runs, preds, {})
     by = frame.set_index("run_id")
     assert list(by["inside"]) == [True, False, False, True]
     assert list(by["valid"]) == [True, True, False, False]  # d: its node was shared

@@ -108,12 +108,12 @@ def load_scorecard(directory: Path, sweep: Path | None, runs):
     predictions.parquet; None when the sweep stated none."""
     import pandas as pd
 
-    from ..execute import ledger
+    from ..report import scorecard
 
     if sweep is not None:
-        return ledger.scorecard_of_sweep(sweep, runs)
+        return scorecard.scorecard_of_sweep(sweep, runs)
     d = directory.resolve()
-    for path in (d / "results" / ledger.PARQUET, d / ledger.PARQUET):
+    for path in (d / "results" / scorecard.PARQUET, d / scorecard.PARQUET):
         if path.is_file():
             return pd.read_parquet(path)
     return None

@@ -172,7 +172,7 @@ def _importing_summary(update):
     job ends, they would keep its result waiting as long."""
     def on_progress(states):
         from .. import results  # noqa: F401
-        from ..execute import ledger  # noqa: F401
+        from ..report import scorecard  # noqa: F401
 
         update(states)
 
@@ -248,7 +248,7 @@ def _predictions(strategy, choice: dict[str, bool], runs, site_obj, out_dir: Pat
 def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
     """The runs' table once they ended (or how to follow them); exit 1 if one failed."""
     from .. import backends, results
-    from ..execute import ledger
+    from ..report import scorecard
     from ..runs import rundir
 
     if not wait and not backends.scheduler(site_obj.scheduler).sequential:
@@ -261,7 +261,7 @@ def _summary(runs, site_obj, out_dir: Path, wait: bool, networks: dict) -> None:
     shown = runs_df[runs_df["run_id"].isin(ids)] if not runs_df.empty else runs_df
     print_runs(results.records(shown))
     print_fabric_mismatches(results.records(shown))
-    for line in ledger.scorecard_lines(out_dir, runs_df) if networks else []:
+    for line in scorecard.scorecard_lines(out_dir, runs_df) if networks else []:
         _say(line)
     states = [rec["state"] for rec in results.records(shown)]
     rundir.log_line(out_dir, f"orch sweep ended: {len(states)} run(s): " + ", ".join(

@@ -12,8 +12,7 @@ submitted. A run's own measurements are never used to predict it: a run is predi
 a run with fewer ranks that had already finished. (The staging itself, which submits the
 stages, is orchestrator.execute.staged: this module only predicts, writes and reads.)
 
-``scorecard_frame`` joins every run with the latest prediction made before the run started,
-and the result set keeps them (``results/predictions.parquet``).
+Scoring them against the runs is the report's (:mod:`orchestrator.report.scorecard`).
 """
 
 from __future__ import annotations
@@ -34,11 +33,10 @@ from ..perfmodel.inputs import ModelInputError, gradient_bytes, overlap_of, run_
 from ..perfmodel.predict import Measured, predict
 from ..results import analyze, resultset
 from ..results.select import config_of, training_runs
-from ..runs import rundir
 from .preflight import Preflight
 
 FILE = "predictions.jsonl"
-PARQUET = "predictions.parquet"  # in results/
+
 
 # The runs-table columns a prediction reads (and scores against): kept in one place, so the
 # native-window measurement can change what t_iter means without touching the model.
@@ -59,14 +57,6 @@ def compute_jitter(base: pd.DataFrame) -> float:
             if pd.notna(value):
                 total += float(value) ** 2
     return math.sqrt(total)
-
-COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "partition",
-           "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
-           "overlap", "servers", "grad_bytes", "predicted_t_iter", "predicted_speedup",
-           "measured_t_iter", "measured_speedup", "error_t_iter", "error_speedup",
-           "t_comm_predicted", "network", "predicted_t_iter_low", "predicted_t_iter_high",
-           "level", "inside", "flags", "valid"]
-
 
 def _mode_of(name: str):
     return modes.registry().get(name)
@@ -384,103 +374,3 @@ def load(path: Path) -> list[dict]:
                                 "remove the damaged line")
         out.append(rec)
     return out
-
-
-def run_started_at(rdir: Path) -> float | None:
-    """When a run's job script started (job-times.json), else when it was submitted."""
-    path = rdir / protocol.JOB_TIMES_FILE
-    if path.exists():
-        try:
-            value = json.loads(path.read_text()).get("script_started_at")
-            if isinstance(value, (int, float)):
-                return float(value)
-        except (OSError, json.JSONDecodeError, AttributeError):
-            pass
-    try:
-        record = rundir.read_record(rdir)
-    except UserError:
-        return None
-    return record.submitted_at if record else None
-
-
-def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
-                    started: dict[str, float | None]) -> pd.DataFrame:
-    """One row per predicted run: the latest prediction made before the run started, next to
-    what was measured. ``error_*`` = (predicted − measured) / measured."""
-    by_run: dict[str, dict] = {}
-    for rec in preds:
-        start = started.get(rec["run_id"])
-        if start is not None and rec["predicted_at"] >= start:
-            continue  # not stated before the run: never scored
-        old = by_run.get(rec["run_id"])
-        if old is None or rec["predicted_at"] >= old["predicted_at"]:
-            by_run[rec["run_id"]] = rec
-    rows = []
-    table = runs.set_index("run_id") if not runs.empty else runs
-    for rid, rec in by_run.items():
-        run = table.loc[rid] if rid in table.index else None
-        done = run is not None and run["state"] == "COMPLETED" and pd.notna(run[T_ITER])
-        meas_t = float(run[T_ITER]) if done else None
-        meas_s = (float(run["speedup"]) if done and "speedup" in run.index
-                  and pd.notna(run["speedup"]) else None)
-        pred_s = rec.get("speedup")
-        rows.append({
-            "run_id": rid, "predicted_at": rec["predicted_at"],
-            "run_started_at": started.get(rid),
-            "before_run": started.get(rid) is not None,
-            "mode": rec.get("mode"), "partition": rec.get("partition"),
-            "nodes": rec.get("nodes"), "tasks_per_node": rec.get("tasks_per_node"),
-            "workers": rec.get("workers"), "from_run_id": rec.get("from_run_id"),
-            "from_workers": rec.get("from_workers"), "pattern": rec.get("pattern"),
-            "overlap": rec.get("overlap"), "servers": rec.get("servers"),
-            "grad_bytes": rec.get("grad_bytes"),
-            "predicted_t_iter": rec["t_iter"], "predicted_speedup": pred_s,
-            "measured_t_iter": meas_t, "measured_speedup": meas_s,
-            "error_t_iter": (rec["t_iter"] - meas_t) / meas_t if meas_t else None,
-            "error_speedup": (pred_s - meas_s) / meas_s if meas_s and pred_s else None,
-            "t_comm_predicted": rec.get("t_comm_exposed"),
-            "network": json.dumps(rec.get("network"), sort_keys=True),
-            **_scored_interval(rec, meas_t, run),
-        })
-    return pd.DataFrame(rows, columns=COLUMNS)
-
-
-def _scored_interval(rec: dict, measured: float | None, run: pd.Series | None) -> dict:
-    """A scorecard row's interval, whether the measured t_iter fell in it, and its flags:
-    those stated before the run and a shared node found after it."""
-    low, high = rec.get("t_iter_low"), rec.get("t_iter_high")
-    flags = [str(f) for f in rec.get("flags") or []]
-    after = validity.shared_after(run.get("co_tenants")) if run is not None else None
-    if after:
-        flags.append(after)
-    inside = (low <= measured <= high if measured is not None and low is not None
-              and high is not None else None)
-    return {"predicted_t_iter_low": low, "predicted_t_iter_high": high,
-            "level": rec.get("level"), "inside": inside, "flags": "; ".join(flags),
-            "valid": not flags}
-
-
-def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
-    """The scorecard of a sweep directory (None if it stated no predictions); also writes
-    ``results/predictions.parquet`` so the result set keeps the predictions."""
-    path = sweep_dir / FILE
-    if not path.exists():
-        return None
-    preds = load(path)
-    started = {rec["run_id"]: run_started_at(sweep_dir / rec["run_id"]) for rec in preds}
-    frame = scorecard_frame(runs, preds, started)
-    target = sweep_dir / "results" / PARQUET
-    files.make_dirs(target.parent)
-    files.write_bytes_if_changed(target, files.parquet_bytes(frame))
-    return frame
-
-
-def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
-    """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
-    stated predictions."""
-    from ..report.scorecard import scorecard_summary
-
-    frame = scorecard_of_sweep(sweep_dir, runs)
-    if frame is None:
-        return []
-    return scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]

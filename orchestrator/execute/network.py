@@ -13,8 +13,7 @@ from pathlib import Path
 
 from .. import units
 from ..errors import UserError
-from ..perfmodel.comm import AlphaBeta, Network
-from ..report import CommModel
+from ..perfmodel.comm import AlphaBeta, CommModel, Network
 from . import netbench as nb
 from . import preflight as pf
 

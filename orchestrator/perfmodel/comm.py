@@ -7,6 +7,7 @@ two-level network (inside a node, between nodes). All sizes are bytes, all times
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, field_validator
@@ -328,3 +329,11 @@ def pattern_comm_time(pattern: str, size_bytes: float, workers: int, per_node: i
     raise ModelInputError(
         f"communication pattern {pattern!r} has no model; patterns with one: "
         f"{', '.join(PATTERN_MODELS)}")
+
+
+@dataclass
+class CommModel:
+    """Where the α–β of one site/partition comes from (or that there is none)."""
+
+    alpha_beta: AlphaBeta | None
+    source: str

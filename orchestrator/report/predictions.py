@@ -4,29 +4,20 @@ Communication at N workers comes either from an α–β fit of the partition (ri
 the model's float32 gradient, exposed per the mode's overlap policy: both computed by
 orchestrator.perfmodel, ``predict_from_baseline``) or, without one, as measured in that run.
 Iteration times follow the model's phase rule. Per-mode knowledge (the overlap policy) is read
-from the mode descriptors (``model.overlap_of``).
+from the mode descriptors (``perfmodel.overlap_of``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pandas as pd
 
-from ..perfmodel.comm import AlphaBeta
+from ..perfmodel.comm import CommModel
 from ..perfmodel.inputs import gradient_bytes, overlap_of
 from ..perfmodel.predict import predict_from_baseline
 from ..results.select import baseline, config_of, training_runs
 from .fmt import as_float
-
-
-@dataclass
-class CommModel:
-    """Where the α–β of one site/partition comes from (or that there is none)."""
-
-    alpha_beta: AlphaBeta | None
-    source: str
 
 
 def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd.DataFrame:

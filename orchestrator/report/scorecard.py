@@ -1,8 +1,10 @@
-"""The scorecard: how wrong the predictions stated before the runs were (pure: frames in, a
-Table and summary lines out).
+"""The scorecard: how wrong the predictions stated before the runs were.
 
-Input is the frame ``orchestrator.predictions.scorecard_frame`` builds (one row per predicted
-run: the latest prediction made before the run started, and what the run measured).
+``scorecard_frame`` joins every run with the latest prediction of the ledger
+(:mod:`orchestrator.execute.ledger`) made before the run started (one row per predicted run:
+that prediction and what the run measured); ``scorecard_of_sweep`` reads a sweep's ledger and
+keeps the frame in its result set (``results/predictions.parquet``); the rest is pure: frames
+in, a Table and summary lines out.
 Per mode × partition × node count: predicted and measured ``t_iter`` and speedup and their
 errors ((predicted − measured) / measured), the predicted interval and any flag; the sweep's
 median absolute ``t_iter`` error and the intervals' coverage (the share of measured ``t_iter``
@@ -12,12 +14,27 @@ flagged prediction said before its run why it may not hold: orchestrator.perfmod
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 
-from ..perfmodel import interval
+from .. import files, protocol
+from ..errors import UserError
+from ..execute.ledger import FILE, T_ITER, load
+from ..perfmodel import interval, validity
+from ..runs import rundir
 from .fmt import as_float, fmt_num, fmt_signed, ms
 from .overview import split_flags
 from .tables import Table
+
+PARQUET = "predictions.parquet"  # in results/
+COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "partition",
+           "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
+           "overlap", "servers", "grad_bytes", "predicted_t_iter", "predicted_speedup",
+           "measured_t_iter", "measured_speedup", "error_t_iter", "error_speedup",
+           "t_comm_predicted", "network", "predicted_t_iter_low", "predicted_t_iter_high",
+           "level", "inside", "flags", "valid"]
 
 
 def _scored(frame: pd.DataFrame) -> pd.DataFrame:
@@ -135,3 +152,101 @@ def _coverage_text(frame: pd.DataFrame) -> str:
     level = as_float(frame["level"].dropna().iloc[0]) if frame["level"].notna().any() else None
     text = interval.coverage_text(inside, known, level)
     return f" {text[0].upper()}{text[1:]}."
+
+
+def run_started_at(rdir: Path) -> float | None:
+    """When a run's job script started (job-times.json), else when it was submitted."""
+    path = rdir / protocol.JOB_TIMES_FILE
+    if path.exists():
+        try:
+            value = json.loads(path.read_text()).get("script_started_at")
+            if isinstance(value, (int, float)):
+                return float(value)
+        except (OSError, json.JSONDecodeError, AttributeError):
+            pass
+    try:
+        record = rundir.read_record(rdir)
+    except UserError:
+        return None
+    return record.submitted_at if record else None
+
+
+def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
+                    started: dict[str, float | None]) -> pd.DataFrame:
+    """One row per predicted run: the latest prediction made before the run started, next to
+    what was measured. ``error_*`` = (predicted − measured) / measured."""
+    by_run: dict[str, dict] = {}
+    for rec in preds:
+        start = started.get(rec["run_id"])
+        if start is not None and rec["predicted_at"] >= start:
+            continue  # not stated before the run: never scored
+        old = by_run.get(rec["run_id"])
+        if old is None or rec["predicted_at"] >= old["predicted_at"]:
+            by_run[rec["run_id"]] = rec
+    rows = []
+    table = runs.set_index("run_id") if not runs.empty else runs
+    for rid, rec in by_run.items():
+        run = table.loc[rid] if rid in table.index else None
+        done = run is not None and run["state"] == "COMPLETED" and pd.notna(run[T_ITER])
+        meas_t = float(run[T_ITER]) if done else None
+        meas_s = (float(run["speedup"]) if done and "speedup" in run.index
+                  and pd.notna(run["speedup"]) else None)
+        pred_s = rec.get("speedup")
+        rows.append({
+            "run_id": rid, "predicted_at": rec["predicted_at"],
+            "run_started_at": started.get(rid),
+            "before_run": started.get(rid) is not None,
+            "mode": rec.get("mode"), "partition": rec.get("partition"),
+            "nodes": rec.get("nodes"), "tasks_per_node": rec.get("tasks_per_node"),
+            "workers": rec.get("workers"), "from_run_id": rec.get("from_run_id"),
+            "from_workers": rec.get("from_workers"), "pattern": rec.get("pattern"),
+            "overlap": rec.get("overlap"), "servers": rec.get("servers"),
+            "grad_bytes": rec.get("grad_bytes"),
+            "predicted_t_iter": rec["t_iter"], "predicted_speedup": pred_s,
+            "measured_t_iter": meas_t, "measured_speedup": meas_s,
+            "error_t_iter": (rec["t_iter"] - meas_t) / meas_t if meas_t else None,
+            "error_speedup": (pred_s - meas_s) / meas_s if meas_s and pred_s else None,
+            "t_comm_predicted": rec.get("t_comm_exposed"),
+            "network": json.dumps(rec.get("network"), sort_keys=True),
+            **_scored_interval(rec, meas_t, run),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _scored_interval(rec: dict, measured: float | None, run: pd.Series | None) -> dict:
+    """A scorecard row's interval, whether the measured t_iter fell in it, and its flags:
+    those stated before the run and a shared node found after it."""
+    low, high = rec.get("t_iter_low"), rec.get("t_iter_high")
+    flags = [str(f) for f in rec.get("flags") or []]
+    after = validity.shared_after(run.get("co_tenants")) if run is not None else None
+    if after:
+        flags.append(after)
+    inside = (low <= measured <= high if measured is not None and low is not None
+              and high is not None else None)
+    return {"predicted_t_iter_low": low, "predicted_t_iter_high": high,
+            "level": rec.get("level"), "inside": inside, "flags": "; ".join(flags),
+            "valid": not flags}
+
+
+def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
+    """The scorecard of a sweep directory (None if it stated no predictions); also writes
+    ``results/predictions.parquet`` so the result set keeps the predictions."""
+    path = sweep_dir / FILE
+    if not path.exists():
+        return None
+    preds = load(path)
+    started = {rec["run_id"]: run_started_at(sweep_dir / rec["run_id"]) for rec in preds}
+    frame = scorecard_frame(runs, preds, started)
+    target = sweep_dir / "results" / PARQUET
+    files.make_dirs(target.parent)
+    files.write_bytes_if_changed(target, files.parquet_bytes(frame))
+    return frame
+
+
+def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
+    """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
+    stated predictions."""
+    frame = scorecard_of_sweep(sweep_dir, runs)
+    if frame is None:
+        return []
+    return scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]
