@@ -15,15 +15,15 @@ One module per part, data flowing one way:
   network;
 * ``schedule``: the backward + communication timeline of a trace (no overlap, or WFBP);
 * ``predict``: :func:`predict`, the one entry point, and the callers that shape its rows;
-* ``netbench`` and ``preflight``: α–β measured by real jobs (a partition's stored fit, a
-  sweep's pre-flight two-level network);
-* ``ledger``: predictions stated before the runs they predict, and their scorecard;
-* ``whatif`` and ``network``: what ``orch predict`` and ``orch report`` ask of the model
-  (a result set's selection, the network a prediction uses and why).
+* ``interval``: the interval a prediction states (a run's spread, the fit's error, the
+  network's corners); ``validity``: the flags a prediction carries before its run.
 
-This package imports the pure model (the first five) for its callers' convenience; the
-others are imported by name, because they read files and start jobs. Nothing in the pure model
-imports a deep-learning framework, touches a scheduler or reads a clock.
+Pure but for reading the breakdown and trace files a caller names (``inputs``): nothing here
+writes a file, starts a job, imports a deep-learning framework, touches a scheduler or reads a
+clock. What measures the network
+(netbench, the pre-flight) and states predictions before runs (the ledger) is
+``orchestrator.execute``'s; what scores them and answers what-if questions is
+``orchestrator.report``'s.
 """
 
 from .comm import (
