@@ -166,7 +166,7 @@ def test_orch_help_and_version_import_nothing_heavy():
     # signal handling every command runs under is the standard library's.
     assert sorted(m for m in modules if m.startswith("orchestrator")) == [
         "orchestrator", "orchestrator.cli", "orchestrator.cli._common", "orchestrator.errors",
-        "orchestrator.runs.stopping"]
+        "orchestrator.runs", "orchestrator.runs.stopping"]
 
 
 def test_every_commands_help_imports_nothing_heavy():
