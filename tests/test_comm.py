@@ -8,6 +8,7 @@ import pytest
 
 from orchestrator import perfmodel as pm
 from orchestrator.perfmodel import AlphaBeta, ModelInputError, Network
+from orchestrator.report.whatif import trace_network_rows
 
 approx = pytest.approx
 # Round numbers: inter α = 1 ms, B = 1e6 B/s; intra α = 0.1 ms, B = 1e7 B/s; m = 1e6 B.
@@ -84,13 +85,13 @@ def test_prediction_from_a_measured_run_by_hand():
               "t_u": 0.001}
     # t_iter measured 0.035 (3 ms untimed overhead); comm model 0.002 -> 0.006 s total,
     # overlap none: exposed 0.001 + 0.004 = 0.005; t_iter 0.035 + 0.004 = 0.039
-    p = pm.predict_from_measured(phases, 0.035, 0.002, 0.006)
+    p = pm.measured_point(phases, 0.035, 0.002, 0.006)
     assert p["t_comm_exposed"] == approx(0.005) and p["t_iter"] == approx(0.039)
     # wfbp hides up to t_b = 0.02: both totals hidden, nothing changes
-    p = pm.predict_from_measured(phases, 0.035, 0.002, 0.006, overlap="wfbp")
+    p = pm.measured_point(phases, 0.035, 0.002, 0.006, overlap="wfbp")
     assert p["t_iter"] == approx(0.035)
     # sync wait: jitter 0.002 s, 1 -> 2 workers adds 0.002 / sqrt(pi)
-    p = pm.predict_from_measured(phases, 0.035, 0.0, 0.0, jitter=0.002, base_workers=1,
+    p = pm.measured_point(phases, 0.035, 0.0, 0.0, jitter=0.002, base_workers=1,
                                  workers=2)
     assert p["t_sync_wait"] == approx(0.002 / 3.14159265 ** 0.5, rel=1e-4)
     assert pm.expected_max_normal(1) == 0.0
@@ -104,7 +105,7 @@ def test_prediction_from_a_measured_run_by_hand():
 ])
 def test_prediction_refuses_bad_breakdowns(phases, match):
     with pytest.raises(ModelInputError, match=match):
-        pm.predict_from_measured(phases, 0.03, 0.0, 0.001)
+        pm.measured_point(phases, 0.03, 0.0, 0.001)
 
 
 def test_trace_on_a_two_level_network_by_hand():
@@ -112,7 +113,7 @@ def test_trace_on_a_two_level_network_by_hand():
                        size_bytes=1000),)
     trace = pm.Trace(t_io_us=0, layers=layers)
     net = Network(inter=AlphaBeta(alpha=1e-6, bandwidth=1e9))
-    rows = {r["workers"]: r for r in pm.predict_trace_network(trace, [1, 4], 1, net)}
+    rows = {r["workers"]: r for r in trace_network_rows(trace, [1, 4], 1, net)}
     # 4 ranks: 2·3·1 µs + 1.5·1000/1e9 s = 6 + 1.5 µs; no overlap: 100 + 300 + 7.5
     assert rows[4]["t_iter"] == approx(407.5e-6)
     assert rows[1]["t_iter"] == approx(400e-6)

@@ -317,21 +317,21 @@ def test_predict_from_a_trace_to_1024_workers(tmp_path):
 
 
 def test_hidden_communication_takes_the_cpu_it_uses_from_backward():
-    """predict_from_measured with comm_cpu: the change in hidden communication (wfbp: up to
+    """measured_point with comm_cpu: the change in hidden communication (wfbp: up to
     t_b) lengthens backward by that share; with no overlap nothing is hidden, so nothing is
     taken; CPU-bound communication (1) hides nothing at all."""
     from orchestrator.perfmodel.inputs import ModelInputError
-    from orchestrator.perfmodel.predict import predict_from_measured
+    from orchestrator.perfmodel.predict import measured_point
 
     phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.3, "t_b": 0.8, "t_comm": 0.0, "t_u": 0.1}
-    plain = predict_from_measured(phases, 1.2, 0.0, 0.6, overlap="wfbp")
+    plain = measured_point(phases, 1.2, 0.0, 0.6, overlap="wfbp")
     assert plain["t_iter"] == pytest.approx(1.2) and plain["t_comm_cpu"] == 0.0
-    taxed = predict_from_measured(phases, 1.2, 0.0, 0.6, overlap="wfbp", comm_cpu=0.25)
+    taxed = measured_point(phases, 1.2, 0.0, 0.6, overlap="wfbp", comm_cpu=0.25)
     assert taxed["t_comm_cpu"] == pytest.approx(0.15)  # 0.6 s hidden, a quarter of its time
     assert taxed["t_iter"] == pytest.approx(1.35) and taxed["t_b"] == pytest.approx(0.95)
-    bound = predict_from_measured(phases, 1.2, 0.0, 1.0, overlap="wfbp", comm_cpu=1.0)
+    bound = measured_point(phases, 1.2, 0.0, 1.0, overlap="wfbp", comm_cpu=1.0)
     assert bound["t_iter"] == pytest.approx(1.2 + 0.8 + 0.2)  # hidden 0.8 + exposed 0.2
-    none = predict_from_measured(phases, 1.2, 0.0, 0.6, overlap="none", comm_cpu=0.5)
+    none = measured_point(phases, 1.2, 0.0, 0.6, overlap="none", comm_cpu=0.5)
     assert none["t_comm_cpu"] == 0.0 and none["t_iter"] == pytest.approx(1.8)
     with pytest.raises(ModelInputError, match="comm_cpu"):
-        predict_from_measured(phases, 1.2, 0.0, 0.6, comm_cpu=1.5)
+        measured_point(phases, 1.2, 0.0, 0.6, comm_cpu=1.5)

@@ -54,10 +54,8 @@ from .inputs import (
 from .predict import (
     Measured,
     Prediction,
+    measured_point,
     predict,
-    predict_from_baseline,
-    predict_from_measured,
-    predict_trace_network,
 )
 from .schedule import (
     LayerTiming,
@@ -93,14 +91,12 @@ __all__ = [
     "iteration_time",
     "load_breakdown",
     "load_trace_csv",
+    "measured_point",
     "overlap_of",
     "parameter_server_time",
     "pattern_comm_time",
     "phase_iteration_time",
     "predict",
-    "predict_from_baseline",
-    "predict_from_measured",
-    "predict_trace_network",
     "reduce_scatter_allgather_time",
     "ring_allreduce_time",
     "run_options",

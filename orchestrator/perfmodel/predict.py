@@ -6,14 +6,14 @@
 * a :class:`~.inputs.Trace` (layer-wise times; messages priced by a link model or as traced,
   scheduled without overlap or wait-free, :mod:`.schedule`);
 * a :class:`Measured` run (a smaller run's phases and iteration time; the change in modelled
-  communication added to what was measured, :func:`predict_from_measured`).
+  communication added to what was measured, :func:`measured_point`).
 
 Communication is priced, where the source does not carry it, by an α–β ring all-reduce
 (``alpha_beta``) or by a declared pattern on a two-level network (``network``, ``pattern``).
-The other functions here are callers of :func:`predict` that shape its rows for a use: a
-trace on a two-level network (:func:`predict_trace_network`), a report's 1-node baseline
-(:func:`predict_from_baseline`). Nothing here reads a clock or a file: every function is
-deterministic.
+:func:`measured_point` is the formula of one measured point, which :func:`predict` applies to a
+:class:`Measured` source. The callers that shape its rows for a use live with their use (a
+report's 1-node baseline in ``report.predictions``, a trace on a two-level network in
+``report.whatif``). Nothing here reads a clock or a file: every function is deterministic.
 """
 
 import math
@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from .comm import AlphaBeta, Network, pattern_comm_time
-from .compute import expected_max_normal, iteration_time, phase_iteration_time
+from .compute import expected_max_normal, phase_iteration_time
 from .inputs import (
     OVERLAPS,
     PHASES,
@@ -99,7 +99,7 @@ class Measured(BaseModel):
     comm_total: float
     jitter: float = 0.0
     speedup_from: tuple[int, float] | None = None
-    # The share of a rank's CPU its communication takes while running (predict_from_measured).
+    # The share of a rank's CPU its communication takes while running (measured_point).
     comm_cpu: float = 0.0
 
 
@@ -294,7 +294,7 @@ def _measured(base: Measured, counts: list[int], overlap: str, prefetch: bool,
         raise ModelInputError("a measured run needs comm: the model's communication at N")
     out = []
     for n in counts:
-        point = predict_from_measured(
+        point = measured_point(
             base.phases, base.t_iter, base.comm_total, comm(n), overlap=overlap,
             prefetch=prefetch, jitter=base.jitter, base_workers=base.workers, workers=n,
             compute_scale=compute_scale(n) if compute_scale is not None else 1.0,
@@ -309,7 +309,7 @@ def _measured(base: Measured, counts: list[int], overlap: str, prefetch: bool,
     return out
 
 
-def predict_from_measured(
+def measured_point(
     base_phases: Mapping[str, float],
     base_t_iter: float,
     comm_base: float,
@@ -395,106 +395,3 @@ def _non_negative_or_error(value: object, field: str) -> float:
         return non_negative_seconds(value, field)
     except ValueError as exc:
         raise ModelInputError(f"breakdown: {exc}") from None
-
-
-def predict_trace_network(
-    trace: Trace,
-    workers: Sequence[int],
-    per_node: int,
-    net: Network,
-    *,
-    pattern: str = "allreduce",
-    overlap: Overlap = "none",
-    prefetch: bool = False,
-    bucket_bytes: int | None = None,
-    servers: int = 1,
-) -> list[dict[str, float]]:
-    """A layer-wise trace extrapolated to ``workers`` ranks, ``per_node`` to a node: every
-    layer's (or bucket's) message priced by the pattern's model on the two-level network, then
-    scheduled (``none``: after backward; ``wfbp``: wait-free, optional buckets).
-
-    Rows: workers, nodes, t_iter, speedup (``N · t_iter(1) / t_iter(N)``), efficiency,
-    t_comm_exposed, t_comm_total and the phases (seconds)."""
-    per_node = check_workers(per_node, "tasks per node")
-    preds = predict(trace, workers, overlap=overlap, prefetch=prefetch,
-                    bucket_bytes=bucket_bytes, network=net, per_node=per_node,
-                    pattern=pattern, servers=servers)
-    fields = ("t_iter", "t_comm_exposed", "t_comm_total", *(p for p in PHASES if p != "t_comm"))
-    return [{"workers": p.workers, "nodes": -(-p.workers // per_node),
-             **{f: getattr(p, f) for f in fields}, "speedup": p.speedup,
-             "efficiency": p.efficiency} for p in preds]
-
-
-def predict_from_baseline(
-    base: dict[str, float],
-    base_workers: int,
-    workers: list[int],
-    *,
-    alpha_beta: AlphaBeta | None = None,
-    grad_bytes: int | None = None,
-    measured_comm: dict[int, tuple[float, float | None]] | None = None,
-    overlap: str = "none",
-    prefetch: bool = False,
-) -> list[dict]:
-    """Predict iteration time and speedup at ``workers`` from one measured breakdown.
-
-    ``base``: the phases (seconds) measured with ``base_workers`` workers (usually the 1-node
-    run); its ``t_comm`` is the exposed communication measured there. Communication at ``w``:
-
-    * with ``alpha_beta`` and ``grad_bytes``: total ``allreduce(grad_bytes, w)`` (α–β ring),
-      exposed per ``overlap`` (``wfbp``: ``max(0, total − t_b)``), both from :func:`predict`;
-      the baseline's own exposed communication is kept and only the α–β difference to
-      ``base_workers`` is added;
-    * else ``measured_comm[w] = (exposed, total)``, as measured at ``w`` ("scaled as measured").
-
-    Iteration times use the phase rule (``prefetch``: pipelined I/O);
-    ``speedup = (w / base_workers) · t_iter(base_workers) / t_iter(w)``.
-    """
-    if alpha_beta is not None and grad_bytes is None:
-        raise ModelInputError("alpha_beta needs grad_bytes (the gradient size)")
-    counts = sorted({base_workers, *workers})
-    compute = {p: float(base[p]) for p in PHASES if p != "t_comm"}
-    if alpha_beta is not None:
-        comms = _alpha_beta_comm(base, base_workers, counts, compute, alpha_beta, grad_bytes,
-                                 overlap)
-    else:
-        comms = {w: _measured_comm(base, base_workers, w, measured_comm) for w in counts}
-    breakdown = Breakdown(**compute, t_comm={w: comms[w][0] for w in counts})
-    t_base = iteration_time(breakdown, base_workers, prefetch=prefetch)
-    out = []
-    for w in workers:
-        t = iteration_time(breakdown, w, prefetch=prefetch)
-        s = (w / base_workers) * t_base / t if t > 0 else math.nan
-        out.append({"workers": w, "t_iter": t, "speedup": s, "efficiency": s / (w / base_workers),
-                    "t_comm_exposed": comms[w][0], "t_comm_total": comms[w][1],
-                    **compute,
-                    "overlap": overlap, "prefetch": prefetch,
-                    "source": "breakdown+alpha-beta" if alpha_beta is not None
-                    else "breakdown+measured-comm"})
-    return out
-
-
-def _alpha_beta_comm(base: dict[str, float], base_workers: int, counts: list[int],
-                     compute: dict[str, float], alpha_beta: AlphaBeta,
-                     grad_bytes: int, overlap: str) -> dict[int, tuple[float, float]]:
-    """(exposed, total) communication at every count: the α–β ring all-reduce of the
-    gradient, exposed per ``overlap``, shifted so that at ``base_workers`` it is the exposed
-    communication measured there."""
-    ring = {p.workers: p for p in predict(
-        Breakdown(**compute, t_comm=0.0), counts, overlap=overlap,
-        alpha_beta=alpha_beta, grad_bytes=grad_bytes)}
-    at_base = ring[base_workers].t_comm_exposed
-    return {w: (max(0.0, base["t_comm"] + (ring[w].t_comm_exposed - at_base)),
-                ring[w].t_comm_total) for w in counts}
-
-
-def _measured_comm(base: dict[str, float], base_workers: int, w: int,
-                   measured_comm: dict[int, tuple[float, float | None]] | None,
-                   ) -> tuple[float, float | None]:
-    if w == base_workers:
-        return base["t_comm"], base.get("t_comm_total")
-    if measured_comm is None or w not in measured_comm:
-        raise ModelInputError(
-            f"no α–β and no measured communication at {w} worker(s): run "
-            "'orch netbench' on the partition or give --bandwidth and --latency")
-    return measured_comm[w]

@@ -41,7 +41,7 @@ from ..results.select import baseline, completed, config_labels, config_of, trai
 from .assemble import Report, build
 from .fmt import as_float, fmt_num, ms
 from .plots import CONFIG_COLORS, PHASE_COLORS
-from .predictions import CommModel, gradient_bytes, overlap_of, predict_from_baseline, predictions
+from .predictions import CommModel, from_baseline, gradient_bytes, overlap_of, predictions
 from .ranks import COMPUTE, rank_stats, stragglers
 from .render import to_html, to_markdown
 from .tables import Table
@@ -60,10 +60,10 @@ __all__ = [
     "config_labels",
     "config_of",
     "fmt_num",
+    "from_baseline",
     "gradient_bytes",
     "ms",
     "overlap_of",
-    "predict_from_baseline",
     "predictions",
     "rank_stats",
     "stragglers",

@@ -2,20 +2,23 @@
 
 Communication at N workers comes either from an α–β fit of the partition (ring all-reduce of
 the model's float32 gradient, exposed per the mode's overlap policy: both computed by
-orchestrator.perfmodel, ``predict_from_baseline``) or, without one, as measured in that run.
+orchestrator.perfmodel's ``predict``, shaped by :func:`from_baseline`) or, without one, as
+measured in that run.
 Iteration times follow the model's phase rule. Per-mode knowledge (the overlap policy) is read
 from the mode descriptors (``perfmodel.overlap_of``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import pandas as pd
 
-from ..perfmodel.comm import CommModel
-from ..perfmodel.inputs import gradient_bytes, overlap_of
-from ..perfmodel.predict import predict_from_baseline
+from ..perfmodel.comm import AlphaBeta, CommModel
+from ..perfmodel.compute import iteration_time
+from ..perfmodel.inputs import PHASES, Breakdown, ModelInputError, gradient_bytes, overlap_of
+from ..perfmodel.predict import predict
 from ..results.select import baseline, config_of, training_runs
 from .fmt import as_float
 
@@ -55,7 +58,7 @@ def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd
                 phases, base_w = base
                 w = int(run["ranks"])
                 measured = {w: (float(run["t_comm"]), as_float(run.get("t_comm_total")))}
-                pred = predict_from_baseline(phases, base_w, [w], alpha_beta=ab,
+                pred = from_baseline(phases, base_w, [w], alpha_beta=ab,
                                              grad_bytes=grad, measured_comm=measured,
                                              overlap=overlap)[0]
                 row.update(predicted_speedup=pred["speedup"], predicted_t_iter=pred["t_iter"],
@@ -66,3 +69,79 @@ def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd
                 row["residual_t_iter"] = float(run["t_iter"]) - pred["t_iter"]
             rows.append(row)
     return pd.DataFrame(rows, columns=cols)
+
+
+def from_baseline(
+    base: dict[str, float],
+    base_workers: int,
+    workers: list[int],
+    *,
+    alpha_beta: AlphaBeta | None = None,
+    grad_bytes: int | None = None,
+    measured_comm: dict[int, tuple[float, float | None]] | None = None,
+    overlap: str = "none",
+    prefetch: bool = False,
+) -> list[dict]:
+    """Predict iteration time and speedup at ``workers`` from one measured breakdown.
+
+    ``base``: the phases (seconds) measured with ``base_workers`` workers (usually the 1-node
+    run); its ``t_comm`` is the exposed communication measured there. Communication at ``w``:
+
+    * with ``alpha_beta`` and ``grad_bytes``: total ``allreduce(grad_bytes, w)`` (α–β ring),
+      exposed per ``overlap`` (``wfbp``: ``max(0, total − t_b)``), both from the model's
+      ``predict``;
+      the baseline's own exposed communication is kept and only the α–β difference to
+      ``base_workers`` is added;
+    * else ``measured_comm[w] = (exposed, total)``, as measured at ``w`` ("scaled as measured").
+
+    Iteration times use the phase rule (``prefetch``: pipelined I/O);
+    ``speedup = (w / base_workers) · t_iter(base_workers) / t_iter(w)``.
+    """
+    if alpha_beta is not None and grad_bytes is None:
+        raise ModelInputError("alpha_beta needs grad_bytes (the gradient size)")
+    counts = sorted({base_workers, *workers})
+    compute = {p: float(base[p]) for p in PHASES if p != "t_comm"}
+    if alpha_beta is not None:
+        comms = _alpha_beta_comm(base, base_workers, counts, compute, alpha_beta, grad_bytes,
+                                 overlap)
+    else:
+        comms = {w: _measured_comm(base, base_workers, w, measured_comm) for w in counts}
+    breakdown = Breakdown(**compute, t_comm={w: comms[w][0] for w in counts})
+    t_base = iteration_time(breakdown, base_workers, prefetch=prefetch)
+    out = []
+    for w in workers:
+        t = iteration_time(breakdown, w, prefetch=prefetch)
+        s = (w / base_workers) * t_base / t if t > 0 else math.nan
+        out.append({"workers": w, "t_iter": t, "speedup": s, "efficiency": s / (w / base_workers),
+                    "t_comm_exposed": comms[w][0], "t_comm_total": comms[w][1],
+                    **compute,
+                    "overlap": overlap, "prefetch": prefetch,
+                    "source": "breakdown+alpha-beta" if alpha_beta is not None
+                    else "breakdown+measured-comm"})
+    return out
+
+
+def _alpha_beta_comm(base: dict[str, float], base_workers: int, counts: list[int],
+                     compute: dict[str, float], alpha_beta: AlphaBeta,
+                     grad_bytes: int, overlap: str) -> dict[int, tuple[float, float]]:
+    """(exposed, total) communication at every count: the α–β ring all-reduce of the
+    gradient, exposed per ``overlap``, shifted so that at ``base_workers`` it is the exposed
+    communication measured there."""
+    ring = {p.workers: p for p in predict(
+        Breakdown(**compute, t_comm=0.0), counts, overlap=overlap,
+        alpha_beta=alpha_beta, grad_bytes=grad_bytes)}
+    at_base = ring[base_workers].t_comm_exposed
+    return {w: (max(0.0, base["t_comm"] + (ring[w].t_comm_exposed - at_base)),
+                ring[w].t_comm_total) for w in counts}
+
+
+def _measured_comm(base: dict[str, float], base_workers: int, w: int,
+                   measured_comm: dict[int, tuple[float, float | None]] | None,
+                   ) -> tuple[float, float | None]:
+    if w == base_workers:
+        return base["t_comm"], base.get("t_comm_total")
+    if measured_comm is None or w not in measured_comm:
+        raise ModelInputError(
+            f"no α–β and no measured communication at {w} worker(s): run "
+            "'orch netbench' on the partition or give --bandwidth and --latency")
+    return measured_comm[w]

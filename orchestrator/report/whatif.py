@@ -9,6 +9,7 @@ two-level what-ifs are decided here, each error naming the option to change.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -26,19 +27,23 @@ from ..execute.ledger import (
     runs_interval,
 )
 from ..execute.network import alpha_beta_for, network_for
-from ..perfmodel.comm import PATTERN_MODELS, AlphaBeta, pattern_comm_time
+from ..perfmodel.comm import PATTERN_MODELS, AlphaBeta, Network, pattern_comm_time
 from ..perfmodel.compute import iteration_time
 from ..perfmodel.inputs import (
     PHASES,
+    Overlap,
+    Trace,
+    check_workers,
     gradient_bytes,
     load_breakdown,
     load_trace_csv,
     overlap_of,
     run_options,
 )
-from ..perfmodel.predict import Measured, predict, predict_from_baseline, predict_trace_network
+from ..perfmodel.predict import Measured, predict
 from ..spec.settings import parse_int_list
 from . import as_float, baseline, completed, config_labels, config_of, training_runs
+from .predictions import from_baseline
 
 # Default worker counts: a breakdown or a trace, and a result set extrapolated (two-level).
 SMALL_COUNTS = [1, 2, 4, 8]
@@ -250,7 +255,7 @@ def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Pa
     counts = ask.counts(sorted(measured))
     ov = ask.overlap or overlap_of(str(first["mode"]), first.get("options"), grad)
     try:
-        rows = predict_from_baseline(
+        rows = from_baseline(
             phases, base_w, counts, alpha_beta=ab, grad_bytes=grad,
             measured_comm={w: m["t_comm"] for w, m in measured.items()}, overlap=ov,
             prefetch=ask.prefetch)
@@ -305,7 +310,7 @@ def two_level_trace(two: TwoLevel, ask: Ask, path: Path) -> Forecast:
                                    ask.bandwidth, ask.latency, two.intra_bandwidth,
                                    two.intra_latency)
     tasks, pat = two.tasks or 1, two.pattern or "allreduce"
-    rows = predict_trace_network(
+    rows = trace_network_rows(
         source, ask.counts(SMALL_COUNTS), tasks, net, pattern=pat,
         overlap=ask.overlap or "none", prefetch=ask.prefetch, bucket_bytes=ask.bucket_bytes(),
         servers=two.servers or 1)
@@ -433,3 +438,31 @@ def _two_level_forecast(rows: list[dict], label: str, pattern: str, overlap: str
               f"gradient {grad:,} bytes; network: {net_desc}")
     return Forecast(rows=rows, header=header,
                     with_measured=any(r.get("measured_t_iter") is not None for r in rows))
+
+
+def trace_network_rows(
+    trace: Trace,
+    workers: Sequence[int],
+    per_node: int,
+    net: Network,
+    *,
+    pattern: str = "allreduce",
+    overlap: Overlap = "none",
+    prefetch: bool = False,
+    bucket_bytes: int | None = None,
+    servers: int = 1,
+) -> list[dict[str, float]]:
+    """A layer-wise trace extrapolated to ``workers`` ranks, ``per_node`` to a node: every
+    layer's (or bucket's) message priced by the pattern's model on the two-level network, then
+    scheduled (``none``: after backward; ``wfbp``: wait-free, optional buckets).
+
+    Rows: workers, nodes, t_iter, speedup (``N · t_iter(1) / t_iter(N)``), efficiency,
+    t_comm_exposed, t_comm_total and the phases (seconds)."""
+    per_node = check_workers(per_node, "tasks per node")
+    preds = predict(trace, workers, overlap=overlap, prefetch=prefetch,
+                    bucket_bytes=bucket_bytes, network=net, per_node=per_node,
+                    pattern=pattern, servers=servers)
+    fields = ("t_iter", "t_comm_exposed", "t_comm_total", *(p for p in PHASES if p != "t_comm"))
+    return [{"workers": p.workers, "nodes": -(-p.workers // per_node),
+             **{f: getattr(p, f) for f in fields}, "speedup": p.speedup,
+             "efficiency": p.efficiency} for p in preds]
