@@ -117,6 +117,22 @@ def test_every_module_has_a_layer():
     assert not missing, f"place these modules in LAYERS (tests/test_layout.py): {missing}"
 
 
+def test_a_package_is_on_one_floor():
+    """LAYERS places packages, never a module inside one: a package's folder is its floor, so
+    the package import graph and the module import graph agree."""
+    inside = [n for _, names in LAYERS for n in names if n.count(".") > 1]
+    assert not inside, f"LAYERS places modules inside a package: {inside}"
+
+
+def test_only_the_ground_floor_lives_directly_in_the_package():
+    """A module directly in orchestrator/ is one every floor shares (at most ten of them):
+    anything with a stage of its own lives in its stage's package."""
+    flat = sorted(module_name(p) for p in PKG.glob("*.py"))
+    above = [n for n in flat if n != "orchestrator.__main__" and layer_of(n) != 0]
+    assert len(flat) <= 10, f"{len(flat)} modules directly in orchestrator/: {flat}"
+    assert not above, f"directly in orchestrator/ but above the ground floor: {above}"
+
+
 def test_no_module_imports_one_above_it():
     upward = []
     for name, path in all_modules().items():

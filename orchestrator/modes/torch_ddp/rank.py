@@ -118,6 +118,17 @@ class BucketTimer:
         return max(0.0, max(last_ready.elapsed_time(d) for _, d in self._events) / 1e3)
 
 
+def write_trace(args, info, ddp, model, loss_fn, source) -> None:
+    """The layer-wise trace of DDP's step (rank 0 writes trace.csv beside its log)."""
+    import os
+
+    from orchestrator.rankside.torch import trace as trace_torch
+
+    rows = trace_torch.trace(ddp, model, loss_fn, source)
+    if info.rank == 0:
+        trace_torch.write_csv(rows, os.path.join(args.log_dir, "trace.csv"))
+
+
 def main(argv=None) -> None:
     args = harness.mode_parser(MODE).parse_args(argv)
     with harness.rank_log(args, framework="torch", mode="torch-ddp") as s:
@@ -189,13 +200,7 @@ def main(argv=None) -> None:
         s.footer["param_checksum"] = parameter_checksum(model)
         note_device_memory(s.footer, device)
         if args.trace == "yes":  # after the checksum: tracing steps no optimizer
-            import os
-
-            from orchestrator.rankside.torch import trace as trace_torch
-
-            rows = trace_torch.trace(ddp, model, loss_fn, source)
-            if info.rank == 0:
-                trace_torch.write_csv(rows, os.path.join(args.log_dir, "trace.csv"))
+            write_trace(args, info, ddp, model, loss_fn, source)
         s.footer["comm_buckets"] = timer.buckets
         s.footer["loss"] = float(loss.detach())
         leave_distributed()
