@@ -16,7 +16,7 @@ sweep setting is one entry here, or, for one its ranks receive, the ``setting`` 
 argument (``protocol.RANK_ARGS``, which renders and parses it), and one field of ``Run`` (if
 runs differ by it) with its marks; the sweep's matrix, the modes it concerns
 (``mode_attribute``) and
-its kind's range are checked from the entry, a check beyond those goes in ``sweep.validate``.
+its kind's range are checked from the entry, a check beyond those goes in ``plan.sweep.validate``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ..errors import UserError
 from ..protocol import RANK_ARGS, RANK_DEFAULTS, RankArg
 
 # The value types (of one item, for a dimension), each the plain Python type the command line
-# parses it as; spec.models gives each its strict pydantic type for study files.
+# parses it as; spec.schema gives each its strict pydantic type for study files.
 KINDS: dict[str, type] = {
     "count": int,  # a whole number >= 1
     "non_negative": int,  # a whole number >= 0
@@ -207,7 +207,7 @@ OPTION_FLAGS: dict[str, str] = {
     "kvstore": "Same as --option kvstore=... (dist_sync, dist_async).",
 }
 OPTIONS_HELP = "Mode option NAME=VALUE[,VALUE] (a matrix dimension), e.g. backend=gloo."
-# ``orch sweep --preflight``: when the pre-flight (model.preflight) measures the network. Here,
+# ``orch sweep --preflight``: when the pre-flight (execute.preflight) measures the network. Here,
 # not beside the pre-flight, so that a sweep checks the word without importing what measures.
 PREFLIGHT_MODES = ("auto", "always", "never")
 OPTIONS_DOC = "mode options, NAME: [VALUE, ...]; each applies to the modes that have it"
