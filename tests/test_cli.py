@@ -186,7 +186,7 @@ def test_every_commands_help_imports_nothing_heavy():
 # from it.
 LIGHT = ("orchestrator.errors", "orchestrator.spec", "orchestrator.spec.settings",
          "orchestrator.history", "orchestrator.history.settings",
-         "orchestrator.runs.stopping", "orchestrator.protocol")
+         "orchestrator.runs", "orchestrator.runs.stopping", "orchestrator.protocol")
 
 
 def settings_imports() -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 from orchestrator.errors import UserError
 from orchestrator.execute import ledger as predictions
 from orchestrator.execute import preflight
+from orchestrator.report import scorecard
 
 from .test_preflight import preflight_level
 
@@ -36,7 +37,7 @@ def test_scorecard_never_scores_a_prediction_made_after_the_run_started():
     runs = pd.DataFrame([{"run_id": "r", "state": "COMPLETED", "t_iter": 0.2, "speedup": 1.5}])
     early = {"run_id": "r", "predicted_at": 10.0, "t_iter": 0.1, "speedup": 2.0}
     late = {"run_id": "r", "predicted_at": 30.0, "t_iter": 0.2, "speedup": 1.5}
-    frame = predictions.scorecard_frame(runs, [early, late], {"r": 20.0})
+    frame = scorecard.scorecard_frame(runs, [early, late], {"r": 20.0})
     assert list(frame["predicted_t_iter"]) == [0.1]
     assert frame["error_t_iter"].iloc[0] == pytest.approx(-0.5)
     assert frame["error_speedup"].iloc[0] == pytest.approx(0.5 / 1.5)
