@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -105,6 +106,18 @@ def _shipped_sites_only(tmp_path_factory):
         mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
         mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
         yield
+
+
+_STORES = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def _own_netbench_store(tmp_path_factory, monkeypatch):
+    """Each test has a netbench store of its own ($ORCH_NETBENCH_DIR, made when written): the
+    user's pre-flight cache is never read, and the model errors a test's scorecard records
+    (model-error-<site>.jsonl) never reach the user's cache or another test's predictions."""
+    monkeypatch.setenv("ORCH_NETBENCH_DIR",
+                       str(tmp_path_factory.getbasetemp() / f"netbench-{next(_STORES)}"))
 
 
 def orch(*args: object) -> tuple[int, str, str]:

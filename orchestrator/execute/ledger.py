@@ -33,6 +33,7 @@ from ..perfmodel.inputs import ModelInputError, gradient_bytes, overlap_of, run_
 from ..perfmodel.predict import Measured, predict
 from ..results import analyze, resultset
 from ..results.select import config_of, training_runs
+from . import modelerror
 from .preflight import Preflight
 
 FILE = "predictions.jsonl"
@@ -122,6 +123,7 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
         return [], []
     done_ids = train.loc[(train["state"] == "COMPLETED") & train[T_ITER].notna(), "run_id"]
     iters = read_iterations(iterations, list(done_ids))
+    errors = {str(site): modelerror.model_error(str(site)) for site in train["site"].unique()}
     configs = config_of(train)
     records, notes = [], []
     for _, group in train.groupby(configs, sort=False):
@@ -135,7 +137,8 @@ def predict_runs(runs: pd.DataFrame, targets: set[str], networks: dict[str, Pref
             base = base[base[RANKS] == base[RANKS].max()]
             try:
                 records.append(_predict_run(run, base, first_done, networks, now,
-                                            contention_factor(smaller), iters))
+                                            contention_factor(smaller), iters,
+                                            errors[str(run["site"])]))
             except _NotPredicted as why:
                 notes.append(f"{run['run_id']}: {why}")
     return records, notes
@@ -175,9 +178,12 @@ def compute_scale(pf: Preflight, base_ranks: int, ranks: int,
 
 def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
                  networks: dict[str, Preflight], now: float,
-                 factor: float | None = None, iters: pd.DataFrame | None = None) -> dict:
+                 factor: float | None = None, iters: pd.DataFrame | None = None,
+                 error: tuple[interval.ModelError | None, str] = (None, interval.NO_MODEL_ERROR),
+                 ) -> dict:
     """The ledger record of one run predicted from ``base`` (the runs of the largest smaller
-    size), or :class:`_NotPredicted`."""
+    size), or :class:`_NotPredicted`; ``error``: its site's model error and its basis
+    (modelerror.model_error)."""
     pf = networks.get(str(run["partition"]))
     if pf is None:
         raise _NotPredicted(f"no pre-flight network for partition {run['partition']}: not "
@@ -199,7 +205,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     scale = compute_scale(pf, int(b[RANKS]), w, factor)
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
                    compute_scale=lambda _n: scale)[0]
-    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter, iters)
+    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter, iters, error)
     return {
         "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
         "site": run["site"], "partition": run["partition"], "model": run["model"],
@@ -213,6 +219,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
         "interval_parts": {k: list(v) for k, v in band.parts.items()},
         "interval_basis": band.basis, "interval_iterations": band.iterations,
+        **_error_fields(band, error[0]),
         "flags": run_flags(pf, w, tasks, base),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
@@ -231,8 +238,11 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
 
 def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Preflight, grad: int,
               overlap: str, scale: float, point: float,
-              iters: pd.DataFrame | None = None) -> interval.Interval:
-    """The prediction's interval on the pre-flight's fast and slow corner networks."""
+              iters: pd.DataFrame | None = None,
+              error: tuple[interval.ModelError | None, str] = (None, interval.NO_MODEL_ERROR),
+              ) -> interval.Interval:
+    """The prediction's interval on the pre-flight's fast and slow corner networks, with its
+    site's model error (``error``: modelerror.model_error)."""
     opts = run_options(run.get("options"))
 
     def comm_of(net: Network) -> Callable[[int, int, int], float]:
@@ -240,19 +250,28 @@ def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Prefligh
 
     return measured_interval(base, source, pf.corner_networks(), comm_of,
                              (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
-                             scale, point, iterations=iters)
+                             scale, point, iterations=iters, model_error=error)
+
+
+def _error_fields(band: interval.Interval, error: interval.ModelError | None) -> dict:
+    """A record's model-error fields: its basis (``N scored predictions in FILE``, or ``none
+    yet`` and why), how many and the errors' quantiles at the interval's level."""
+    return {"model_error_basis": band.error_basis,
+            "model_error_scored": error.scored if error is not None else None,
+            "model_error_quantiles": [error.low, error.high] if error is not None else None}
 
 
 def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Network],
                       comm_of: Callable[[Network], Callable[[int, int, int], float]],
                       at: tuple[int, int, int], overlap: str, scale: float, point: float,
                       prefetch: bool = False, iterations: pd.DataFrame | None = None,
+                      model_error: tuple[interval.ModelError | None, str] | None = None,
                       ) -> interval.Interval:
     """The interval (model.interval) of a prediction from the measured runs ``base`` at ``at``
     (workers, nodes, tasks per node): the same prediction on each of the ``corners``
     networks (``comm_of(net)``: the pattern's cost there), the measured runs' per-iteration
     spread (iteration_spread: quantiles of ``iterations`` where they hold the runs, as
-    fractions of the point) and the spread of their repeats."""
+    fractions of the point), the spread of their repeats and ``model_error`` (runs_interval)."""
     w, nodes, tasks = at
     b = base.iloc[0]
     points = []
@@ -263,19 +282,25 @@ def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Networ
         points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,
                               comm=lambda _n, c=comm: c(w, nodes, tasks),
                               compute_scale=lambda _n: scale)[0].t_iter)
-    return runs_interval(base, point, points, iterations)
+    return runs_interval(base, point, points, iterations, model_error)
 
 
 def runs_interval(base: pd.DataFrame, point: float, network: Sequence[float] = (),
-                  iterations: pd.DataFrame | None = None) -> interval.Interval:
+                  iterations: pd.DataFrame | None = None,
+                  model_error: tuple[interval.ModelError | None, str] | None = None,
+                  ) -> interval.Interval:
     """The interval around ``point`` (s) of a prediction from the measured runs ``base``:
     ``network``, the same prediction on other networks (model.interval.combine), the runs'
-    per-iteration spread as fractions of the point (iteration_spread) and the spread of
-    their repeats. Every prediction from measured runs (the ledger's, ``orch predict``'s)
-    takes its interval here, so that two of them from the same runs agree."""
+    per-iteration spread as fractions of the point (iteration_spread), the spread of
+    their repeats and the model's own error: ``model_error``, (the site's ModelError or None,
+    its basis) as modelerror.model_error reads them (None: no such term, basis "none yet").
+    Every prediction from measured runs (the ledger's, ``orch predict``'s) takes its
+    interval here, so that two of them from the same runs agree."""
     repeats = float(base[T_ITER].std(ddof=1)) if len(base) > 1 else 0.0
+    error, basis = model_error if model_error is not None else (None, interval.NO_MODEL_ERROR)
     return interval.combine(point, network=network, spread=iteration_spread(base, iterations),
-                            repeats_sd=repeats if math.isfinite(repeats) else 0.0)
+                            repeats_sd=repeats if math.isfinite(repeats) else 0.0,
+                            model_error=error, error_basis=basis)
 
 
 def read_iterations(path: Path | None, run_ids: list[str]) -> pd.DataFrame | None:

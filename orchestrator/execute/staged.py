@@ -46,6 +46,8 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
         if records:
             say(f"predictions: {len(records)} run(s) at more than {ranks} rank(s) stated in "
                 f"{sweep_dir / ledger.FILE} before they are submitted")
+        for basis in dict.fromkeys(str(rec.get("model_error_basis")) for rec in records):
+            say(f"model error in their intervals: {basis}")
         for reason, flagged in flag_groups(records):
             say(f"flagged ({len(flagged)} run(s)): {reason}: {', '.join(flagged)}")
 

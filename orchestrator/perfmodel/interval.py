@@ -2,8 +2,9 @@
 
 Why: a point prediction cannot be checked for calibration, only for error; an interval at a
 stated nominal level can (the share of measured values inside their intervals should be near
-the level: the scorecard's *coverage*). Three sources of uncertainty are combined, each as a
-half-width at :data:`LEVEL` (normal quantile ``z``), in quadrature (taken as independent):
+the level: the scorecard's *coverage*). Four sources of uncertainty are combined, each as a
+half-width per side at :data:`LEVEL` (normal quantile ``z``), in quadrature (taken as
+independent):
 
 * **the network fit**: the α–β fit's standard errors of α and β (model.comm.fit_ring: the
   covariance ``s²(XᵀX)⁻¹`` of the least squares it solved); the prediction is made again
@@ -17,9 +18,17 @@ half-width at :data:`LEVEL` (normal quantile ``z``), in quadrature (taken as ind
   slow iterations widen the upper side only, as they should; where they are not, the normal
   approximation ``z·t_iter_std`` on both sides. The prediction says which (``interval_basis``);
 * **the repeats**: with several runs of the measured size, the standard deviation of their
-  mean ``t_iter``s, times z (run-to-run variation, measured).
+  mean ``t_iter``s, times z (run-to-run variation, measured);
+* **the model's own error**: what the three above leave out, a systematic miss of the model
+  (a pattern priced as a ring it is not, a cost it does not know), as the site's earlier
+  scorecards measured it (:class:`ModelError`): the (1 − level)/2 and (1 + level)/2 quantiles
+  (10th and 90th at 80 %) of their signed relative errors ``e = (predicted − measured) /
+  measured``. A measured value lies near ``point / (1 + e)``, so the lower side's half-width
+  is ``point − point / (1 + e_90)`` and the upper side's ``point / (1 + e_10) − point`` (each
+  at least 0): a model that predicts too fast (e < 0) widens the upper side. Under
+  :data:`MIN_SCORED` recorded errors there is no such term, and the prediction says so.
 
-Nothing here reads a clock or a file.
+Nothing here reads a clock or a file: the recorded errors come in as numbers.
 """
 
 from __future__ import annotations
@@ -100,10 +109,58 @@ def mean_spread(spreads: Sequence[Spread]) -> Spread:
                   iterations=sum(s.iterations or 0 for s in spreads))
 
 
+#: Fewer scored predictions than this and their errors' 10th and 90th percentiles are no
+#: estimate of the model's error (as for :data:`MIN_ITERATIONS`): no model-error term.
+MIN_SCORED = 10
+
+#: A prediction's ``model_error_basis`` while the site has too few scored predictions.
+NO_MODEL_ERROR = "none yet"
+
+
+class ModelError(BaseModel):
+    """The model's own error on a site, as its scorecards measured it: ``low`` and ``high``,
+    the (1 ∓ level)/2 quantiles of the signed relative errors ``(predicted − measured) /
+    measured`` of ``scored`` predictions, recorded in ``source`` (a file's name, for the
+    record)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    low: float
+    high: float
+    scored: int
+    source: str = ""
+
+    def sides(self, point: float) -> tuple[float, float]:
+        """(below, above) half-widths (s) around ``point``: the measured value lies near
+        ``point / (1 + e)``, from ``point / (1 + high)`` to ``point / (1 + low)``; a side the
+        errors do not reach is 0."""
+        return (max(0.0, point - point / (1 + self.high)),
+                max(0.0, point / (1 + self.low) - point))
+
+    def basis(self) -> str:
+        return f"{self.scored} scored predictions in {self.source}" if self.source else (
+            f"{self.scored} scored predictions")
+
+
+def model_error_of(errors: Sequence[float], source: str = "",
+                   level: float = LEVEL) -> ModelError | None:
+    """The :class:`ModelError` of recorded signed relative errors (their (1 ∓ level)/2
+    quantiles, linear interpolation); None with fewer than :data:`MIN_SCORED` usable ones (an
+    error is usable when finite and above −1: a measured value at ``point / (1 + e)``)."""
+    x = np.asarray([e for e in errors if isinstance(e, (int, float))], dtype=float)
+    x = x[np.isfinite(x) & (x > -1)]
+    if x.size < MIN_SCORED:
+        return None
+    low, high = np.quantile(x, [(1 - level) / 2, (1 + level) / 2])
+    return ModelError(low=float(low), high=float(high), scored=int(x.size), source=source)
+
+
 class Interval(BaseModel):
     """A prediction's interval: ``low``/``high`` seconds at nominal ``level``, and each
     source's half-widths ``(below, above)`` in seconds (``parts``: network, compute,
-    repeats); ``basis``: how the compute part was taken (:class:`Spread`)."""
+    repeats, model); ``basis``: how the compute part was taken (:class:`Spread`);
+    ``error_basis``: what the model-error part was taken from (:class:`ModelError`), or
+    :data:`NO_MODEL_ERROR`."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -113,6 +170,7 @@ class Interval(BaseModel):
     parts: dict[str, tuple[float, float]]
     basis: str = NO_SPREAD
     iterations: int | None = None
+    error_basis: str = NO_MODEL_ERROR
 
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
@@ -140,12 +198,14 @@ def alpha_beta_bounds(fit: RingFit, centre: AlphaBeta | None = None, level: floa
 
 def combine(point: float, *, network: Sequence[float] = (), compute_sd: float = 0.0,
             repeats_sd: float = 0.0, level: float = LEVEL,
-            spread: Spread | None = None) -> Interval:
+            spread: Spread | None = None, model_error: ModelError | None = None,
+            error_basis: str = NO_MODEL_ERROR) -> Interval:
     """The interval around ``point`` (s): ``network`` are the predictions made with the fit's
     corner networks (their distance to the point is the network's half-width on each side);
     ``repeats_sd`` a standard deviation (s), taken ``z`` times on both sides; the compute
     part is ``spread``'s fractions of the point where given, else ``compute_sd`` (s) ``z``
-    times on both sides."""
+    times on both sides; the model part is ``model_error``'s sides where given (else 0, and
+    ``error_basis`` says why: :data:`NO_MODEL_ERROR` by default)."""
     z = z_of(level)
     net = [v for v in network if math.isfinite(v)]
     compute = ((max(0.0, spread.below) * point, max(0.0, spread.above) * point)
@@ -154,12 +214,14 @@ def combine(point: float, *, network: Sequence[float] = (), compute_sd: float = 
         "network": (max([0.0, *(point - v for v in net)]), max([0.0, *(v - point for v in net)])),
         "compute": compute,
         "repeats": (z * max(0.0, repeats_sd),) * 2,
+        "model": model_error.sides(point) if model_error is not None else (0.0, 0.0),
     }
     below = math.sqrt(sum(lo ** 2 for lo, _ in parts.values()))
     above = math.sqrt(sum(hi ** 2 for _, hi in parts.values()))
     basis = spread.basis if spread is not None else (NORMAL if compute_sd > 0 else NO_SPREAD)
     return Interval(low=max(0.0, point - below), high=point + above, level=level, parts=parts,
-                    basis=basis, iterations=spread.iterations if spread is not None else None)
+                    basis=basis, iterations=spread.iterations if spread is not None else None,
+                    error_basis=model_error.basis() if model_error is not None else error_basis)
 
 
 #: Below this many scored intervals a coverage is a count, not a calibration figure: at 80 %

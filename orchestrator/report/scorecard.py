@@ -10,6 +10,8 @@ errors ((predicted − measured) / measured), the predicted interval and any fla
 median absolute ``t_iter`` error and the intervals' coverage (the share of measured ``t_iter``
 inside their interval, against its nominal level), for valid and flagged predictions apart (a
 flagged prediction said before its run why it may not hold: orchestrator.perfmodel.validity).
+Making a sweep's scorecard also records its scored, valid predictions' errors in their site's
+model-error store (orchestrator.execute.modelerror), which the next sweep's intervals read.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pandas as pd
 
 from .. import files, protocol
 from ..errors import UserError
+from ..execute import modelerror
 from ..execute.ledger import FILE, T_ITER, load
 from ..perfmodel import interval, validity
 from ..runs import rundir
@@ -29,7 +32,7 @@ from .overview import split_flags
 from .tables import Table
 
 PARQUET = "predictions.parquet"  # in results/
-COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "mode", "partition",
+COLUMNS = ["run_id", "predicted_at", "run_started_at", "before_run", "site", "mode", "partition",
            "nodes", "tasks_per_node", "workers", "from_run_id", "from_workers", "pattern",
            "overlap", "servers", "grad_bytes", "predicted_t_iter", "predicted_speedup",
            "measured_t_iter", "measured_speedup", "error_t_iter", "error_speedup",
@@ -89,7 +92,8 @@ def scorecard_table(frame: pd.DataFrame) -> Table:
     if apart is not None:
         note += f" Over the flagged ones (check column), scored apart: {apart:.1%}."
     note += (" interval: the prediction's interval at its nominal level (network fit, "
-             "per-iteration spread, repeats); check: 'valid', or why the prediction was "
+             "per-iteration spread, repeats, and the model's own error once the site's earlier "
+             "scorecards recorded enough of it); check: 'valid', or why the prediction was "
              "flagged before its run.")
     return Table("scorecard", "Scorecard: predictions stated before the runs vs measured",
                  ["mode", "partition", "nodes", "ranks", "from", "model", "pred. t_iter ms",
@@ -196,7 +200,7 @@ def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
             "run_id": rid, "predicted_at": rec["predicted_at"],
             "run_started_at": started.get(rid),
             "before_run": started.get(rid) is not None,
-            "mode": rec.get("mode"), "partition": rec.get("partition"),
+            "site": _site_of(rec, run), "mode": rec.get("mode"), "partition": rec.get("partition"),
             "nodes": rec.get("nodes"), "tasks_per_node": rec.get("tasks_per_node"),
             "workers": rec.get("workers"), "from_run_id": rec.get("from_run_id"),
             "from_workers": rec.get("from_workers"), "pattern": rec.get("pattern"),
@@ -211,6 +215,15 @@ def scorecard_frame(runs: pd.DataFrame, preds: list[dict],
             **_scored_interval(rec, meas_t, run),
         })
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _site_of(rec: dict, run: pd.Series | None) -> str | None:
+    """A scored prediction's site: the one its record names (the runs table's when it was
+    stated), else its run's in the runs table now."""
+    site = rec.get("site")
+    if site is None and run is not None and "site" in run.index and pd.notna(run["site"]):
+        site = run["site"]
+    return str(site) if site is not None else None
 
 
 def _scored_interval(rec: dict, measured: float | None, run: pd.Series | None) -> dict:
@@ -230,7 +243,16 @@ def _scored_interval(rec: dict, measured: float | None, run: pd.Series | None) -
 
 def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | None:
     """The scorecard of a sweep directory (None if it stated no predictions); also writes
-    ``results/predictions.parquet`` so the result set keeps the predictions."""
+    ``results/predictions.parquet`` so the result set keeps the predictions, and records the
+    scored, valid predictions' errors in their sites' model-error stores (modelerror.record:
+    each prediction once, however often the sweep is scored)."""
+    scored = _score_sweep(sweep_dir, runs)
+    return scored[0] if scored is not None else None
+
+
+def _score_sweep(sweep_dir: Path, runs: pd.DataFrame,
+                 ) -> tuple[pd.DataFrame, dict[Path, int]] | None:
+    """(the scorecard, how many errors each model-error store got), None without a ledger."""
     path = sweep_dir / FILE
     if not path.exists():
         return None
@@ -240,13 +262,17 @@ def scorecard_of_sweep(sweep_dir: Path, runs: pd.DataFrame) -> pd.DataFrame | No
     target = sweep_dir / "results" / PARQUET
     files.make_dirs(target.parent)
     files.write_bytes_if_changed(target, files.parquet_bytes(frame))
-    return frame
+    return frame, modelerror.record(frame)
 
 
 def scorecard_lines(sweep_dir: Path, runs: pd.DataFrame) -> list[str]:
-    """The sweep's scorecard in a line (writes results/predictions.parquet); [] without
-    stated predictions."""
-    frame = scorecard_of_sweep(sweep_dir, runs)
-    if frame is None:
+    """The sweep's scorecard in a line (writes results/predictions.parquet and records the
+    model's errors), and where the errors went; [] without stated predictions."""
+    scored = _score_sweep(sweep_dir, runs)
+    if scored is None:
         return []
-    return scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]
+    frame, added = scored
+    lines = scorecard_summary(frame) or ["Scorecard: no stated prediction could be scored"]
+    return lines + [f"Model error: {n} scored valid prediction(s) recorded in {store} (the "
+                    "next sweep's intervals on the site carry it)"
+                    for store, n in added.items() if n]
