@@ -251,7 +251,8 @@ def time_stages(out: Path) -> list[tuple[str, float, float]]:
     logs and parsing them are timed by the process' CPU (Arrow's threads included), which
     includes the write of the previous batch, running beside them on its own thread; the
     per-run metrics and the Parquet writes are timed by their own thread's CPU."""
-    from orchestrator.results import analyze, cache, gather, tables
+    from orchestrator.results import analyze, cache, gather
+    from orchestrator.results import iterations as tables
 
     times: dict[str, list[float]] = {}
 

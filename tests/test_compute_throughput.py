@@ -17,7 +17,8 @@ import pytest
 
 from orchestrator.protocol import PHASES
 from orchestrator.report.tables import throughput_table
-from orchestrator.results import analyze, tables
+from orchestrator.results import analyze
+from orchestrator.results import iterations as tables
 from orchestrator.runs import rundir, verdict
 
 from .conftest import orch

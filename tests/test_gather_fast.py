@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from orchestrator import protocol, results
-from orchestrator.results import gather, tables
+from orchestrator.results import gather
+from orchestrator.results import iterations as tables
 from orchestrator.runs import rundir
 
 from .test_report import (

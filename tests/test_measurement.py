@@ -19,7 +19,8 @@ import pytest
 from orchestrator import protocol
 from orchestrator.protocol import PHASES
 from orchestrator.report.tables import comm_table, measurement_table
-from orchestrator.results import analyze, gather, tables
+from orchestrator.results import analyze, gather
+from orchestrator.results import iterations as tables
 from orchestrator.runs import rundir, verdict
 
 LOGS = Path(__file__).parent / "golden" / "ranklogs"

@@ -28,7 +28,8 @@ from orchestrator import protocol, report, results
 from orchestrator.history import references, store
 from orchestrator.perfmodel import AlphaBeta, allreduce_time
 from orchestrator.report import overview, trend
-from orchestrator.results import analyze, gather, resultset, tables
+from orchestrator.results import analyze, gather, resultset
+from orchestrator.results import iterations as tables
 from orchestrator.runs import rundir
 from orchestrator.runs.rundir import JobRecord
 from orchestrator.spec.api import Run

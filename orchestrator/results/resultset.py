@@ -15,7 +15,7 @@ the batch; a run is the unit that changes. Each file is written whole under a pr
 and renamed into place (files.py), so a reader, a concurrent merge or a full disk never sees
 half of one, and a run's rows are never in two files.
 
-The iteration lines of many rank logs are parsed together (``tables.merged_iteration_table``)
+The iteration lines of many rank logs are parsed together (``iterations.merged_iteration_table``)
 and each run's metrics come from its slice of that table, ~25x faster than row by row. It
 streams: the runs to merge are taken in batches of about ``BATCH_BYTES`` of logs, each batch
 parsed, measured and written (by a thread, while the next batch is parsed: Arrow releases the
@@ -44,7 +44,8 @@ from ..protocol import RankLog
 from ..runs import fabric, rundir
 from ..runs.rundir import JobRecord
 from ..spec.api import Run
-from . import analyze, cache, columns, convergence, devices, gather, tables, workload
+from . import analyze, cache, columns, convergence, devices, gather, workload
+from . import iterations as iteration_table
 from .dimensions import dimension_facts
 from .runs import run_columns
 
@@ -238,7 +239,7 @@ class _Stored:
 def _merge_batch(inputs: list[RunInput]) -> list[_Stored]:
     """A batch of runs parsed together; each run's rows, metrics, row and other tables."""
     scanned = gather.scan_runs_logs([i.rdir for i in inputs])
-    table, counts = tables.merged_iteration_table(
+    table, counts = iteration_table.merged_iteration_table(
         [(i.run, logs) for i, logs in zip(inputs, scanned, strict=True)])
     metrics = _metrics(table, counts)
     out, start = [], 0
@@ -298,7 +299,7 @@ def _store(layout: Layout, cache_dir: Path, stored: list[_Stored]) -> None:
         run_id = s.run_input.rdir.name
         tokens = {
             "iterations": layout.write("iterations", run_id, files.parquet_bytes(
-                s.iterations, **tables.WRITE_OPTIONS)),
+                s.iterations, **iteration_table.WRITE_OPTIONS)),
             "epochs": layout.write("epochs", run_id, files.parquet_bytes(
                 convergence.epoch_table(s.epochs)) if s.epochs else None),
             "devices": layout.write("devices", run_id, files.parquet_bytes(s.devices)
