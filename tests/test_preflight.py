@@ -14,6 +14,7 @@ import pytest
 from orchestrator.errors import UserError
 from orchestrator.execute import ledger as predictions
 from orchestrator.execute import preflight
+from orchestrator.report import scorecard
 from orchestrator.runs import rundir
 
 from .conftest import run_orch
@@ -53,7 +54,7 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert len(preds) == 1
     p = preds[0]
     two = out / p["run_id"]
-    started = predictions.run_started_at(two)
+    started = scorecard.run_started_at(two)
     assert started is not None and p["predicted_at"] < started
     assert p["workers"] == 2 and p["from_workers"] == 1 and p["pattern"] == "allreduce"
     assert p["network"]["inter"]["run_id"] == used.inter.run_id
@@ -70,7 +71,7 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert group in rep.stdout
     import pandas as pd
 
-    frame = pd.read_parquet(out / "results" / predictions.PARQUET)
+    frame = pd.read_parquet(out / "results" / scorecard.PARQUET)
     assert list(frame["run_id"]) == [p["run_id"]] and bool(frame["before_run"].iloc[0])
     measured = pd.read_parquet(out / "results" / "runs.parquet").set_index("run_id")
     assert frame["measured_t_iter"].iloc[0] == pytest.approx(measured.loc[p["run_id"],

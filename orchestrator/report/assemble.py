@@ -64,7 +64,7 @@ def build(runs: pd.DataFrame, iters: pd.DataFrame, comm: Callable[[str, str], Co
           device_samples: pd.DataFrame | None = None) -> Report:
     """Every table (and, with ``figures``, every PNG) of a report on one result set.
 
-    ``scorecard``: the predictions stated before the runs, scored (predictions.scorecard_frame);
+    ``scorecard``: the predictions stated before the runs, scored (scorecard.scorecard_frame);
     its table comes first after throughput and speedup, and its median error in the summary.
     ``epochs`` (results/epochs.parquet) adds the convergence part; ``history``, the trend
     over the recorded sweeps and the comparison with the previous one (report.trend);
