@@ -290,7 +290,9 @@ def test_a_failing_preflight_fit_is_measured_once_more_with_more_repeats(tmp_pat
             "tasks_per_node": tasks, "alpha": 1e-4, "bandwidth": 1e9,
             "r2": -0.499 if bad else 0.99, "max_rel_residual": 0.63 if bad else 0.05,
             "sizes": [4, 1024], "seconds": [1e-4, 2e-4], "measured_at": time.time(),
-            "run_id": f"x-{level}", "run_dir": "/nowhere"}))
+            "run_id": f"x-{level}", "run_dir": "/nowhere",
+            "probe": preflight.probe_of(local, part, level, "lenet5", "cifar",
+                                        preflight.PROBE_BATCH)}))
     said: list[str] = []
     got = preflight.preflight(local, [part], tmp_path / "sweep", store=store, say=said.append)
     pf = got[part]

@@ -58,6 +58,12 @@ def test_sweep_states_predictions_before_the_runs(staged):
     assert started is not None and p["predicted_at"] < started
     assert p["workers"] == 2 and p["from_workers"] == 1 and p["pattern"] == "allreduce"
     assert p["network"]["inter"]["run_id"] == used.inter.run_id
+    # the across-nodes job probed the nodes' compute alone and both at once (not the intra
+    # job), and the prediction scaled the 1-rank run's compute by what it found
+    assert set(used.inter.compute_probe) == {1, 2} and used.intra.compute_probe is None
+    assert all(seconds > 0 for seconds in used.inter.compute_probe.values())
+    assert used.inter.shares_fit()
+    assert p["compute_scale"] == pytest.approx(used.inter.compute_slowdown(2))
     assert set(p["inputs"]) >= {"t_f", "t_b", "t_comm", "t_iter"} and p["t_iter"] > 0
     # its interval: the 1-rank run's few measured iterations are too few for quantiles
     assert p["interval_basis"] == "normal" and p["t_iter_low"] <= p["t_iter"] <= p["t_iter_high"]
@@ -112,12 +118,18 @@ def test_preflight_cache_is_used_when_fresh_and_damage_is_named(tmp_path, monkey
             "level": level, "site": site.name, "partition": "eth", "nodes": nodes,
             "tasks_per_node": tasks, "alpha": 1e-4, "bandwidth": 1e9, "r2": 0.99,
             "max_rel_residual": 0.05, "sizes": [4, 1024], "seconds": [1e-4, 2e-4],
-            "measured_at": now - 60, "run_id": f"x-{level}", "run_dir": "/nowhere"}))
+            "measured_at": now - 60, "run_id": f"x-{level}", "run_dir": "/nowhere",
+            # what the sweep's probe would run (the across-nodes level of a CPU partition)
+            "probe": preflight.probe_of(site, "eth", level, "lenet5", "cifar",
+                                        preflight.PROBE_BATCH)}))
     said: list[str] = []
     got = preflight.preflight(site, ["eth"], tmp_path / "sweep", store=store, say=said.append)
     assert got["eth"].inter.run_id == "x-inter" and got["eth"].intra.run_id == "x-intra"
     assert all("[cached" in line and "measured 1.0 min ago" in line for line in said)
     assert not (tmp_path / "sweep" / "preflight").exists()  # no job was run
+    # a level whose compute probe ran another model is measured again, not served
+    assert preflight.probe_of(site, "eth", "inter", "resnet18", "cifar", 8) != \
+        preflight.probe_of(site, "eth", "inter", "lenet5", "cifar", 8)
     bad = preflight.cache_path(site.name, "eth", "inter", 2, 1, store)
     bad.write_text(json.dumps({"level": "inter", "alpha": "fast"}))
     with pytest.raises(UserError, match=r"preflight-testcluster-eth-inter-2x1\.json: field "):

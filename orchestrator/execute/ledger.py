@@ -168,9 +168,13 @@ def compute_scale(pf: Preflight, base_ranks: int, ranks: int,
     """The compute phases' factor from ``base_ranks`` to ``ranks``, where the nodes share one
     machine of C cores (preflight.compute_load; 1 on machines of their own): ranks per core
     (taking turns: time slices) times ``factor`` (contention_factor) for each doubling of the
-    ranks running at once, ``min(ranks, C)`` (memory bandwidth and caches they share)."""
-    scale = pf.compute_load(ranks) / pf.compute_load(base_ranks)
+    ranks running at once, ``min(ranks, C)`` (memory bandwidth and caches they share). Nodes
+    whose CPU shares fit their one machine take no turns: their factor is the pre-flight's
+    compute probe (preflight.colocated_slowdown)."""
     cpus = pf.shared_machine_cpus()
+    if not cpus:
+        return pf.colocated_slowdown(ranks) / pf.colocated_slowdown(base_ranks)
+    scale = pf.compute_load(ranks) / pf.compute_load(base_ranks)
     if cpus and factor:
         scale *= factor ** math.log2(min(ranks, cpus) / min(base_ranks, cpus))
     return scale
@@ -226,14 +230,21 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "contention_factor": factor, "comm_cpu": source.comm_cpu, "t_comm_cpu": pred.t_comm_cpu,
         "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
                       "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
-                      + (f", compute x{scale:.2f} (nodes share "
-                         f"{pf.shared_machine_cpus()} cores"
-                         + (f", x{factor:.2f} measured from 1 to 2 ranks" if factor else "")
-                         + ")" if scale != 1 else "")
+                      + (f", compute x{scale:.2f} ({_scale_text(pf, factor)})"
+                         if scale != 1 else "")
                       + (f", hidden communication takes {source.comm_cpu:.0%} of a rank's CPU "
                          "from backward" if source.comm_cpu else ""),
         "orch_version": __version__,
     }
+
+
+def _scale_text(pf: Preflight, factor: float | None) -> str:
+    """Why the compute phases are scaled, in words (the prediction's model text)."""
+    cpus = pf.shared_machine_cpus()
+    if not cpus:
+        return "nodes on one machine's memory and caches, the pre-flight's compute probe"
+    return f"nodes share {cpus} cores" + (f", x{factor:.2f} measured from 1 to 2 ranks"
+                                          if factor else "")
 
 
 def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Preflight, grad: int,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .. import execute, protocol, results, units
+from .. import execute, protocol, results, units, zoo
 from ..errors import FabricBelowMinimum, UserError
 from ..perfmodel import interval, validity
 from ..perfmodel.comm import AlphaBeta, Network
@@ -53,6 +53,10 @@ ITERS, WARMUP, REPS = 5, 1, 3
 # prediction from it says so.
 RETRY_FACTOR = 3
 PREFLIGHT_DIR = "preflight"
+# The compute probe of the across-nodes level: passes timed per count of ranks computing at
+# once, of the sweep's model at its batch size (this one where the sweep gives none).
+PROBE_PASSES = 2
+PROBE_BATCH = 8
 LEVELS = ("intra", "inter")
 
 
@@ -91,6 +95,27 @@ class Level(BaseModel):
     # all-reduce keeps busy while it runs (netbench.cpu_cores). None: not recorded.
     rank_cpu_cores: float | None = None
     comm_cpu_cores: float | None = None
+    # Seconds of one forward+backward of the sweep's model with k ranks of the job computing
+    # at once (allreduce-bench --compute-probe, the mean over those ranks), by k; None: not
+    # probed (GPU partitions, the intra level, models the probe cannot run).
+    compute_probe: dict[int, float] | None = None
+    probe: str | None = None  # what the probe ran (probe_of): a cached level serves only it
+
+    def compute_slowdown(self, ranks: int) -> float:
+        """How much slower one rank computes with ``ranks`` of them computing at once than
+        alone, from the probe: linear between the counts it timed, its largest count's beyond
+        them; 1 without a probe."""
+        probe = self.compute_probe or {}
+        if 1 not in probe or not probe[1] > 0:
+            return 1.0
+        counts = sorted(probe)
+        if ranks >= counts[-1]:
+            return probe[counts[-1]] / probe[1]
+        lo = max(k for k in counts if k <= ranks)
+        hi = min(k for k in counts if k >= ranks)
+        t = probe[lo] if hi == lo else (
+            probe[lo] + (probe[hi] - probe[lo]) * (ranks - lo) / (hi - lo))
+        return t / probe[1]
 
     @property
     def alpha_beta(self) -> AlphaBeta:
@@ -144,6 +169,10 @@ class Level(BaseModel):
                        + (" (they fit)" if self.shares_fit() else ""))
         if self.comm_cpu_cores is not None:
             shared += f", the all-reduce keeps {self.comm_cpu_cores:.2f} cores busy"
+        if self.compute_probe and len(self.compute_probe) > 1:
+            shared += ", compute " + ", ".join(
+                f"x{self.compute_slowdown(k):.2f} at {k}" for k in sorted(self.compute_probe)
+                if k > 1) + " ranks computing at once"
         return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
                 f"{units.format_bandwidth(self.bandwidth)}, "
                 f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
@@ -216,6 +245,16 @@ class Preflight(BaseModel):
                 or level.rank_cpu_cores > 1.0 + 1e-9):
             return 0.0
         return min(1.0, level.comm_cpu_cores / level.rank_cpu_cores)
+
+    def colocated_slowdown(self, ranks: int) -> float:
+        """How much slower a rank computes at ``ranks`` ranks than alone where every node of
+        the partition is one machine's and each has a CPU share of its own that fits it (the
+        test cluster): they still share its memory bandwidth and caches, which the compute
+        probe measured (Level.compute_slowdown); 1 on machines of their own or unprobed."""
+        level = self.inter
+        if not (level.machines == 1 and level.nodes > 1 and level.shares_fit()):
+            return 1.0
+        return level.compute_slowdown(ranks)
 
     def compute_load(self, ranks: int) -> float:
         """How many ranks share each core at ``ranks`` ranks (>= 1): on nodes sharing one
@@ -292,13 +331,19 @@ def load_level(path: Path) -> Level:
 
 def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
                   model: str, dataset: str,
-                  on_event: Callable | None = None, factor: int = 1) -> Level:
+                  on_event: Callable | None = None, batch_size: int = PROBE_BATCH,
+                  factor: int = 1) -> Level:
     """Run the micro-benchmark job of one level (a real job) and fit it; ``factor`` times the
-    repeats and iterations."""
+    repeats and iterations. The across-nodes level of a CPU partition also probes how the
+    nodes' compute slows when they compute at once (``batch_size``: the sweep's)."""
+    options = {"sizes": (SIZES,), "reps": (str(REPS * factor),)}
+    probe = probe_of(site, partition, level, model, dataset, batch_size)
+    if probe:
+        options["compute_probe"] = (str(PROBE_PASSES),)
     spec = sweepmod.SweepSpec(
         nodes=(nodes,), modes=(netbench.MODE,), models=(model,), dataset=dataset,
-        partitions=(partition,), tasks_per_node=(tasks,), iters=ITERS * factor, warmup=WARMUP,
-        options={"sizes": (SIZES,), "reps": (str(REPS * factor),)})
+        batch_sizes=(batch_size,), partitions=(partition,), tasks_per_node=(tasks,),
+        iters=ITERS * factor, warmup=WARMUP, options=options)
     runs = sweepmod.expand(spec, site)
     prepared = execute.prepare(runs, site, out, retry_failed=True)
     execute.execute(prepared, site, wait=True, on_event=on_event)
@@ -317,13 +362,41 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     return Level(machines=len(boots) or None, machine_cpus=min(cpus) if cpus else None,
                  machine_cores=min(physical) if physical else None,
                  node_cpu_share=confined_share(logs), rank_cpu_cores=rank_cores(logs, tasks),
-                 comm_cpu_cores=fit.cpu_cores,
+                 comm_cpu_cores=fit.cpu_cores, compute_probe=probe_seconds(footers),
+                 probe=probe,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=sizes, seconds=seconds,
                  reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir)
+
+
+def probe_of(site: Site, partition: str, level: str, model: str, dataset: str,
+             batch_size: int) -> str | None:
+    """What a level's compute probe runs (``model/dataset/batch``): the across-nodes level of
+    a CPU partition only (a GPU's compute is its own), of an image classifier of the zoo (what
+    the probe can build); None where there is no probe."""
+    if level != "inter" or site.partition(partition).gpus_per_node:
+        return None
+    try:
+        spec = zoo.get(model)
+    except KeyError:  # a user's model: no probe
+        return None
+    if spec.objective != "classify" or spec.transformer is not None:
+        return None
+    return f"{model}/{dataset}/{batch_size}"
+
+
+def probe_seconds(footers: list[dict]) -> dict[int, float] | None:
+    """The compute probe of a job (allreduce-bench --compute-probe): for each count of ranks
+    computing at once, the mean over those ranks of their seconds per pass; None unprobed."""
+    by_count: dict[int, list[float]] = {}
+    for footer in footers:
+        for k, seconds in (footer.get("compute_probe") or {}).items():
+            if str(k).isdigit() and isinstance(seconds, (int, float)) and seconds > 0:
+                by_count.setdefault(int(k), []).append(float(seconds))
+    return {k: sum(v) / len(v) for k, v in sorted(by_count.items())} or None
 
 
 def confined_share(logs) -> float | None:
@@ -356,7 +429,8 @@ def rank_cores(logs, tasks_per_node: int) -> float | None:
 
 
 def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = "auto",
-              model: str = "lenet5", dataset: str = "cifar", store: Path | None = None,
+              model: str = "lenet5", dataset: str = "cifar", batch_size: int = PROBE_BATCH,
+              store: Path | None = None,
               say: Callable[[str], None] = lambda line: None,
               on_event: Callable | None = None,
               max_age_s: float = MAX_AGE_S, nodes: int = 2) -> dict[str, Preflight]:
@@ -374,8 +448,10 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
             path = cache_path(site.name, partition, level, count, tasks, store)
             cached = load_level(path) if path.exists() and how == "auto" else None
             where = (site, partition, level, count, tasks, sweep_dir / PREFLIGHT_DIR, model,
-                     dataset, on_event)
-            if cached is not None and now - cached.measured_at <= max_age_s:
+                     dataset, on_event, batch_size)
+            wanted = probe_of(site, partition, level, model, dataset, batch_size)
+            if (cached is not None and now - cached.measured_at <= max_age_s
+                    and cached.probe == wanted):
                 say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
                     f"{path}]")
                 levels[level] = _checked(cached, where, path, say)

@@ -101,7 +101,8 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
     first = (modelled or runs)[0]
     try:
         networks = pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
-                                 dataset=first.dataset, say=say, on_event=on_event,
+                                 dataset=first.dataset, batch_size=first.batch_size, say=say,
+                                 on_event=on_event,
                                  nodes=max(r.nodes for r in modelled or runs))
     except Exception as exc:  # a failed pre-flight costs the predictions only
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]

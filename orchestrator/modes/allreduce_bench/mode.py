@@ -52,5 +52,16 @@ MODE = Mode(
             default="5",
             help="back-to-back all-reduces per size and iteration (their mean is logged)",
         ),
+        Option(
+            name="compute_probe",
+            choices=(),
+            default="0",
+            minimum=0,
+            omit_default=True,  # runs from before the probe keep their ids
+            help="before the all-reduces, time this many forward+backward passes of --model "
+            "with 1, 2, 4, .. of the ranks computing at once (the others wait): how much a "
+            "rank's compute slows when the job's other nodes compute too (nodes sharing one "
+            "machine's memory and caches); 0: no probe",
+        ),
     ),
 )

@@ -14,6 +14,14 @@ included): on CPU nodes a communication that runs behind backward takes that CPU
 
 The footer carries the sizes and the model's gradient bytes, and as ``param_checksum`` the
 sum of a reduced check buffer, equal on every rank only if the all-reduce really summed.
+
+``--compute-probe N`` (0: off): before the all-reduces, the seconds of one forward+backward
+of ``--model`` at ``--batch-size`` on random inputs, with the first k ranks computing at once
+and the others waiting at a barrier, for k = 1, 2, 4, .. and the world size (up the counts,
+then down again), each the mean of 2N passes (footer ``compute_probe``: {k: seconds}, this
+rank's). Nodes that share one machine share its memory bandwidth and caches even when each
+has CPU cores of its own: how much a rank's compute slows as more of them compute is what
+the pre-flight reads from it.
 """
 
 from __future__ import annotations
@@ -44,6 +52,58 @@ def boot_id():
             return fh.read().strip() or None
     except OSError:
         return None
+
+
+PROBE_WARMUP = 2  # untimed passes before the probe
+
+
+def probe_counts(world: int) -> list[int]:
+    """The numbers of ranks computing at once the probe times: 1, 2, 4, .. and ``world``."""
+    counts, k = [], 1
+    while k < world:
+        counts.append(k)
+        k *= 2
+    return [*counts, world]
+
+
+def compute_probe(args, rank: int, world: int, device, barrier) -> dict | None:
+    """{k: seconds of one forward+backward of this rank with k ranks computing} for the k
+    of :func:`probe_counts` this rank took part in; None for a model the probe cannot run
+    (not an image classifier of the zoo): every rank decides alike, before any barrier."""
+    import torch
+
+    from orchestrator import zoo
+    from orchestrator.rankside.torch import models
+
+    spec = zoo.get(args.model)
+    if spec.objective != "classify" or spec.transformer is not None:
+        return None
+    model = models.build(args.model, args.dataset).to(device)
+    loss_fn = models.loss_for(args.model)
+    gen = torch.Generator().manual_seed(rank)
+    x = torch.randn(args.batch_size, *models.input_shape(args.dataset), generator=gen)
+    y = torch.randint(0, models.num_classes(args.dataset), (args.batch_size,), generator=gen)
+    x, y = x.to(device), y.to(device)
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+
+    for _ in range(PROBE_WARMUP):  # allocations and kernel choices, every rank at once
+        step()
+    counts = probe_counts(world)
+    total: dict[int, float] = {}
+    # Up the counts, then down again: a drift over the probe (a cache warming, another
+    # job starting) then weighs on every count alike.
+    for k in counts + counts[::-1]:
+        barrier()
+        if rank < k:
+            t0 = time.perf_counter()
+            for _ in range(args.compute_probe):
+                step()
+            total[k] = total.get(k, 0.0) + time.perf_counter() - t0
+        barrier()
+    return {k: t / (2 * args.compute_probe) for k, t in total.items()}
 
 
 def main(argv=None) -> None:
@@ -78,6 +138,9 @@ def main(argv=None) -> None:
         s.footer["host_cpus"] = os.cpu_count()
         s.footer["host_cores"] = cores.count().physical  # hyper-threads counted once
         s.footer["world_size"] = info.world_size
+        if args.compute_probe > 0 and device.type == "cpu":
+            s.footer["compute_probe"] = compute_probe(args, info.rank, info.world_size, device,
+                                                      dist.barrier)
         buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
                    for n in sizes}
         def all_sizes(_it):  # every size, each timed over its repetitions
