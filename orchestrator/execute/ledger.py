@@ -197,8 +197,9 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     if grad is None:
         raise _NotPredicted(f"model {run['model']} not in the zoo (gradient size unknown): not "
                             "predicted")
+    mpi = bool(getattr(_mode_of(str(run["mode"])), "mpi", False))  # its library's α–β
     try:
-        pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network)
+        pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network_of(mpi))
     except ModelInputError as exc:
         raise _NotPredicted(str(exc)) from None
     w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
@@ -218,18 +219,19 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "from_workers": int(b[RANKS]), "pattern": pattern, "overlap": overlap,
         "servers": servers_of(str(run["mode"]), nodes, tasks, opts),
         "grad_bytes": grad, "inputs": {**source.phases, T_ITER: source.t_iter},
-        "network": pf.as_record(),
+        "network": pf.as_record(mpi), "network_library": pf.library_of(mpi),
         "t_iter": pred.t_iter, "speedup": pred.speedup,
         "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
         "interval_parts": {k: list(v) for k, v in band.parts.items()},
         "interval_basis": band.basis, "interval_iterations": band.iterations,
         **_error_fields(band, error[0]),
-        "flags": run_flags(pf, w, tasks, base),
+        "flags": run_flags(pf, w, tasks, base, mpi=mpi),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
         "contention_factor": factor, "comm_cpu": source.comm_cpu, "t_comm_cpu": pred.t_comm_cpu,
         "model_text": f"{pattern} ({overlap}) from run(s) with {int(b[RANKS])} "
-                      "rank(s), pre-flight two-level α–β, sync wait of the slowest rank"
+                      f"rank(s), pre-flight two-level α–β ({pf.library_of(mpi)} all-reduce), "
+                      "sync wait of the slowest rank"
                       + (f", compute x{scale:.2f} ({_scale_text(pf, factor)})"
                          if scale != 1 else "")
                       + (f", hidden communication takes {source.comm_cpu:.0%} of a rank's CPU "
@@ -259,7 +261,8 @@ def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Prefligh
     def comm_of(net: Network) -> Callable[[int, int, int], float]:
         return comm_function(str(run["mode"]), opts, grad, net)[1]
 
-    return measured_interval(base, source, pf.corner_networks(), comm_of,
+    mpi = bool(getattr(_mode_of(str(run["mode"])), "mpi", False))
+    return measured_interval(base, source, pf.corner_networks(mpi), comm_of,
                              (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
                              scale, point, iterations=iters, model_error=error)
 
@@ -356,11 +359,12 @@ def iteration_spread(base: pd.DataFrame, iterations: pd.DataFrame | None) -> int
                                   float(mean) if pd.notna(mean) else None)
 
 
-def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame) -> list[str]:
+def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame,
+              mpi: bool = False) -> list[str]:
     """Why a prediction may not hold, known before its run (model.validity): the
     pre-flight's fit, ranks over the cores or GPUs given, the measured run's node shared or
     its I/O dominating."""
-    flags = list(pf.flags())
+    flags = list(pf.flags(mpi))
     shared = pf.shared_machine_cores()
     over = validity.oversubscribed(ranks, tasks, cpus_per_node=pf.cpus_per_node,
                                    gpus_per_node=pf.gpus_per_node,

@@ -38,6 +38,9 @@ from ..runs import rundir
 from ..units import format_bandwidth, format_seconds
 
 MODE = modes.network_benchmark().name  # allreduce-bench
+# Every benchmark fit_run fits: torch.distributed's, and MPI's (mpi-allreduce-bench, the
+# pre-flight's for the MPI modes); both log the same fields.
+MODES = (MODE, modes.network_benchmark(mpi=True).name)
 FIELD_PREFIX = "allreduce_"
 CPU_PREFIX = "cpu_allreduce_"  # a rank's CPU seconds of one all-reduce of that size
 # The sizes whose CPU over wall time says what the all-reduce's bandwidth costs the CPU: at and
@@ -160,16 +163,17 @@ def fit_quality(sizes: list[int], seconds: list[float], fitted: list[float]) -> 
 
 
 def fit_run(rdir: Path, fit_from: int = FIT_FROM) -> NetbenchResult:
-    """Fit α and B to a finished ``allreduce-bench`` run directory, on its sizes of at least
-    ``fit_from`` bytes (:data:`FIT_FROM`)."""
+    """Fit α and B to a finished ``allreduce-bench`` (or ``mpi-allreduce-bench``) run
+    directory, on its sizes of at least ``fit_from`` bytes (:data:`FIT_FROM`)."""
     run = rundir.read_run(rdir)
-    if run.mode != MODE:
-        raise UserError(f"{rdir}: run of mode '{run.mode}', not an {MODE} run")
+    if run.mode not in MODES:
+        raise UserError(f"{rdir}: run of mode '{run.mode}', not a run of "
+                        f"{' or '.join(MODES)}")
     record = rundir.read_record(rdir)
     if record is None or record.state != "COMPLETED":
         state = record.state if record else "NEW"
         reason = f": {record.reason.splitlines()[0]}" if record and record.reason else ""
-        raise UserError(f"{rdir}: the {MODE} run is {state}{reason}; nothing to fit")
+        raise UserError(f"{rdir}: the {run.mode} run is {state}{reason}; nothing to fit")
     logs = gather.read_run_logs(rdir)
     by_iter: dict[tuple[int, int], float] = {}  # (iter, size) -> slowest rank's seconds
     for log in logs:

@@ -85,15 +85,17 @@ def alpha_beta_for(netbench_file: Path | None, site: str | None, partition: str 
 def network_for(sweep: Path | None, partition: str | None, site: str | None,
                 netbench_file: Path | None, bandwidth: str | None, latency: str | None,
                 intra_bandwidth: str | None = None, intra_latency: str | None = None,
-                ) -> tuple[Network, str, pf.Preflight | None]:
+                mpi: bool = False) -> tuple[Network, str, pf.Preflight | None]:
     """(Network, description, the sweep's pre-flight or None): the sweep's pre-flight (both
-    levels), else a netbench result (inter-node only), then the what-ifs."""
+    levels; ``mpi``, an MPI mode's: MPI's where it measured them), else a netbench result
+    (inter-node only), then the what-ifs."""
     pre = pf.load_sweep(sweep).get(partition or "") if sweep is not None else None
     if pre is not None and netbench_file is None:
-        inter, intra = pre.inter.alpha_beta, pre.intra.alpha_beta if pre.intra else None
-        desc = [f"pre-flight of {sweep}: {pre.inter.describe()}"]
-        if pre.intra:
-            desc.append(pre.intra.describe())
+        inter_level, intra_level = pre.levels_of(mpi)
+        inter, intra = inter_level.alpha_beta, intra_level.alpha_beta if intra_level else None
+        desc = [f"pre-flight of {sweep}: {inter_level.describe()}"]
+        if intra_level:
+            desc.append(intra_level.describe())
     else:
         inter, src = alpha_beta_for(netbench_file, site, partition, sweep, bandwidth, latency)
         if inter is None:

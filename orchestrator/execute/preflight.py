@@ -16,6 +16,11 @@ relative residual. A level is cached as ``<store>/preflight-<site>-<partition>-<
 entry younger than :data:`MAX_AGE_S`, ``always`` measures again, ``never`` skips (and the
 sweep then states no predictions). The jobs run in ``<sweep>/preflight/``, a sweep directory of
 their own, so the sweep's result set holds only its training runs.
+
+A sweep with an MPI mode (``Mode.mpi``: its gradients travel through Open MPI, whose all-reduce
+on the same link can be much slower than Gloo's) measures both levels a second time with the
+MPI benchmark (modes.network_benchmark(mpi=True)), cached as ``preflight-<site>-<partition>-mpi-
+<level>-<nodes>x<tasks>.json``: the MPI modes' predictions use those (Preflight.network_of).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .. import execute, protocol, results, units, zoo
+from .. import execute, modes, protocol, results, units, zoo
 from ..errors import FabricBelowMinimum, UserError
 from ..perfmodel import interval, validity
 from ..perfmodel.comm import AlphaBeta, Network
@@ -79,6 +84,9 @@ class Level(BaseModel):
     measured_at: float
     run_id: str
     run_dir: str
+    # The library the benchmark measured: gloo or nccl (allreduce-bench), mpi
+    # (mpi-allreduce-bench); None: not recorded (an older cache, torch.distributed's).
+    backend: str | None = None
     # Physical machines under the job's nodes (distinct kernel boot ids) and their cores:
     # fewer machines than nodes means the nodes share cores (the test cluster: 4 on 1).
     machines: int | None = None
@@ -132,7 +140,7 @@ class Level(BaseModel):
 
     def problem(self) -> str | None:
         """The flag of a fit that fails validity's thresholds, or None."""
-        return validity.fit_problem(self.level, self.r2, self.max_rel_residual)
+        return validity.fit_problem(self.label, self.r2, self.max_rel_residual)
 
     def bounds(self) -> tuple[AlphaBeta, AlphaBeta] | None:
         """(fast, slow) corners of α and B at the interval's level, from the standard errors of
@@ -160,6 +168,11 @@ class Level(BaseModel):
         cores = self.core_count().physical
         return bool(cores) and per_machine * self.node_cpu_share <= cores + 1e-9
 
+    @property
+    def label(self) -> str:
+        """The level's name, with ``mpi`` before it where MPI's all-reduce was measured."""
+        return f"mpi {self.level}" if self.backend == "mpi" else self.level
+
     def describe(self, now: float | None = None) -> str:
         age = format_age((now or time.time()) - self.measured_at)
         shared = (f", {self.nodes} nodes on {self.machines} machine(s) of "
@@ -173,7 +186,7 @@ class Level(BaseModel):
             shared += ", compute " + ", ".join(
                 f"x{self.compute_slowdown(k):.2f} at {k}" for k in sorted(self.compute_probe)
                 if k > 1) + " ranks computing at once"
-        return (f"{self.level}: α = {units.format_seconds(self.alpha)}, B = "
+        return (f"{self.label}: α = {units.format_seconds(self.alpha)}, B = "
                 f"{units.format_bandwidth(self.bandwidth)}, "
                 f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
                 f"R² = {self.r2:.3f}, worst "
@@ -190,6 +203,9 @@ class Preflight(BaseModel):
     partition: str
     inter: Level
     intra: Level | None = None
+    # The same levels measured with MPI's all-reduce (a sweep with an MPI mode; None: not).
+    mpi_inter: Level | None = None
+    mpi_intra: Level | None = None
     # What the partition gives each node (the site config): the validity checks' budget.
     cpus_per_node: int | None = None
     gpus_per_node: int = 0
@@ -199,18 +215,38 @@ class Preflight(BaseModel):
         return Network(inter=self.inter.alpha_beta,
                        intra=self.intra.alpha_beta if self.intra else None)
 
-    def corner_networks(self) -> list[Network]:
-        """The network with both levels at their fast corners, and at their slow ones ([]
-        where a level's fit cannot say how uncertain it is)."""
-        inter = self.inter.bounds()
-        intra = self.intra.bounds() if self.intra else None
-        if inter is None or (self.intra is not None and intra is None):
+    def levels_of(self, mpi: bool = False) -> tuple[Level, Level | None]:
+        """(inter, intra) of a mode's library: MPI's levels where ``mpi`` and measured, each
+        level otherwise torch.distributed's."""
+        if not mpi:
+            return self.inter, self.intra
+        return self.mpi_inter or self.inter, self.mpi_intra or self.intra
+
+    def network_of(self, mpi: bool = False) -> Network:
+        """The two-level network a mode of that ``Mode.mpi`` communicates over."""
+        inter, intra = self.levels_of(mpi)
+        return Network(inter=inter.alpha_beta, intra=intra.alpha_beta if intra else None)
+
+    def library_of(self, mpi: bool = False) -> str:
+        """What measured :meth:`network_of`: mpi, else torch.distributed's backend."""
+        inter = self.levels_of(mpi)[0]
+        return inter.backend or ("nccl" if self.gpus_per_node else "gloo")
+
+    def corner_networks(self, mpi: bool = False) -> list[Network]:
+        """The network (:meth:`network_of`) with both levels at their fast corners, and at
+        their slow ones ([] where a level's fit cannot say how uncertain it is)."""
+        inter_level, intra_level = self.levels_of(mpi)
+        inter = inter_level.bounds()
+        intra = intra_level.bounds() if intra_level else None
+        if inter is None or (intra_level is not None and intra is None):
             return []
         return [Network(inter=inter[i], intra=intra[i] if intra else None) for i in (0, 1)]
 
-    def flags(self) -> list[str]:
-        """The fit problems of its levels (validity.fit_problem): [] when both hold."""
-        levels = [self.inter, *([self.intra] if self.intra else [])]
+    def flags(self, mpi: bool = False) -> list[str]:
+        """The fit problems of the levels of :meth:`network_of` (validity.fit_problem): []
+        when both hold."""
+        inter, intra = self.levels_of(mpi)
+        levels = [inter, *([intra] if intra else [])]
         return [p for p in (lv.problem() for lv in levels) if p]
 
     def shared_machine_cpus(self) -> int | None:
@@ -262,12 +298,14 @@ class Preflight(BaseModel):
         cpus = self.shared_machine_cpus()
         return max(1.0, ranks / cpus) if cpus else 1.0
 
-    def as_record(self) -> dict:
-        """What a prediction records as its network input."""
+    def as_record(self, mpi: bool = False) -> dict:
+        """What a prediction records as its network input (``mpi``: an MPI mode's, its
+        levels those of :meth:`network_of`)."""
+        inter, intra = self.levels_of(mpi)
         return {"site": self.site, "partition": self.partition,
-                "inter": self.inter.model_dump(exclude={"sizes", "seconds"}),
-                "intra": self.intra.model_dump(exclude={"sizes", "seconds"})
-                if self.intra else None}
+                "inter": inter.model_dump(exclude={"sizes", "seconds"}),
+                "intra": intra.model_dump(exclude={"sizes", "seconds"})
+                if intra else None}
 
 
 def format_age(seconds: float) -> str:
@@ -308,9 +346,11 @@ def local_cores(site: Site) -> int | None:
 
 
 def cache_path(site: str, partition: str, level: str, nodes: int, tasks: int,
-               store: Path | None = None) -> Path:
+               store: Path | None = None, mpi: bool = False) -> Path:
+    """Where a level is cached; an MPI level (``mpi``) beside it, ``-mpi`` in its name."""
+    library = "-mpi" if mpi else ""
     return (store or netbench.store_dir()) / (
-        f"preflight-{site}-{partition}-{level}-{nodes}x{tasks}.json")
+        f"preflight-{site}-{partition}{library}-{level}-{nodes}x{tasks}.json")
 
 
 def load_level(path: Path) -> Level:
@@ -332,16 +372,17 @@ def load_level(path: Path) -> Level:
 def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
                   model: str, dataset: str,
                   on_event: Callable | None = None, batch_size: int = PROBE_BATCH,
-                  factor: int = 1) -> Level:
+                  factor: int = 1, bench: str = netbench.MODE) -> Level:
     """Run the micro-benchmark job of one level (a real job) and fit it; ``factor`` times the
-    repeats and iterations. The across-nodes level of a CPU partition also probes how the
-    nodes' compute slows when they compute at once (``batch_size``: the sweep's)."""
+    repeats and iterations; ``bench``: the benchmark mode (netbench.MODES). The across-nodes
+    level of a CPU partition measured with torch.distributed also probes how the nodes'
+    compute slows when they compute at once (``batch_size``: the sweep's)."""
     options = {"sizes": (SIZES,), "reps": (str(REPS * factor),)}
-    probe = probe_of(site, partition, level, model, dataset, batch_size)
+    probe = probe_of(site, partition, level, model, dataset, batch_size, bench)
     if probe:
         options["compute_probe"] = (str(PROBE_PASSES),)
     spec = sweepmod.SweepSpec(
-        nodes=(nodes,), modes=(netbench.MODE,), models=(model,), dataset=dataset,
+        nodes=(nodes,), modes=(bench,), models=(model,), dataset=dataset,
         batch_sizes=(batch_size,), partitions=(partition,), tasks_per_node=(tasks,),
         iters=ITERS * factor, warmup=WARMUP, options=options)
     runs = sweepmod.expand(spec, site)
@@ -369,15 +410,16 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  max_rel_residual=worst, sizes=sizes, seconds=seconds,
                  reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
-                 run_id=fit.run_id, run_dir=fit.run_dir)
+                 run_id=fit.run_id, run_dir=fit.run_dir, backend=fit.backend)
 
 
 def probe_of(site: Site, partition: str, level: str, model: str, dataset: str,
-             batch_size: int) -> str | None:
+             batch_size: int, bench: str = netbench.MODE) -> str | None:
     """What a level's compute probe runs (``model/dataset/batch``): the across-nodes level of
-    a CPU partition only (a GPU's compute is its own), of an image classifier of the zoo (what
-    the probe can build); None where there is no probe."""
-    if level != "inter" or site.partition(partition).gpus_per_node:
+    a CPU partition only (a GPU's compute is its own), measured by the torch.distributed
+    benchmark (the MPI one has no probe), of an image classifier of the zoo (what the probe
+    can build); None where there is no probe."""
+    if level != "inter" or bench != netbench.MODE or site.partition(partition).gpus_per_node:
         return None
     try:
         spec = zoo.get(model)
@@ -433,57 +475,80 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
               store: Path | None = None,
               say: Callable[[str], None] = lambda line: None,
               on_event: Callable | None = None,
-              max_age_s: float = MAX_AGE_S, nodes: int = 2) -> dict[str, Preflight]:
+              max_age_s: float = MAX_AGE_S, nodes: int = 2,
+              mpi: bool = False) -> dict[str, Preflight]:
     """The two-level network of every partition: from the cache when fresh (``auto``), else
-    measured now; the result is also written to ``<sweep>/preflight.json``."""
+    measured now; ``mpi`` (the sweep has an MPI mode): each level also through MPI. The
+    result is also written to ``<sweep>/preflight.json``."""
     if how not in MODES:
         raise UserError(f"--preflight {how}: valid: {', '.join(MODES)}")
     out: dict[str, Preflight] = {}
     if how == "never":
         return out
     now = time.time()
+    job = {"out": sweep_dir / PREFLIGHT_DIR, "model": model, "dataset": dataset,
+           "batch_size": batch_size, "on_event": on_event}
     for partition in partitions:
-        levels: dict[str, Level] = {}
-        for level, (count, tasks) in layouts(site, partition, nodes).items():
-            path = cache_path(site.name, partition, level, count, tasks, store)
-            cached = load_level(path) if path.exists() and how == "auto" else None
-            where = (site, partition, level, count, tasks, sweep_dir / PREFLIGHT_DIR, model,
-                     dataset, on_event, batch_size)
-            wanted = probe_of(site, partition, level, model, dataset, batch_size)
-            if (cached is not None and now - cached.measured_at <= max_age_s
-                    and cached.probe == wanted):
-                say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
-                    f"{path}]")
-                levels[level] = _checked(cached, where, path, say)
-                continue
-            why = "stale" if cached is not None else (
-                "on request" if how == "always" else "not measured yet")
-            say(f"pre-flight {site.name}/{partition} {level}: measuring ({why}): "
-                f"allreduce-bench on {count} node(s) x {tasks} task(s)")
-            levels[level] = _checked(_measured(where, path, say), where, path, say)
+        found = {lib: _levels(site, partition, nodes, job, how=how, store=store, say=say,
+                              now=now, max_age_s=max_age_s, mpi=lib)
+                 for lib in ((False, True) if mpi else (False,))}
+        levels, mpi_levels = found[False], found.get(True, {})
         part = site.partition(partition)
-        out[partition] = Preflight(site=site.name, partition=partition, inter=levels["inter"],
-                                   intra=levels.get("intra"), cpus_per_node=part.cpus_per_node,
-                                   gpus_per_node=part.gpus_per_node or 0)
-        for flag in out[partition].flags():
-            say(f"pre-flight {site.name}/{partition}: {flag}: every prediction from it says so")
+        pf = out[partition] = Preflight(
+            site=site.name, partition=partition, inter=levels["inter"],
+            intra=levels.get("intra"), mpi_inter=mpi_levels.get("inter"),
+            mpi_intra=mpi_levels.get("intra"), cpus_per_node=part.cpus_per_node,
+            gpus_per_node=part.gpus_per_node or 0)
+        for lib in found:
+            for flag in pf.flags(lib):
+                say(f"pre-flight {site.name}/{partition}{' mpi' if lib else ''}: {flag}: every "
+                    f"prediction from it says so")
     sweep_dir.mkdir(parents=True, exist_ok=True)
     rundir.write_json_atomic(sweep_dir / "preflight.json",
                              {p: pf.model_dump(mode="json") for p, pf in out.items()})
     return out
 
 
-def _measured(where: tuple, path: Path, say: Callable[[str], None], factor: int = 1) -> Level:
+def _levels(site: Site, partition: str, nodes: int, job: dict, *, how: str,
+            store: Path | None, say: Callable[[str], None], now: float, max_age_s: float,
+            mpi: bool) -> dict[str, Level]:
+    """Every level of one partition measured with one library's benchmark (``mpi``: MPI's,
+    cached apart), from the cache when fresh (``auto``), else measured now."""
+    bench = modes.network_benchmark(mpi).name
+    levels: dict[str, Level] = {}
+    for level, (count, tasks) in layouts(site, partition, nodes).items():
+        path = cache_path(site.name, partition, level, count, tasks, store, mpi=mpi)
+        cached = load_level(path) if path.exists() and how == "auto" else None
+        where = {"site": site, "partition": partition, "level": level, "nodes": count,
+                 "tasks": tasks, **job, "bench": bench}
+        wanted = probe_of(site, partition, level, job["model"], job["dataset"],
+                          job["batch_size"], bench)
+        if (cached is not None and now - cached.measured_at <= max_age_s
+                and cached.probe == wanted):
+            say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
+                f"{path}]")
+            levels[level] = _checked(cached, where, path, say)
+            continue
+        why = ("on request" if how == "always" else "not measured yet" if cached is None
+               else "stale" if now - cached.measured_at > max_age_s
+               else f"its compute probe ran {cached.probe or 'nothing'}, the sweep's {wanted}")
+        say(f"pre-flight {site.name}/{partition} {'mpi ' if mpi else ''}{level}: measuring "
+            f"({why}): {bench} on {count} node(s) x {tasks} task(s)")
+        levels[level] = _checked(_measured(where, path, say), where, path, say)
+    return levels
+
+
+def _measured(where: dict, path: Path, say: Callable[[str], None], factor: int = 1) -> Level:
     """Measure one level (``where``: measure_level's arguments), cache it and say it."""
-    site, partition = where[0], where[1]
-    fresh = measure_level(*where, factor=factor)
+    site, partition = where["site"], where["partition"]
+    fresh = measure_level(**where, factor=factor)
     path.parent.mkdir(parents=True, exist_ok=True)
     rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
     say(f"pre-flight {site.name}/{partition} {fresh.describe()}")
     return fresh
 
 
-def _checked(got: Level, where: tuple, path: Path, say: Callable[[str], None]) -> Level:
+def _checked(got: Level, where: dict, path: Path, say: Callable[[str], None]) -> Level:
     """``got``, or, when its fit fails validity's thresholds and it was not itself such a
     second measurement, the level measured once more with RETRY_FACTOR times the repeats
     (cached in its place: a second measurement that fails too is used, flagged, for the
@@ -491,8 +556,8 @@ def _checked(got: Level, where: tuple, path: Path, say: Callable[[str], None]) -
     problem = got.problem()
     if problem is None or got.reps > REPS:
         return got
-    say(f"pre-flight {where[0].name}/{where[1]} {got.level}: {problem}: measuring again with "
-        f"{RETRY_FACTOR}x the repeats and iterations")
+    say(f"pre-flight {where['site'].name}/{where['partition']} {got.label}: {problem}: "
+        f"measuring again with {RETRY_FACTOR}x the repeats and iterations")
     return _measured(where, path, say, factor=RETRY_FACTOR)
 
 

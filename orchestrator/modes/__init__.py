@@ -61,12 +61,15 @@ def registry():
     return _REGISTRY
 
 
-def network_benchmark():
-    """The mode that measures the network instead of training (``trains=False``): what
-    ``orch netbench`` runs and fits the α–β model to."""
-    found = [m for m in registry().values() if not m.trains]
+def network_benchmark(mpi=False):
+    """The mode that measures the network instead of training (``trains=False``) through the
+    library a training mode of that ``mpi`` communicates with: torch.distributed's
+    (``allreduce-bench``, what ``orch netbench`` runs) or MPI's (``mpi-allreduce-bench``). A
+    training mode's own benchmark is ``network_benchmark(mode.mpi)``."""
+    found = [m for m in registry().values() if not m.trains and bool(m.mpi) == bool(mpi)]
     if len(found) != 1:
-        raise ModeDefinitionError(f"expected one network benchmark mode (trains=False), found "
+        raise ModeDefinitionError(f"expected one network benchmark mode (trains=False) with "
+                                  f"mpi={bool(mpi)}, found "
                                   f"{', '.join(m.name for m in found) or 'none'}")
     return found[0]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict
 
-from .. import units, zoo
+from .. import modes, units, zoo
 from ..errors import UserError
 from ..execute.ledger import (
     comm_function,
@@ -360,9 +360,10 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
                         "to take a breakdown from")
     top = done[done["ranks"] == done["ranks"].max()]
     small = done[done["ranks"] == done["ranks"].min()]
+    mpi = bool(getattr(modes.registry().get(str(first["mode"])), "mpi", False))
     net, net_desc, pre = network_for(sweep, str(first["partition"]), str(first["site"]),
                                      ask.netbench_file, ask.bandwidth, ask.latency,
-                                     two.intra_bandwidth, two.intra_latency)
+                                     two.intra_bandwidth, two.intra_latency, mpi=mpi)
     shared = pre is not None and pre.shared_machine_cpus()
     factor = contention_factor(done[done["ranks"] <= 2]) if shared else None
     load = ((lambda n: compute_scale(pre, int(top["ranks"].iloc[0]), n, factor))
@@ -393,7 +394,7 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
                         measured)
     what_if = any(v is not None for v in (ask.bandwidth, ask.latency, ask.netbench_file,
                                           two.intra_bandwidth, two.intra_latency))
-    corners = pre.corner_networks() if pre is not None and not what_if else []
+    corners = pre.corner_networks(mpi) if pre is not None and not what_if else []
 
     def comm_of(net):
         return comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
@@ -405,7 +406,7 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
                                  row["compute_scale"], row["t_iter"], ask.prefetch, iters)
         row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
                    interval_basis=band.basis,
-                   flags=run_flags(pre, row["workers"], row["tasks_per_node"], top)
+                   flags=run_flags(pre, row["workers"], row["tasks_per_node"], top, mpi=mpi)
                    if pre is not None else [])
     return _two_level_forecast(rows, label, pat, ov, tasks, grad, net_desc)
 

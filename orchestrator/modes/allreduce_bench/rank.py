@@ -31,28 +31,9 @@ import time
 from datetime import timedelta
 
 from orchestrator.rankside import cores, harness
+from orchestrator.rankside.allreduce import boot_id, gradient_bytes
 
 from .mode import MODE
-
-
-def gradient_bytes(model: str, dataset: str) -> int | None:
-    """float32 gradient bytes of a zoo model (None if unknown)."""
-    try:
-        from orchestrator import zoo
-
-        return 4 * int(zoo.get(model).expected_params[dataset])
-    except Exception:  # an unknown model only means one size fewer
-        return None
-
-
-def boot_id():
-    """The kernel's boot id: equal on every "node" that is really the same machine."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
-            return fh.read().strip() or None
-    except OSError:
-        return None
-
 
 PROBE_WARMUP = 2  # untimed passes before the probe
 
