@@ -141,11 +141,15 @@ def test_an_mpi_sweep_measures_the_mpi_allreduce_and_predicts_from_it(mpi_sweep,
     assert p["mode"] == "mpi-ssgd" and p["network_library"] == "mpi"
     assert p["network"]["inter"]["run_id"] == pf.mpi_inter.run_id
     assert "(mpi all-reduce)" in p["model_text"]
-    # the cache again (auto): all four levels from it, no job
+    # the cache again (auto) for the same model and batch (Gloo's across-nodes level probed
+    # the sweep's compute; the MPI levels probe nothing): all four levels from it, no job
+    assert pf.inter.probe and pf.mpi_inter.probe is None
+    model, dataset, batch = pf.inter.probe.split("/")
     said: list[str] = []
     site, _ = sitemod.load(slurm_cluster)
     again = preflight.preflight(site, ["ib"], out.parent / "again", store=store,
-                                say=said.append, mpi=True)["ib"]
+                                say=said.append, mpi=True, model=model, dataset=dataset,
+                                batch_size=int(batch))["ib"]
     assert again.mpi_inter.run_id == pf.mpi_inter.run_id
     assert again.mpi_intra.run_id == pf.mpi_intra.run_id
     assert len([line for line in said if "[cached" in line]) == 4
