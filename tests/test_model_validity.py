@@ -115,11 +115,17 @@ def _runs(top_ranks: int, **base_extra) -> pd.DataFrame:
     ])
 
 
+def _mpi_preflight(inter: preflight.Level) -> preflight.Preflight:
+    """The pre-flight of a sweep with an MPI mode (``_runs``' mpi-ssgd): both libraries
+    measured, here with the same fit."""
+    return preflight.Preflight(site="s", partition="p", inter=inter,
+                               mpi_inter=inter.model_copy(update={"backend": "mpi"}))
+
+
 def test_every_stated_prediction_has_an_interval_by_hand():
     noisy = [t * (1.1 if i % 2 else 0.9) for i, t in
              enumerate(allreduce_time(m, 2, 1e-3, 1e6) for m in SIZES)]
-    pf = preflight.Preflight(site="s", partition="p",
-                             inter=_level("inter", 2, None, seconds=noisy))
+    pf = _mpi_preflight(_level("inter", 2, None, seconds=noisy))
     (rec,), notes = ledger.predict_runs(_runs(2), {"big"}, {"p": pf}, now=5.0)
     assert notes == [] and rec["flags"] == [] and rec["level"] == 0.8
     assert rec["t_iter_low"] < rec["t_iter"] < rec["t_iter_high"]
@@ -136,17 +142,16 @@ def test_every_stated_prediction_has_an_interval_by_hand():
 
 
 def test_predictions_are_flagged_before_their_runs():
-    shared = preflight.Preflight(site="s", partition="p", inter=_level("inter", 4, 1))
+    shared = _mpi_preflight(_level("inter", 4, 1))
     (rec,), _ = ledger.predict_runs(_runs(4), {"big"}, {"p": shared}, now=5.0)
     assert rec["flags"] == ["assumption broken: 4 ranks on 2 cores (the nodes are one machine):"
                             " 2 ranks a core"]
     (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": shared}, now=5.0)
     assert rec["flags"] == []  # 2 ranks on 2 cores hold
-    unreliable = preflight.Preflight(site="s", partition="p",
-                                     inter=_level("inter", 2, None, r2=-0.499))
+    unreliable = _mpi_preflight(_level("inter", 2, None, r2=-0.499))
     (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": unreliable}, now=5.0)
     assert rec["flags"][0].startswith("network model unreliable: R² = -0.499")
-    own = preflight.Preflight(site="s", partition="p", inter=_level("inter", 2, None))
+    own = _mpi_preflight(_level("inter", 2, None))
     (rec,), _ = ledger.predict_runs(_runs(2, t_io=0.02, co_tenants="other"), {"big"},
                                     {"p": own}, now=5.0)
     assert len(rec["flags"]) == 2
@@ -154,6 +159,34 @@ def test_predictions_are_flagged_before_their_runs():
                                       "shared its node(s) with other (co_tenants)")
     assert rec["flags"][1].startswith("assumption broken: input I/O is 65% of t_iter in the "
                                       "1-rank run (above 50%)")
+
+
+def test_a_library_the_preflight_did_not_measure_flags_predictions_from_one_node():
+    gloo = _level("inter", 4, None)
+    only_gloo = preflight.Preflight(site="s", partition="p", inter=gloo)
+    # an MPI mode with only torch.distributed's fit: 2 nodes from 1 is flagged, naming both
+    (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": only_gloo}, now=5.0)
+    assert rec["flags"] == [
+        "network model unreliable: the pre-flight measured gloo's all-reduce, not MPI's own "
+        "communication, and the run it is predicted from ran on one node: how fast MPI moves "
+        "the gradient between nodes is not known before a run of it across nodes"]
+    # ... and not once MPI's own all-reduce was measured
+    (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": _mpi_preflight(gloo)}, now=5.0)
+    assert rec["flags"] == []
+    # TensorFlow's collectives: no pre-flight measures them; a run across nodes did
+    tf = _runs(4)
+    tf["mode"], tf["options"] = "tf-allreduce", None
+    (rec,), _ = ledger.predict_runs(tf, {"big"}, {"p": only_gloo}, now=5.0)
+    assert rec["flags"][0].startswith("network model unreliable: the pre-flight measured "
+                                      "gloo's all-reduce, not tensorflow's own communication")
+    two = pd.concat([tf.iloc[[0]].assign(run_id="n2", nodes=2, ranks=2), tf])
+    (rec,), _ = ledger.predict_runs(two, {"big"}, {"p": only_gloo}, now=5.0)
+    assert rec["from_workers"] == 2 and rec["flags"] == []
+    # torch.distributed's own modes are what the pre-flight measures
+    ddp = _runs(2)
+    ddp["mode"], ddp["options"] = "torch-ddp", None
+    (rec,), _ = ledger.predict_runs(ddp, {"big"}, {"p": only_gloo}, now=5.0)
+    assert rec["flags"] == []
 
 
 def test_scorecard_keeps_flagged_runs_apart_with_coverage():
@@ -344,7 +377,7 @@ def test_physical_cores_from_a_fake_sysfs_tree(tmp_path):
 
 def test_oversubscription_counts_physical_cores_and_says_the_logical_ones():
     ht = _level("inter", 4, 1).model_copy(update={"machine_cpus": 4, "machine_cores": 2})
-    pf = preflight.Preflight(site="s", partition="p", inter=ht)
+    pf = _mpi_preflight(ht)
     assert pf.shared_machine_cpus() == 2 and pf.compute_load(4) == 2.0
     assert "1 machine(s) of 2 physical cores (4 logical)" in ht.describe(0.0)
     (rec,), _ = ledger.predict_runs(_runs(4), {"big"}, {"p": pf}, now=5.0)

@@ -225,7 +225,8 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "interval_parts": {k: list(v) for k, v in band.parts.items()},
         "interval_basis": band.basis, "interval_iterations": band.iterations,
         **_error_fields(band, error[0]),
-        "flags": run_flags(pf, w, tasks, base, mpi=mpi),
+        "flags": run_flags(pf, w, tasks, base, mpi=mpi, nodes=nodes,
+                           unmeasured=unmeasured_library(_mode_of(str(run["mode"])), pf)),
         "t_comm_exposed": pred.t_comm_exposed, "t_comm_total": pred.t_comm_total,
         "jitter": source.jitter, "t_sync_wait": pred.t_sync_wait, "compute_scale": scale,
         "contention_factor": factor, "comm_cpu": source.comm_cpu, "t_comm_cpu": pred.t_comm_cpu,
@@ -359,12 +360,28 @@ def iteration_spread(base: pd.DataFrame, iterations: pd.DataFrame | None) -> int
                                   float(mean) if pd.notna(mean) else None)
 
 
+def unmeasured_library(mode, pf: Preflight) -> str | None:
+    """The communication library of ``mode`` where the pre-flight did not measure it: MPI
+    for an MPI mode without the pre-flight's MPI levels, the framework of a mode that
+    communicates through neither torch.distributed nor MPI (TensorFlow's collectives,
+    MXNet's kvstore); None where the pre-flight measured the mode's own library."""
+    if mode is None:
+        return None
+    if mode.mpi:
+        return None if pf.mpi_inter is not None else "MPI"
+    return None if mode.library == modes.network_benchmark().library else mode.framework
+
+
 def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame,
-              mpi: bool = False) -> list[str]:
+              mpi: bool = False, nodes: int = 1, unmeasured: str | None = None) -> list[str]:
     """Why a prediction may not hold, known before its run (model.validity): the
-    pre-flight's fit, ranks over the cores or GPUs given, the measured run's node shared or
-    its I/O dominating."""
+    pre-flight's fit or the mode's library it did not measure, ranks over the cores or GPUs
+    given, the measured run's node shared or its I/O dominating."""
     flags = list(pf.flags(mpi))
+    if unmeasured:
+        flag = validity.unmeasured_library(unmeasured, f"{pf.library_of(mpi)}'s all-reduce",
+                                           int(base[NODES].max()), nodes)
+        flags += [flag] if flag else []
     shared = pf.shared_machine_cores()
     over = validity.oversubscribed(ranks, tasks, cpus_per_node=pf.cpus_per_node,
                                    gpus_per_node=pf.gpus_per_node,

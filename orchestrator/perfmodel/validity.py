@@ -9,7 +9,9 @@ from valid ones: a miss where the model said it could not hold is not a miss of 
 Two kinds of flag, each a line that starts with its kind:
 
 * ``network model unreliable: …`` — the pre-flight's fit fails :data:`MIN_R2` or
-  :data:`MAX_RESIDUAL` (after the pre-flight measured once more with more repeats);
+  :data:`MAX_RESIDUAL` (after the pre-flight measured once more with more repeats), or the
+  pre-flight measured another library's all-reduce than the one the mode communicates with
+  and the run it is predicted from sent nothing between nodes (:func:`unmeasured_library`);
 * ``assumption broken: …`` — the run's ranks outnumber the cores (physical: hyper-threads
   counted once; a node's CPU share where its ranks were found confined to one) or GPUs given
   to them, the run it is predicted from shared its node with
@@ -43,6 +45,21 @@ def fit_problem(level: str, r2: float, worst: float) -> str | None:
         return None
     return (f"{UNRELIABLE}: R² = {r2:.3f}, worst residual {worst:.0%} ({level} fit; needs "
             f"R² ≥ {MIN_R2} and worst residual ≤ {MAX_RESIDUAL:.0%})")
+
+
+def unmeasured_library(framework: str, measured: str, base_nodes: int,
+                       nodes: int) -> str | None:
+    """The flag of a prediction across nodes, from a run on one node, of a mode whose own
+    communication (``framework``'s: TensorFlow's collective ring, MXNet's kvstore) the
+    pre-flight did not measure (it measured ``measured``): nothing yet says how fast that
+    library moves a gradient between nodes, and libraries over the same link differ by
+    1.5-3x. A run across nodes measured it (a prediction from one is not flagged)."""
+    if nodes <= 1 or base_nodes > 1:
+        return None
+    return (f"{UNRELIABLE}: the pre-flight measured {measured}, not {framework}'s own "
+            f"communication, and the run it is predicted from ran on one node: how fast "
+            f"{framework} moves the gradient between nodes is not known before a run of it "
+            "across nodes")
 
 
 def oversubscribed(ranks: int, tasks_per_node: int, *, cpus_per_node: int | None,
