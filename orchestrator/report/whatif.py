@@ -25,6 +25,7 @@ from ..execute.ledger import (
     measured_interval,
     run_flags,
     runs_interval,
+    unmeasured_library,
 )
 from ..execute.network import alpha_beta_for, network_for
 from ..perfmodel.comm import PATTERN_MODELS, AlphaBeta, Network, pattern_comm_time
@@ -406,7 +407,9 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
                                  row["compute_scale"], row["t_iter"], ask.prefetch, iters)
         row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
                    interval_basis=band.basis,
-                   flags=run_flags(pre, row["workers"], row["tasks_per_node"], top, mpi=mpi)
+                   flags=run_flags(pre, row["workers"], row["tasks_per_node"], top, mpi=mpi,
+                                   nodes=row["nodes"], unmeasured=unmeasured_library(
+                                       modes.registry().get(str(first["mode"])), pre))
                    if pre is not None else [])
     return _two_level_forecast(rows, label, pat, ov, tasks, grad, net_desc)
 
