@@ -107,23 +107,28 @@ class Level(BaseModel):
     # at once (allreduce-bench --compute-probe, the mean over those ranks), by k; None: not
     # probed (GPU partitions, the intra level, models the probe cannot run).
     compute_probe: dict[int, float] | None = None
+    compute_probe_cpu: dict[int, float] | None = None  # ... their CPU seconds
     probe: str | None = None  # what the probe ran (probe_of): a cached level serves only it
 
     def compute_slowdown(self, ranks: int) -> float:
         """How much slower one rank computes with ``ranks`` of them computing at once than
-        alone, from the probe: linear between the counts it timed, its largest count's beyond
-        them; 1 without a probe."""
+        alone, from the probe's wall seconds: linear between the counts it timed, its largest
+        count's beyond them; 1 without a probe. More ranks computing never make one faster: a
+        count timed faster than a smaller one is its noise (a pass is a few CPU-quota periods
+        long), and takes the smaller count's slowdown."""
         probe = self.compute_probe or {}
         if 1 not in probe or not probe[1] > 0:
             return 1.0
-        counts = sorted(probe)
+        slowdown, worst = {}, 1.0
+        for k in sorted(probe):
+            worst = slowdown[k] = max(worst, probe[k] / probe[1])
+        counts = sorted(slowdown)
         if ranks >= counts[-1]:
-            return probe[counts[-1]] / probe[1]
+            return slowdown[counts[-1]]
         lo = max(k for k in counts if k <= ranks)
         hi = min(k for k in counts if k >= ranks)
-        t = probe[lo] if hi == lo else (
-            probe[lo] + (probe[hi] - probe[lo]) * (ranks - lo) / (hi - lo))
-        return t / probe[1]
+        return slowdown[lo] if hi == lo else (
+            slowdown[lo] + (slowdown[hi] - slowdown[lo]) * (ranks - lo) / (hi - lo))
 
     @property
     def alpha_beta(self) -> AlphaBeta:
@@ -404,6 +409,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  machine_cores=min(physical) if physical else None,
                  node_cpu_share=confined_share(logs), rank_cpu_cores=rank_cores(logs, tasks),
                  comm_cpu_cores=fit.cpu_cores, compute_probe=probe_seconds(footers),
+                 compute_probe_cpu=probe_seconds(footers, "compute_probe_cpu"),
                  probe=probe,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
@@ -430,12 +436,13 @@ def probe_of(site: Site, partition: str, level: str, model: str, dataset: str,
     return f"{model}/{dataset}/{batch_size}"
 
 
-def probe_seconds(footers: list[dict]) -> dict[int, float] | None:
+def probe_seconds(footers: list[dict], key: str = "compute_probe") -> dict[int, float] | None:
     """The compute probe of a job (allreduce-bench --compute-probe): for each count of ranks
-    computing at once, the mean over those ranks of their seconds per pass; None unprobed."""
+    computing at once, the mean over those ranks of their seconds per pass (``key``
+    ``compute_probe_cpu``: their CPU seconds); None unprobed."""
     by_count: dict[int, list[float]] = {}
     for footer in footers:
-        for k, seconds in (footer.get("compute_probe") or {}).items():
+        for k, seconds in (footer.get(key) or {}).items():
             if str(k).isdigit() and isinstance(seconds, (int, float)) and seconds > 0:
                 by_count.setdefault(int(k), []).append(float(seconds))
     return {k: sum(v) / len(v) for k, v in sorted(by_count.items())} or None

@@ -19,9 +19,9 @@ sum of a reduced check buffer, equal on every rank only if the all-reduce really
 of ``--model`` at ``--batch-size`` on random inputs, with the first k ranks computing at once
 and the others waiting at a barrier, for k = 1, 2, 4, .. and the world size (up the counts,
 then down again), each the mean of 2N passes (footer ``compute_probe``: {k: seconds}, this
-rank's). Nodes that share one machine share its memory bandwidth and caches even when each
-has CPU cores of its own: how much a rank's compute slows as more of them compute is what
-the pre-flight reads from it.
+rank's; ``compute_probe_cpu``: the CPU seconds this process spent on them). Nodes that share
+one machine share its memory bandwidth and caches even when each has CPU cores of its own:
+how much a rank's compute slows as more of them compute is what the pre-flight reads from it.
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ def probe_counts(world: int) -> list[int]:
     return [*counts, world]
 
 
-def compute_probe(args, rank: int, world: int, device, barrier) -> dict | None:
-    """{k: seconds of one forward+backward of this rank with k ranks computing} for the k
-    of :func:`probe_counts` this rank took part in; None for a model the probe cannot run
-    (not an image classifier of the zoo): every rank decides alike, before any barrier."""
+def compute_probe(args, rank: int, world: int, device, barrier) -> tuple[dict, dict] | None:
+    """({k: wall seconds}, {k: CPU seconds}) of one forward+backward of this rank with k
+    ranks computing at once, for the k of :func:`probe_counts` this rank took part in; None
+    for a model the probe cannot run (not an image classifier of the zoo): every rank decides
+    alike, before any barrier."""
     import torch
 
     from orchestrator import zoo
@@ -65,6 +66,7 @@ def compute_probe(args, rank: int, world: int, device, barrier) -> dict | None:
     x = torch.randn(args.batch_size, *models.input_shape(args.dataset), generator=gen)
     y = torch.randint(0, models.num_classes(args.dataset), (args.batch_size,), generator=gen)
     x, y = x.to(device), y.to(device)
+    counts = probe_counts(world)
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
@@ -72,19 +74,21 @@ def compute_probe(args, rank: int, world: int, device, barrier) -> dict | None:
 
     for _ in range(PROBE_WARMUP):  # allocations and kernel choices, every rank at once
         step()
-    counts = probe_counts(world)
-    total: dict[int, float] = {}
+    wall: dict[int, float] = {}
+    cpu: dict[int, float] = {}
     # Up the counts, then down again: a drift over the probe (a cache warming, another
     # job starting) then weighs on every count alike.
     for k in counts + counts[::-1]:
         barrier()
         if rank < k:
-            t0 = time.perf_counter()
             for _ in range(args.compute_probe):
+                t0, c0 = time.perf_counter(), time.process_time()
                 step()
-            total[k] = total.get(k, 0.0) + time.perf_counter() - t0
+                wall[k] = wall.get(k, 0.0) + time.perf_counter() - t0
+                cpu[k] = cpu.get(k, 0.0) + time.process_time() - c0
         barrier()
-    return {k: t / (2 * args.compute_probe) for k, t in total.items()}
+    passes = 2 * args.compute_probe
+    return ({k: t / passes for k, t in wall.items()}, {k: t / passes for k, t in cpu.items()})
 
 
 def main(argv=None) -> None:
@@ -120,8 +124,9 @@ def main(argv=None) -> None:
         s.footer["host_cores"] = cores.count().physical  # hyper-threads counted once
         s.footer["world_size"] = info.world_size
         if args.compute_probe > 0 and device.type == "cpu":
-            s.footer["compute_probe"] = compute_probe(args, info.rank, info.world_size, device,
-                                                      dist.barrier)
+            probe = compute_probe(args, info.rank, info.world_size, device, dist.barrier)
+            if probe is not None:
+                s.footer["compute_probe"], s.footer["compute_probe_cpu"] = probe
         buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
                    for n in sizes}
         def all_sizes(_it):  # every size, each timed over its repetitions
