@@ -170,3 +170,31 @@ def test_the_ledger_widens_the_side_the_recorded_errors_say(tmp_path, monkeypatc
         t + math.sqrt(sum(hi ** 2 for _, hi in others) + (t / (1 + low) - t) ** 2))
     assert rec["t_iter_low"] == pytest.approx(before["t_iter_low"])  # errors < 0: below as was
     assert rec["t_iter_high"] > before["t_iter_high"]
+
+
+def test_orch_predict_on_a_result_set_carries_the_sites_model_error(tmp_path, monkeypatch):
+    from orchestrator.report import whatif
+
+    from .test_predict import write_result_set
+
+    d = write_result_set(tmp_path / "sweep")
+    runs = pd.read_parquet(d / "results" / "runs.parquet")
+    site, part = str(runs["site"].iloc[0]), str(runs["partition"].iloc[0])
+    level = _level("inter", 2, None).model_copy(update={"partition": part})
+    pf = preflight.Preflight(site=site, partition=part, inter=level, mpi_inter=level)
+    (d / "preflight.json").write_text(json.dumps({part: pf.model_dump(mode="json")}))
+    monkeypatch.setenv("ORCH_NETBENCH_DIR", str(tmp_path / "store"))
+    ask, two = whatif.Ask(workers="4"), whatif.TwoLevel(1, None, None, None, None, None)
+    (before,) = whatif.two_level_results(two, ask, runs, d, d).rows
+    path = modelerror.store_path(site, tmp_path / "store")
+    assert before["model_error_basis"] == f"none yet (no {path}; 10 needed)"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps({"run_id": f"r{i}", "predicted_at": 1.0,
+                                        "error_t_iter": -0.2}) + "\n" for i in range(10)))
+    (after,) = whatif.two_level_results(two, ask, runs, d, d).rows
+    # the same point; the site's errors (all too fast) widen its upper side only, as the
+    # ledger's intervals
+    assert after["model_error_basis"] == f"10 scored predictions in {path}"
+    assert after["t_iter"] == before["t_iter"]
+    assert after["t_iter_high"] > before["t_iter_high"]
+    assert after["t_iter_low"] == pytest.approx(before["t_iter_low"])

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import modes, units, zoo
 from ..errors import UserError
+from ..execute import modelerror
 from ..execute.ledger import (
     comm_function,
     compute_scale,
@@ -348,6 +349,27 @@ def two_level_breakdown(two: TwoLevel, ask: Ask, path: Path) -> Forecast:
                                grad, net_desc)
 
 
+def compute_load(pre, top_ranks: int, done: pd.DataFrame):
+    """(n -> the compute phases' factor from ``top_ranks`` ranks to n, or None; what to say
+    of it) where the pre-flight found the nodes on one machine, as the ledger scales them
+    (ledger.compute_scale): ranks per core where they take turns on its cores, else the
+    pre-flight's compute probe."""
+    if pre is None:
+        return None, ""
+    cpus = pre.shared_machine_cpus()
+    factor = contention_factor(done[done["ranks"] <= 2]) if cpus else None
+    if not cpus and pre.colocated_slowdown(pre.inter.nodes) == 1.0:
+        return None, ""
+    if not cpus:
+        return ((lambda n: compute_scale(pre, top_ranks, n)),
+                "; the pre-flight found the nodes on one machine: compute scales by its "
+                "compute probe")
+    return ((lambda n: compute_scale(pre, top_ranks, n, factor)),
+            f"; the pre-flight found the nodes on one machine of {cpus} cores: compute scales "
+            "with ranks per core" + (f" and x{factor:.2f} (measured from 1 to 2 ranks) per "
+                                     "doubling of the ranks running at once" if factor else ""))
+
+
 def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path | None,
                       directory: Path, iters: pd.DataFrame | None = None) -> Forecast:
     """A result set's largest completed runs extrapolated with their mode's pattern on the
@@ -365,15 +387,8 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
     net, net_desc, pre = network_for(sweep, str(first["partition"]), str(first["site"]),
                                      ask.netbench_file, ask.bandwidth, ask.latency,
                                      two.intra_bandwidth, two.intra_latency, mpi=mpi)
-    shared = pre is not None and pre.shared_machine_cpus()
-    factor = contention_factor(done[done["ranks"] <= 2]) if shared else None
-    load = ((lambda n: compute_scale(pre, int(top["ranks"].iloc[0]), n, factor))
-            if shared else None)
-    if load is not None:
-        net_desc += (f"; the pre-flight found the nodes on one machine of "
-                     f"{pre.shared_machine_cpus()} cores: compute scales with ranks per "
-                     "core" + (f" and x{factor:.2f} (measured from 1 to 2 ranks) per doubling "
-                               "of the ranks running at once" if factor else ""))
+    load, said = compute_load(pre, int(top["ranks"].iloc[0]), done)
+    net_desc += said
     grad = grad_bytes_for(ask.grad_bytes, None, "cifar") or gradient_bytes(
         str(first["model"]), str(first["dataset"]))
     if grad is None:
@@ -401,12 +416,14 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
         return comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
                              pattern=two.pattern, servers=two.servers)[1]
 
+    error = modelerror.model_error(str(first["site"]))  # the site's, as the ledger's
     for row in rows:
         band = measured_interval(top, base, corners, comm_of,
                                  (row["workers"], row["nodes"], row["tasks_per_node"]), ov,
-                                 row["compute_scale"], row["t_iter"], ask.prefetch, iters)
+                                 row["compute_scale"], row["t_iter"], ask.prefetch, iters,
+                                 model_error=error)
         row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
-                   interval_basis=band.basis,
+                   interval_basis=band.basis, model_error_basis=band.error_basis,
                    flags=run_flags(pre, row["workers"], row["tasks_per_node"], top, mpi=mpi,
                                    nodes=row["nodes"], unmeasured=unmeasured_library(
                                        modes.registry().get(str(first["mode"])), pre))
