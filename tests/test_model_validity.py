@@ -189,6 +189,18 @@ def test_a_library_the_preflight_did_not_measure_flags_predictions_from_one_node
     assert rec["flags"] == []
 
 
+def test_a_fit_flags_only_the_runs_whose_communication_crosses_its_level():
+    bad_intra = _level("intra", 1, None, r2=0.5).model_copy(update={"tasks_per_node": 2})
+    pf = _mpi_preflight(_level("inter", 4, None)).model_copy(
+        update={"intra": bad_intra, "mpi_intra": bad_intra})
+    assert pf.flags(True)[0].startswith("network model unreliable: R² = 0.500")
+    assert pf.flags(True, nodes=4, tasks=1) == []  # one task a node: no intra-node traffic
+    assert pf.flags(True, nodes=2, tasks=2) == pf.flags(True)
+    assert pf.flags(True, nodes=1, tasks=2) == pf.flags(True)
+    (rec,), _ = ledger.predict_runs(_runs(2), {"big"}, {"p": pf}, now=5.0)
+    assert rec["flags"] == []
+
+
 def test_scorecard_keeps_flagged_runs_apart_with_coverage():
     runs = pd.DataFrame([
         {"run_id": r, "state": "COMPLETED", "t_iter": t, "speedup": 1.0, "co_tenants": co}

@@ -377,7 +377,7 @@ def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame,
     """Why a prediction may not hold, known before its run (model.validity): the
     pre-flight's fit or the mode's library it did not measure, ranks over the cores or GPUs
     given, the measured run's node shared or its I/O dominating."""
-    flags = list(pf.flags(mpi))
+    flags = list(pf.flags(mpi, nodes=nodes, tasks=tasks))
     if unmeasured:
         flag = validity.unmeasured_library(unmeasured, f"{pf.library_of(mpi)}'s all-reduce",
                                            int(base[NODES].max()), nodes)

@@ -247,11 +247,17 @@ class Preflight(BaseModel):
             return []
         return [Network(inter=inter[i], intra=intra[i] if intra else None) for i in (0, 1)]
 
-    def flags(self, mpi: bool = False) -> list[str]:
+    def flags(self, mpi: bool = False, nodes: int | None = None,
+              tasks: int | None = None) -> list[str]:
         """The fit problems of the levels of :meth:`network_of` (validity.fit_problem): []
-        when both hold."""
+        when both hold. For a run of ``nodes`` x ``tasks`` only those of the levels its
+        communication crosses: across nodes where it has more than one, inside a node where a
+        node has more than one task (the intra-node fit where none was measured)."""
         inter, intra = self.levels_of(mpi)
         levels = [inter, *([intra] if intra else [])]
+        if nodes is not None and tasks is not None:
+            levels = [lv for lv, used in ((inter, nodes > 1 or intra is None),
+                                          (intra, tasks > 1)) if lv is not None and used]
         return [p for p in (lv.problem() for lv in levels) if p]
 
     def shared_machine_cpus(self) -> int | None:
