@@ -296,8 +296,9 @@ class Preflight(BaseModel):
     def colocated_slowdown(self, ranks: int) -> float:
         """How much slower a rank computes at ``ranks`` ranks than alone where every node of
         the partition is one machine's and each has a CPU share of its own that fits it (the
-        test cluster): they still share its memory bandwidth and caches, which the compute
-        probe measured (Level.compute_slowdown); 1 on machines of their own or unprobed."""
+        test cluster): they still share it (its memory and caches, the CPU time its kernel and
+        daemons take beside their shares), which the compute probe measured
+        (Level.compute_slowdown); 1 on machines of their own or unprobed."""
         level = self.inter
         if not (level.machines == 1 and level.nodes > 1 and level.shares_fit()):
             return 1.0

@@ -20,8 +20,9 @@ of ``--model`` at ``--batch-size`` on random inputs, with the first k ranks comp
 and the others waiting at a barrier, for k = 1, 2, 4, .. and the world size (up the counts,
 then down again), each the mean of 2N passes (footer ``compute_probe``: {k: seconds}, this
 rank's; ``compute_probe_cpu``: the CPU seconds this process spent on them). Nodes that share
-one machine share its memory bandwidth and caches even when each has CPU cores of its own:
-how much a rank's compute slows as more of them compute is what the pre-flight reads from it.
+one machine share its memory, caches and the CPU time its kernel takes even when each has a
+CPU share of its own: how much a rank's compute slows as more of them compute is what the
+pre-flight reads from it.
 """
 
 from __future__ import annotations
