@@ -453,3 +453,21 @@ def test_communication_takes_a_cpu_ranks_share_from_backward():
     assert gpu.comm_cpu() == 0.0
     unknown = level.model_copy(update={"comm_cpu_cores": None})
     assert preflight.Preflight(site="s", partition="p", inter=unknown).comm_cpu() == 0.0
+
+
+def test_wait_free_backprop_over_polled_mpi_is_priced_after_backward():
+    from orchestrator.perfmodel.inputs import overlap_of, priced_overlap
+
+    wfbp = {"overlap": "wfbp"}
+    # the run declares wfbp (the report's communication table says so) ...
+    assert overlap_of("mpi-ssgd", wfbp) == "wfbp"
+    # ... but Open MPI advances the buckets only at the hooks' polls: priced as exposed
+    assert priced_overlap("mpi-ssgd", wfbp) == "none"
+    assert priced_overlap("mpi-ssgd", {"overlap": "none"}) == "none"
+    # Horovod's own background thread drives its MPI calls: its overlap holds
+    assert priced_overlap("horovod", {}, 10**8) == overlap_of("horovod", {}, 10**8) == "wfbp"
+    assert priced_overlap("torch-ddp", {}, 10**8) == "wfbp"
+    (rec,), _ = ledger.predict_runs(_runs(2).assign(options='{"overlap": "wfbp"}'), {"big"},
+                                    {"p": _mpi_preflight(_level("inter", 2, None))}, now=5.0)
+    assert rec["overlap"] == "none" and rec["t_comm_exposed"] == pytest.approx(
+        rec["t_comm_total"])

@@ -29,7 +29,7 @@ from .. import __version__, files, modes, protocol
 from ..errors import UserError
 from ..perfmodel import interval, validity
 from ..perfmodel.comm import PATTERN_MODELS, Network, pattern_comm_time
-from ..perfmodel.inputs import ModelInputError, gradient_bytes, overlap_of, run_options
+from ..perfmodel.inputs import ModelInputError, gradient_bytes, priced_overlap, run_options
 from ..perfmodel.predict import Measured, predict
 from ..results import analyze, resultset
 from ..results.select import config_of, training_runs
@@ -204,7 +204,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         raise _NotPredicted(str(exc)) from None
     w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
     b = base.iloc[0]
-    overlap = overlap_of(str(run["mode"]), opts, grad)
+    overlap = priced_overlap(str(run["mode"]), opts, grad)
     source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
     source = source.model_copy(update={"comm_cpu": pf.comm_cpu()})
     scale = compute_scale(pf, int(b[RANKS]), w, factor)

@@ -154,6 +154,9 @@ class Mode:
       function of the run's options returning one), or ``overlap_option`` (the option that
       decides it per run), and ``first_bucket_bytes`` (a
       gradient no larger than this is one bucket, sent after backward: DDP's first bucket);
+      ``polled``: its non-blocking communication progresses only while the rank calls into
+      the library (Open MPI's collectives without a progress thread), so what it starts
+      during backward need not advance there;
     * ``python_modules``: the Python modules its ranks import beyond orch's (default: its
       ``library``), which orch looks for in the environment before submitting, where it can;
     * ``trains``: False for a mode that measures the network rather than training;
@@ -176,7 +179,8 @@ class Mode:
         "exchange_roles": None,
         "synchronous": True, "synchronous_if": None, "data_format": None,
         "pattern": "allreduce", "overlap": "none", "overlap_option": None,
-        "first_bucket_bytes": None, "python_modules": None, "trains": True, "epochs": False,
+        "first_bucket_bytes": None, "polled": False, "python_modules": None, "trains": True,
+        "epochs": False,
         "package": None,
         "cpu_only_backends": {}, "phases": True,
     }

@@ -49,6 +49,7 @@ from .inputs import (
     load_breakdown,
     load_trace_csv,
     overlap_of,
+    priced_overlap,
     run_options,
 )
 from .predict import (
@@ -97,6 +98,7 @@ __all__ = [
     "pattern_comm_time",
     "phase_iteration_time",
     "predict",
+    "priced_overlap",
     "reduce_scatter_allgather_time",
     "ring_allreduce_time",
     "run_options",

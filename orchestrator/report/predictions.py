@@ -17,7 +17,14 @@ import pandas as pd
 
 from ..perfmodel.comm import AlphaBeta, CommModel
 from ..perfmodel.compute import iteration_time
-from ..perfmodel.inputs import PHASES, Breakdown, ModelInputError, gradient_bytes, overlap_of
+from ..perfmodel.inputs import (
+    PHASES,
+    Breakdown,
+    ModelInputError,
+    gradient_bytes,
+    overlap_of,  # noqa: F401 - the report's tables take the declared overlap from here
+    priced_overlap,
+)
 from ..perfmodel.predict import predict
 from ..results.select import baseline, config_of, training_runs
 from .fmt import as_float
@@ -43,7 +50,7 @@ def predictions(runs: pd.DataFrame, comm: Callable[[str, str], CommModel]) -> pd
         model = comm(str(first["site"]), str(first["partition"]))
         grad = gradient_bytes(str(first["model"]), str(first["dataset"]),
                               first.get("model_params"))
-        overlap = overlap_of(first["mode"], first.get("options"), grad)
+        overlap = priced_overlap(first["mode"], first.get("options"), grad)
         ab = model.alpha_beta if grad is not None else None
         for _, run in group.iterrows():
             row = dict.fromkeys(cols)

@@ -39,7 +39,7 @@ from ..perfmodel.inputs import (
     gradient_bytes,
     load_breakdown,
     load_trace_csv,
-    overlap_of,
+    priced_overlap,
     run_options,
 )
 from ..perfmodel.predict import Measured, predict
@@ -255,7 +255,7 @@ def from_results(ask: Ask, runs: pd.DataFrame, sweep: Path | None, directory: Pa
         raise UserError(f"model '{first['model']}' is not in the zoo: give --grad-bytes N")
     measured = measured_at(completed(sel))
     counts = ask.counts(sorted(measured))
-    ov = ask.overlap or overlap_of(str(first["mode"]), first.get("options"), grad)
+    ov = ask.overlap or priced_overlap(str(first["mode"]), first.get("options"), grad)
     try:
         rows = from_baseline(
             phases, base_w, counts, alpha_beta=ab, grad_bytes=grad,
@@ -402,7 +402,7 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
         base = base.model_copy(update={"comm_cpu": pre.comm_cpu()})
         net_desc += (f"; hidden communication takes {pre.comm_cpu():.0%} of a rank's CPU from "
                      "backward (measured by the pre-flight)")
-    ov = ask.overlap or overlap_of(str(first["mode"]), first.get("options"), grad)
+    ov = ask.overlap or priced_overlap(str(first["mode"]), first.get("options"), grad)
     measured = {int(w): float(g["t_iter"].mean()) for w, g in done.groupby("ranks")}
     label = (f"{directory} '{first['mode']} {first['model']}': breakdown of run(s) "
              f"{', '.join(top['run_id'])} ({base.workers} rank(s))")

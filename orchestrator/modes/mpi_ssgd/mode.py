@@ -18,6 +18,9 @@ MODE = Mode(
     data_format="raw",  # the same input pipeline as torch-ddp (--data)
     epochs=True,
     overlap_option="overlap",  # the run's own --option overlap=none|wfbp decides
+    # Open MPI progresses a non-blocking all-reduce only inside MPI calls (no progress
+    # thread): the buckets started during backward advance at the hooks' polls only.
+    polled=True,
     options=(
         Option(
             name="overlap",
