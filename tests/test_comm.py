@@ -57,9 +57,11 @@ def test_parameter_server_by_hand():
     # 4 workers on 4 nodes, 1 server: the server link carries (4−1)·m remote bytes:
     # 2·(1e-3 + 3e6/1e6) = 6.002 (its own node's worker, 1e6/1e7 = 0.1, goes in parallel)
     assert pm.parameter_server_time(M, 4, 1, NET, servers=1) == approx(6.002)
-    # 4 servers share the load: remote 3·m/4 = 0.75 s per direction, the worker's own link
-    # m/B = 1 s is now the busiest: 2·(1e-3 + 1.0)
-    assert pm.parameter_server_time(M, 4, 1, NET, servers=4) == approx(2.002)
+    # 4 servers, one a node: a server's remote share 3·m/4 = 0.75 s per direction, and a
+    # worker's node link the same (m/4 goes to the server beside it): 2·(1e-3 + 0.75)
+    assert pm.parameter_server_time(M, 4, 1, NET, servers=4) == approx(1.502)
+    # 2 servers on 4 nodes: half the workers have none beside them, their link carries m
+    assert pm.parameter_server_time(M, 4, 1, NET, servers=2) == approx(2 * (1e-3 + 1.5))
     # one worker on one node still pushes and pulls (over the node's link): 2·(1e-4 + 0.1)
     assert pm.parameter_server_time(M, 1, 1, NET, servers=1) == approx(0.2002)
     # more servers never cost more; bandwidth x2 halves the byte term

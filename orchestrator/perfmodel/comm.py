@@ -291,22 +291,27 @@ def parameter_server_time(size_bytes: float, workers: int, per_node: int, net: N
                           servers: int) -> float:
     """Push the gradient to ``servers`` servers (keys spread evenly), then pull the parameters.
 
-    Each direction costs one α plus the time the busiest link needs: a worker's own link
-    carries ``m`` bytes; a server's carries ``N·m/S`` bytes, of which those of workers on other
-    nodes cross the inter-node link and those of its own node's ``g`` workers stay inside it
-    (the two in parallel). Servers are spread over the nodes, so a server's remote share is
-    ``(N − g)·m/S``. ``t = 2·(α + max(m/B_w, (N−g)·m/(S·B_e), g·m/(S·B_i)))``, with ``α`` the
-    inter-node one when there is more than one node. Unlike an all-reduce, one worker still
-    pushes and pulls (the servers hold the parameters).
+    Each direction costs one α plus the time the busiest link needs. Servers are spread over
+    the nodes, beside the workers: a worker sends ``m/S`` to each server, so its node's link
+    carries the share bound for servers on other nodes, ``m·(S − s)/S`` with ``s = ⌊S/n⌋``
+    servers on its node (the worker with fewest local servers paces the step), the rest staying
+    inside the node (in parallel). A server's link carries ``N·m/S`` bytes, of which those of
+    workers on other nodes, ``(N − g)·m/S``, cross the inter-node link and those of its own
+    node's ``g`` workers stay inside it. ``t = 2·(α + max(m·(S−s)/(S·B_e), m·s/(S·B_i),
+    (N−g)·m/(S·B_e), g·m/(S·B_i)))``, with ``α`` the inter-node one when there is more than
+    one node; on one node every byte stays inside it (``m/B_i``). Unlike an all-reduce, one
+    worker still pushes and pulls (the servers hold the parameters).
     """
     m = _check_bytes(size_bytes)
     g, nodes = _layout(workers, per_node)
     s = check_workers(servers, "servers")
     link = net.inter if nodes > 1 else net.local
-    worker_link = m / link.bandwidth
+    local_servers = s // nodes if nodes > 1 else s
+    worker_remote = m * (s - local_servers) / s / net.inter.bandwidth
+    worker_local = m * local_servers / s / net.local.bandwidth
     remote = (workers - g) * m / s / net.inter.bandwidth
     local = g * m / s / net.local.bandwidth
-    return 2 * (link.alpha + max(worker_link, remote, local))
+    return 2 * (link.alpha + max(worker_remote, worker_local, remote, local))
 
 
 def pattern_comm_time(pattern: str, size_bytes: float, workers: int, per_node: int,
