@@ -453,6 +453,10 @@ def test_communication_takes_a_cpu_ranks_share_from_backward():
     assert gpu.comm_cpu() == 0.0
     unknown = level.model_copy(update={"comm_cpu_cores": None})
     assert preflight.Preflight(site="s", partition="p", inter=unknown).comm_cpu() == 0.0
+    # an MPI mode's: measured through MPI (Open MPI polls while it waits: the whole share)
+    polled = level.model_copy(update={"comm_cpu_cores": 0.45, "backend": "mpi"})
+    both = pf.model_copy(update={"mpi_inter": polled})
+    assert both.comm_cpu(True) == 1.0 and both.comm_cpu() == pytest.approx(0.2)
 
 
 def test_wait_free_backprop_over_polled_mpi_is_priced_after_backward():

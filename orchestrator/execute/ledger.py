@@ -206,7 +206,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     b = base.iloc[0]
     overlap = priced_overlap(str(run["mode"]), opts, grad)
     source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
-    source = source.model_copy(update={"comm_cpu": pf.comm_cpu()})
+    source = source.model_copy(update={"comm_cpu": pf.comm_cpu(mpi)})
     scale = compute_scale(pf, int(b[RANKS]), w, factor)
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
                    compute_scale=lambda _n: scale)[0]

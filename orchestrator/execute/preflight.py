@@ -281,13 +281,15 @@ class Preflight(BaseModel):
         """The cores a node's ranks may use where the pre-flight found them confined."""
         return self.inter.node_cpu_share
 
-    def comm_cpu(self) -> float:
+    def comm_cpu(self, mpi: bool = False) -> float:
         """The share of a rank's CPU its communication takes while it runs, where that CPU is
         all its compute has (a rank of at most one core on a CPU partition: its one compute
         thread keeps it busy): communication hidden behind backward takes this much of its
-        time from backward. 0 on GPU partitions, on ranks with cores to spare, or where the
+        time from backward. Measured through the mode's library (``mpi``: Open MPI, which
+        polls while it waits and so takes the whole share on the test cluster; Gloo waits in
+        the kernel). 0 on GPU partitions, on ranks with cores to spare, or where the
         pre-flight did not record it."""
-        level = self.inter
+        level = self.levels_of(mpi)[0]
         if (self.gpus_per_node or not level.comm_cpu_cores or not level.rank_cpu_cores
                 or level.rank_cpu_cores > 1.0 + 1e-9):
             return 0.0

@@ -398,9 +398,9 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
     tasks = two.tasks or int(top["tasks_per_node"].iloc[0])
     base = measured_base(top, comm(int(top["ranks"].iloc[0]), int(top["nodes"].iloc[0]),
                                    int(top["tasks_per_node"].iloc[0])), small)
-    if pre is not None and pre.comm_cpu():
-        base = base.model_copy(update={"comm_cpu": pre.comm_cpu()})
-        net_desc += (f"; hidden communication takes {pre.comm_cpu():.0%} of a rank's CPU from "
+    if pre is not None and pre.comm_cpu(mpi):
+        base = base.model_copy(update={"comm_cpu": pre.comm_cpu(mpi)})
+        net_desc += (f"; hidden communication takes {pre.comm_cpu(mpi):.0%} of a rank's CPU from "
                      "backward (measured by the pre-flight)")
     ov = ask.overlap or priced_overlap(str(first["mode"]), first.get("options"), grad)
     measured = {int(w): float(g["t_iter"].mean()) for w, g in done.groupby("ranks")}
