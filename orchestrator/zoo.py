@@ -287,6 +287,12 @@ class ModelSpec:
         """classify (an image's label), causal-lm (next tokens) or masked-lm."""
         return self.transformer.objective if self.transformer else "classify"
 
+    @property
+    def image_classifier(self) -> bool:
+        """Whether it classifies images (a CNN of the zoo): what every framework's image
+        pipeline and the pre-flight's compute probe can build and feed."""
+        return self.transformer is None and self.objective == "classify"
+
     def tokens_per_sample(self, dataset: str) -> int | None:
         """Tokens of one sample of a token dataset (its sequence); None for images."""
         ds = self.check_dataset(dataset)

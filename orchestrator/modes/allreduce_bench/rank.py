@@ -27,12 +27,16 @@ pre-flight reads from it.
 
 from __future__ import annotations
 
-import os
 import time
 from datetime import timedelta
 
-from orchestrator.rankside import cores, harness
-from orchestrator.rankside.allreduce import boot_id, gradient_bytes
+from orchestrator.rankside import harness
+from orchestrator.rankside.allreduce import (
+    bench_sizes,
+    expected_check,
+    note_machine,
+    timed_sizes,
+)
 
 from .mode import MODE
 
@@ -58,8 +62,7 @@ def compute_probe(args, rank: int, world: int, device, barrier) -> tuple[dict, d
     from orchestrator import zoo
     from orchestrator.rankside.torch import models
 
-    spec = zoo.get(args.model)
-    if spec.objective != "classify" or spec.transformer is not None:
+    if not zoo.get(args.model).image_classifier:
         return None
     model = models.build(args.model, args.dataset).to(device)
     loss_fn = models.loss_for(args.model)
@@ -101,8 +104,7 @@ def main(argv=None) -> None:
         from orchestrator.rankside.torch.common import rank_device
 
         s.samples = 0  # an all-reduce trains no samples: no throughput for this mode
-        grad = gradient_bytes(args.model, args.dataset)
-        sizes = sorted({int(x) for x in args.sizes.split(":") if x} | ({grad} if grad else set()))
+        sizes, grad = bench_sizes(args)
         s.footer["versions"] = harness.versions(torch=torch.__version__)
         s.footer["sizes"] = sizes
         s.footer["grad_bytes"] = grad
@@ -118,37 +120,20 @@ def main(argv=None) -> None:
             if device.type == "cuda":
                 torch.cuda.synchronize()
         s.footer["backend"] = args.backend
-        # Which physical machine this rank ran on, and its cores: nodes that share one
-        # machine share its cores too (the pre-flight measures that, the model uses it).
-        s.footer["boot_id"] = boot_id()
-        s.footer["host_cpus"] = os.cpu_count()
-        s.footer["host_cores"] = cores.count().physical  # hyper-threads counted once
-        s.footer["world_size"] = info.world_size
+        note_machine(s.footer, info.world_size)
         if args.compute_probe > 0 and device.type == "cpu":
             probe = compute_probe(args, info.rank, info.world_size, device, dist.barrier)
             if probe is not None:
                 s.footer["compute_probe"], s.footer["compute_probe_cpu"] = probe
         buffers = {n: torch.ones(max(1, n // 4), dtype=torch.float32, device=device)
                    for n in sizes}
-        def all_sizes(_it):  # every size, each timed over its repetitions
-            for n in sizes:
-                dist.barrier()
-                sync()
-                t0, cpu0 = time.perf_counter(), time.process_time()
-                for _ in range(args.reps):
-                    dist.all_reduce(buffers[n])
-                sync()
-                elapsed = time.perf_counter() - t0
-                s.add("t_comm", elapsed)
-                s.add("t_comm_total", elapsed)
-                s.add(f"allreduce_{n}", elapsed / args.reps)
-                s.add(f"cpu_allreduce_{n}", (time.process_time() - cpu0) / args.reps)
-                buffers[n].fill_(1.0)  # keep values small: sums of ones never overflow
-
+        all_sizes = timed_sizes(
+            s, sizes, args.reps, allreduce=lambda n: dist.all_reduce(buffers[n]),
+            barrier=dist.barrier, reset=lambda n: buffers[n].fill_(1.0), sync=sync)
         s.breakdown([(None, all_sizes)])
         check = torch.full((1024,), float(info.rank + 1), device=device)
         dist.all_reduce(check)
-        expected = 1024 * info.world_size * (info.world_size + 1) / 2
+        expected = expected_check(info.world_size)
         total = float(check.double().sum())
         if total != expected:
             raise RuntimeError(f"all-reduce returned a sum of {total}, expected {expected}")

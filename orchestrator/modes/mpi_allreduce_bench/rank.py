@@ -13,10 +13,13 @@ gradient. The footer carries the same keys as allreduce-bench's (``backend`` is 
 
 from __future__ import annotations
 
-import time
-
 from orchestrator.rankside import harness
-from orchestrator.rankside.allreduce import bench_sizes, expected_check, note_machine
+from orchestrator.rankside.allreduce import (
+    bench_sizes,
+    expected_check,
+    note_machine,
+    timed_sizes,
+)
 
 from .mode import MODE
 
@@ -45,19 +48,9 @@ def main(argv=None) -> None:
         note_machine(s.footer, info.world_size)
         buffers = {n: np.ones(max(1, n // 4), dtype=np.float32) for n in sizes}
 
-        def all_sizes(_it):  # every size, each timed over its repetitions
-            for n in sizes:
-                comm.Barrier()
-                t0, cpu0 = time.perf_counter(), time.process_time()
-                for _ in range(args.reps):
-                    comm.Allreduce(MPI.IN_PLACE, buffers[n], op=MPI.SUM)
-                elapsed = time.perf_counter() - t0
-                s.add("t_comm", elapsed)
-                s.add("t_comm_total", elapsed)
-                s.add(f"allreduce_{n}", elapsed / args.reps)
-                s.add(f"cpu_allreduce_{n}", (time.process_time() - cpu0) / args.reps)
-                buffers[n].fill(1.0)  # keep values small: sums of ones never overflow
-
+        all_sizes = timed_sizes(
+            s, sizes, args.reps, barrier=comm.Barrier, reset=lambda n: buffers[n].fill(1.0),
+            allreduce=lambda n: comm.Allreduce(MPI.IN_PLACE, buffers[n], op=MPI.SUM))
         s.breakdown([(None, all_sizes)])
         check = np.full(1024, float(info.rank + 1), dtype=np.float32)
         comm.Allreduce(MPI.IN_PLACE, check, op=MPI.SUM)
