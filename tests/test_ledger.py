@@ -43,7 +43,9 @@ def test_scorecard_never_scores_a_prediction_made_after_the_run_started():
     assert frame["error_speedup"].iloc[0] == pytest.approx(0.5 / 1.5)
 
 
-def test_predictions_come_only_from_smaller_finished_runs_by_hand():
+def _mpi_ssgd_runs(*runs: dict):
+    """A runs table of mpi-ssgd LeNet-5 runs (overlap none, 1 task a node): ``runs``' own
+    fields over the phases of a rank that computes 30 ms."""
     import pandas as pd
 
     phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.01, "t_b": 0.02, "t_u": 0.0}
@@ -52,12 +54,17 @@ def test_predictions_come_only_from_smaller_finished_runs_by_hand():
               "dataset": "cifar", "batch_size": 32, "launcher": "srun",
               "options": '{"overlap": "none"}', "data": None, "prefetch": True,
               "tasks_per_node": 1, **phases, **stds}
-    runs = pd.DataFrame([
-        {**common, "run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED",
+    return pd.DataFrame([{**common, **run} for run in runs])
+
+
+def test_predictions_come_only_from_smaller_finished_runs_by_hand():
+
+    runs = _mpi_ssgd_runs(
+        {"run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED",
          "t_iter": 0.031, "t_comm": 0.0},
-        {**common, "run_id": "n2", "nodes": 2, "ranks": 2, "state": "NEW", "t_iter": None,
+        {"run_id": "n2", "nodes": 2, "ranks": 2, "state": "NEW", "t_iter": None,
          "t_comm": None},
-    ])
+    )
     own = preflight.Preflight(site="s", partition="p", inter=preflight_level("inter", 2, 1, 2))
     records, notes = predictions.predict_runs(runs, {"n2"}, {"p": own}, now=5.0)
     assert notes == [] and len(records) == 1
@@ -92,3 +99,33 @@ def test_measured_t_iter_takes_the_runs_tables_rows():
     assert predictions.measured_t_iter(rows, "a").tolist() == [3.0, 4.0, 5.0]
     assert predictions.measured_t_iter(rows.drop(columns=["window", "warmup_iter"]),
                                        "a").tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+
+
+def test_each_node_count_is_priced_on_the_fit_measured_at_it():
+    """A prediction from 2 nodes to 4 prices the 2-node run's communication on the level
+    measured across 2 nodes and the 4-node run's on the one across 4 (Open MPI's all-reduce
+    between 2 nodes need not follow the α–β of 4); a count measured nowhere takes the next
+    larger one's, beyond the largest the largest's."""
+
+    runs = _mpi_ssgd_runs(
+        {"run_id": "n2", "nodes": 2, "ranks": 2, "state": "COMPLETED",
+         "t_iter": 0.5, "t_comm": 0.45},
+        {"run_id": "n4", "nodes": 4, "ranks": 4, "state": "NEW", "t_iter": None,
+         "t_comm": None},
+    )
+    four = preflight_level("inter", 4, 1, None)  # α = 1 ms, B = 1e6 B/s
+    two = preflight_level("inter", 2, 1, None).model_copy(update={"bandwidth": 0.5e6})
+    pf = preflight.Preflight(site="s", partition="p", inter=four, mpi_inter=four,
+                             mpi_inter_at={2: two})
+    assert pf.across(True, 2) is two and pf.across(True, 3) is four
+    assert pf.across(True, 8) is four and pf.across(True) is four
+    assert pf.across(False, 2) is four  # torch.distributed's: only the largest measured
+    rec = predictions.predict_runs(runs, {"n4"}, {"p": pf}, now=5.0)[0][0]
+    grad = 248024
+    ring = {2: 2 * 1e-3 + grad / 0.5e6, 4: 6 * 1e-3 + 1.5 * grad / 1e6}  # 2(n-1)α + 2(n-1)/n·m/B
+    assert rec["t_iter"] == pytest.approx(0.5 + ring[4] - ring[2])
+    assert rec["network"]["inter"]["nodes"] == 4
+    # one fit for both counts (the largest's) prices the change as the ring's alone
+    one = predictions.predict_runs(
+        runs, {"n4"}, {"p": pf.model_copy(update={"mpi_inter_at": {}})}, now=5.0)[0][0]
+    assert one["t_iter"] == pytest.approx(0.5 + 4e-3 + 0.5 * grad / 1e6)

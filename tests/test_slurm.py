@@ -72,6 +72,26 @@ def test_interconnect_reaches_the_ranks(torch_cluster_sweep):
         assert (rdir / f"slurm-{env['SLURM_JOB_ID']}.out").is_file()
 
 
+def test_preflight_measures_across_each_node_count_it_predicts(torch_cluster_sweep):
+    """A sweep over 1, 2 and 4 nodes measures each partition across 4 nodes (the compute
+    probe with it) and again across 2, and prices each run on the fit of its own count."""
+    from orchestrator.execute import ledger, preflight
+
+    out, _ = torch_cluster_sweep
+    networks = preflight.load_sweep(out)
+    for part in ("ib", "eth"):
+        pf = networks[part]
+        assert (pf.inter.nodes, sorted(pf.inter_at)) == (4, [2])
+        two = pf.inter_at[2]
+        assert (two.nodes, two.tasks_per_node, two.probe) == (2, 1, None)
+        assert two.bandwidth > 0 and two.run_id != pf.inter.run_id
+        assert pf.across(False, 2) == two and pf.across(False, 4) == pf.inter
+    priced = {(r["partition"], r["nodes"]): r["network"]["inter"]
+              for r in ledger.load(out / ledger.FILE)}
+    assert {k: v["nodes"] for k, v in priced.items()} == {
+        (p, n): n for p in ("ib", "eth") for n in (2, 4)}
+
+
 def test_rerun_submits_nothing(torch_cluster_sweep, slurm_cluster):
     out, _ = torch_cluster_sweep
     proc = run_orch("sweep", "--site", slurm_cluster, "--nodes", "1,2,4", "--partition",

@@ -96,6 +96,17 @@ def comm_function(mode_name: str, options: dict, grad: int, net: Network,
     return pattern, comm
 
 
+def counted_comm(mode_name: str, options: dict, grad: int,
+                 network_at: Callable[[int], Network]) -> Callable[[int, int, int], float]:
+    """comm_function's ``f(workers, nodes, tasks_per_node)`` on the network measured at each
+    call's node count (``network_at(nodes)``: Preflight.network_of, corner_networks): the
+    measured run and the predicted one may span different counts, each with its own fit."""
+    def comm(workers: int, nodes: int, tasks: int) -> float:
+        return comm_function(mode_name, options, grad, network_at(nodes))[1](workers, nodes,
+                                                                              tasks)
+    return comm
+
+
 def measured_base(base: pd.DataFrame, comm_total: float,
                   smallest: pd.DataFrame | None = None) -> Measured:
     """The :class:`Measured` source of the runs of one size (the mean of each phase and of
@@ -199,9 +210,10 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
                             "predicted")
     mpi = bool(getattr(_mode_of(str(run["mode"])), "mpi", False))  # its library's α–β
     try:
-        pattern, comm = comm_function(str(run["mode"]), opts, grad, pf.network_of(mpi))
+        pattern = comm_function(str(run["mode"]), opts, grad, pf.network_of(mpi))[0]
     except ModelInputError as exc:
         raise _NotPredicted(str(exc)) from None
+    comm = counted_comm(str(run["mode"]), opts, grad, lambda n: pf.network_of(mpi, n))
     w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
     b = base.iloc[0]
     overlap = priced_overlap(str(run["mode"]), opts, grad)
@@ -219,7 +231,7 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "from_workers": int(b[RANKS]), "pattern": pattern, "overlap": overlap,
         "servers": servers_of(str(run["mode"]), nodes, tasks, opts),
         "grad_bytes": grad, "inputs": {**source.phases, T_ITER: source.t_iter},
-        "network": pf.as_record(mpi), "network_library": pf.library_of(mpi),
+        "network": pf.as_record(mpi, nodes), "network_library": pf.library_of(mpi),
         "t_iter": pred.t_iter, "speedup": pred.speedup,
         "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
         "interval_parts": {k: list(v) for k, v in band.parts.items()},
@@ -255,15 +267,17 @@ def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Prefligh
               iters: pd.DataFrame | None = None,
               error: tuple[interval.ModelError | None, str] = (None, interval.NO_MODEL_ERROR),
               ) -> interval.Interval:
-    """The prediction's interval on the pre-flight's fast and slow corner networks, with its
-    site's model error (``error``: modelerror.model_error)."""
+    """The prediction's interval on the pre-flight's fast and slow corner networks (each at
+    the node count of the run it prices), with its site's model error (``error``:
+    modelerror.model_error)."""
     opts = run_options(run.get("options"))
-
-    def comm_of(net: Network) -> Callable[[int, int, int], float]:
-        return comm_function(str(run["mode"]), opts, grad, net)[1]
-
     mpi = bool(getattr(_mode_of(str(run["mode"])), "mpi", False))
-    return measured_interval(base, source, pf.corner_networks(mpi), comm_of,
+    counts = (int(base[NODES].iloc[0]), int(run[NODES]))
+    corners = {n: pf.corner_networks(mpi, n) for n in counts}
+    comms = [] if not all(corners.values()) else [
+        counted_comm(str(run["mode"]), opts, grad, lambda n, i=i: corners[n][i])
+        for i in (0, 1)]
+    return measured_interval(base, source, comms,
                              (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
                              scale, point, iterations=iters, model_error=error)
 
@@ -276,22 +290,22 @@ def _error_fields(band: interval.Interval, error: interval.ModelError | None) ->
             "model_error_quantiles": [error.low, error.high] if error is not None else None}
 
 
-def measured_interval(base: pd.DataFrame, source: Measured, corners: list[Network],
-                      comm_of: Callable[[Network], Callable[[int, int, int], float]],
+def measured_interval(base: pd.DataFrame, source: Measured,
+                      corners: list[Callable[[int, int, int], float]],
                       at: tuple[int, int, int], overlap: str, scale: float, point: float,
                       prefetch: bool = False, iterations: pd.DataFrame | None = None,
                       model_error: tuple[interval.ModelError | None, str] | None = None,
                       ) -> interval.Interval:
     """The interval (model.interval) of a prediction from the measured runs ``base`` at ``at``
-    (workers, nodes, tasks per node): the same prediction on each of the ``corners``
-    networks (``comm_of(net)``: the pattern's cost there), the measured runs' per-iteration
-    spread (iteration_spread: quantiles of ``iterations`` where they hold the runs, as
-    fractions of the point), the spread of their repeats and ``model_error`` (runs_interval)."""
+    (workers, nodes, tasks per node): the same prediction with each of the ``corners`` (the
+    pattern's cost on a corner network, ``f(workers, nodes, tasks)``), the measured runs'
+    per-iteration spread (iteration_spread: quantiles of ``iterations`` where they hold the
+    runs, as fractions of the point), the spread of their repeats and ``model_error``
+    (runs_interval)."""
     w, nodes, tasks = at
     b = base.iloc[0]
     points = []
-    for net in corners:
-        comm = comm_of(net)
+    for comm in corners:
         src = source.model_copy(update={
             "comm_total": comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS]))})
         points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,

@@ -6,7 +6,11 @@ all-reduce micro-benchmark (mode ``allreduce-bench``) as real jobs:
 
 * ``intra``: one node, several tasks on it (2 on CPU partitions, one per GPU on GPU ones;
   skipped on a 1-GPU-per-node partition: there is nothing inside a node to talk to);
-* ``inter``: the sweep's largest node count (at least 2), one task per node.
+* ``inter``: the sweep's largest node count (at least 2), one task per node; and again at
+  each smaller count of more than one node whose runs the sweep predicts or predicts from
+  (``Preflight.inter_at``): a library's all-reduce between 2 nodes need not follow the α–β of
+  4 (Open MPI picks its algorithm by the communicator's size; rings of fewer nodes meet
+  fewer switch hops), and a prediction from 2 nodes to 4 prices the change between them.
 
 Each level's α–β is fitted (netbench.fit_run: ring all-reduce model, relative least squares)
 and its fit quality recorded: R² of the fitted against the measured seconds and the largest
@@ -211,6 +215,10 @@ class Preflight(BaseModel):
     # The same levels measured with MPI's all-reduce (a sweep with an MPI mode; None: not).
     mpi_inter: Level | None = None
     mpi_intra: Level | None = None
+    # The across-nodes level measured at the sweep's smaller node counts, by count (the
+    # largest is ``inter``), through torch.distributed and through MPI.
+    inter_at: dict[int, Level] = {}
+    mpi_inter_at: dict[int, Level] = {}
     # What the partition gives each node (the site config): the validity checks' budget.
     cpus_per_node: int | None = None
     gpus_per_node: int = 0
@@ -220,16 +228,32 @@ class Preflight(BaseModel):
         return Network(inter=self.inter.alpha_beta,
                        intra=self.intra.alpha_beta if self.intra else None)
 
-    def levels_of(self, mpi: bool = False) -> tuple[Level, Level | None]:
+    def levels_of(self, mpi: bool = False,
+                  nodes: int | None = None) -> tuple[Level, Level | None]:
         """(inter, intra) of a mode's library: MPI's levels where ``mpi`` and measured, each
-        level otherwise torch.distributed's."""
+        level otherwise torch.distributed's; ``inter`` that of a run on ``nodes`` nodes
+        (:meth:`across`)."""
+        inter = self.across(mpi, nodes)
         if not mpi:
-            return self.inter, self.intra
-        return self.mpi_inter or self.inter, self.mpi_intra or self.intra
+            return inter, self.intra
+        return inter, self.mpi_intra or self.intra
 
-    def network_of(self, mpi: bool = False) -> Network:
-        """The two-level network a mode of that ``Mode.mpi`` communicates over."""
-        inter, intra = self.levels_of(mpi)
+    def across(self, mpi: bool = False, nodes: int | None = None) -> Level:
+        """The across-nodes level of a run on ``nodes`` nodes: the one measured at that count,
+        else at the smallest count measured above it, else at the largest (``inter``; also
+        where ``nodes`` is None). ``mpi``: MPI's where it was measured."""
+        use_mpi = mpi and self.mpi_inter is not None
+        largest = self.mpi_inter if use_mpi else self.inter
+        at = {**(self.mpi_inter_at if use_mpi else self.inter_at), largest.nodes: largest}
+        if nodes is None:
+            return largest
+        above = [k for k in at if k >= nodes]
+        return at[min(above)] if above else largest
+
+    def network_of(self, mpi: bool = False, nodes: int | None = None) -> Network:
+        """The two-level network a mode of that ``Mode.mpi`` communicates over on ``nodes``
+        nodes (:meth:`levels_of`)."""
+        inter, intra = self.levels_of(mpi, nodes)
         return Network(inter=inter.alpha_beta, intra=intra.alpha_beta if intra else None)
 
     def library_of(self, mpi: bool = False) -> str:
@@ -237,10 +261,10 @@ class Preflight(BaseModel):
         inter = self.levels_of(mpi)[0]
         return inter.backend or ("nccl" if self.gpus_per_node else "gloo")
 
-    def corner_networks(self, mpi: bool = False) -> list[Network]:
+    def corner_networks(self, mpi: bool = False, nodes: int | None = None) -> list[Network]:
         """The network (:meth:`network_of`) with both levels at their fast corners, and at
         their slow ones ([] where a level's fit cannot say how uncertain it is)."""
-        inter_level, intra_level = self.levels_of(mpi)
+        inter_level, intra_level = self.levels_of(mpi, nodes)
         inter = inter_level.bounds()
         intra = intra_level.bounds() if intra_level else None
         if inter is None or (intra_level is not None and intra is None):
@@ -253,7 +277,7 @@ class Preflight(BaseModel):
         when both hold. For a run of ``nodes`` x ``tasks`` only those of the levels its
         communication crosses: across nodes where it has more than one, inside a node where a
         node has more than one task (the intra-node fit where none was measured)."""
-        inter, intra = self.levels_of(mpi)
+        inter, intra = self.levels_of(mpi, nodes)
         levels = [inter, *([intra] if intra else [])]
         if nodes is not None and tasks is not None:
             levels = [lv for lv, used in ((inter, nodes > 1 or intra is None),
@@ -312,10 +336,10 @@ class Preflight(BaseModel):
         cpus = self.shared_machine_cpus()
         return max(1.0, ranks / cpus) if cpus else 1.0
 
-    def as_record(self, mpi: bool = False) -> dict:
+    def as_record(self, mpi: bool = False, nodes: int | None = None) -> dict:
         """What a prediction records as its network input (``mpi``: an MPI mode's, its
-        levels those of :meth:`network_of`)."""
-        inter, intra = self.levels_of(mpi)
+        levels those of :meth:`network_of` on ``nodes`` nodes)."""
+        inter, intra = self.levels_of(mpi, nodes)
         return {"site": self.site, "partition": self.partition,
                 "inter": inter.model_dump(exclude={"sizes", "seconds"}),
                 "intra": intra.model_dump(exclude={"sizes", "seconds"})
@@ -343,6 +367,14 @@ def layouts(site: Site, partition: str, nodes: int = 2) -> dict[str, tuple[int, 
         out["intra"] = (1, gpus if gpus >= 2 else 2)
     out["inter"] = (max(2, min(nodes, local_cores(site) or nodes)), 1)
     return out
+
+
+def smaller_counts(site: Site, counts, largest: int) -> list[int]:
+    """The node counts below the across-nodes level's (``largest``, layouts) at which it is
+    measured again: each of ``counts`` with more than one node, kept to the cores of a site
+    whose nodes are this machine (:func:`local_cores`) as the largest is."""
+    cap = local_cores(site)
+    return sorted({min(k, cap or k) for k in counts if k >= 2} - {largest})
 
 
 def local_cores(site: Site) -> int | None:
@@ -386,13 +418,14 @@ def load_level(path: Path) -> Level:
 def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
                   model: str, dataset: str,
                   on_event: Callable | None = None, batch_size: int = PROBE_BATCH,
-                  factor: int = 1, bench: str = netbench.MODE) -> Level:
+                  factor: int = 1, bench: str = netbench.MODE, probe: bool = True) -> Level:
     """Run the micro-benchmark job of one level (a real job) and fit it; ``factor`` times the
     repeats and iterations; ``bench``: the benchmark mode (netbench.MODES). The across-nodes
     level of a CPU partition measured with torch.distributed also probes how the nodes'
-    compute slows when they compute at once (``batch_size``: the sweep's)."""
+    compute slows when they compute at once (``batch_size``: the sweep's; ``probe=False``: not,
+    the level measured again at a smaller count)."""
     options = {"sizes": (SIZES,), "reps": (str(REPS * factor),)}
-    probe = probe_of(site, partition, level, model, dataset, batch_size, bench)
+    probe = probe_of(site, partition, level, model, dataset, batch_size, bench) if probe else None
     if probe:
         options["compute_probe"] = (str(PROBE_PASSES),)
     spec = sweepmod.SweepSpec(
@@ -440,9 +473,7 @@ def probe_of(site: Site, partition: str, level: str, model: str, dataset: str,
         spec = zoo.get(model)
     except KeyError:  # a user's model: no probe
         return None
-    if spec.objective != "classify" or spec.transformer is not None:
-        return None
-    return f"{model}/{dataset}/{batch_size}"
+    return f"{model}/{dataset}/{batch_size}" if spec.image_classifier else None
 
 
 def probe_seconds(footers: list[dict], key: str = "compute_probe") -> dict[int, float] | None:
@@ -491,11 +522,12 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
               store: Path | None = None,
               say: Callable[[str], None] = lambda line: None,
               on_event: Callable | None = None,
-              max_age_s: float = MAX_AGE_S, nodes: int = 2,
+              max_age_s: float = MAX_AGE_S, nodes: int = 2, counts=(),
               mpi: bool = False) -> dict[str, Preflight]:
     """The two-level network of every partition: from the cache when fresh (``auto``), else
-    measured now; ``mpi`` (the sweep has an MPI mode): each level also through MPI. The
-    result is also written to ``<sweep>/preflight.json``."""
+    measured now; across ``nodes`` nodes (the sweep's largest count) and again at each of
+    ``counts`` below it (smaller_counts); ``mpi`` (the sweep has an MPI mode): each level also
+    through MPI. The result is also written to ``<sweep>/preflight.json``."""
     if how not in MODES:
         raise UserError(f"--preflight {how}: valid: {', '.join(MODES)}")
     out: dict[str, Preflight] = {}
@@ -503,7 +535,7 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
         return out
     now = time.time()
     job = {"out": sweep_dir / PREFLIGHT_DIR, "model": model, "dataset": dataset,
-           "batch_size": batch_size, "on_event": on_event}
+           "batch_size": batch_size, "on_event": on_event, "counts": tuple(counts)}
     for partition in partitions:
         found = {lib: _levels(site, partition, nodes, job, how=how, store=store, say=say,
                               now=now, max_age_s=max_age_s, mpi=lib)
@@ -513,7 +545,8 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
         pf = out[partition] = Preflight(
             site=site.name, partition=partition, inter=levels["inter"],
             intra=levels.get("intra"), mpi_inter=mpi_levels.get("inter"),
-            mpi_intra=mpi_levels.get("intra"), cpus_per_node=part.cpus_per_node,
+            mpi_intra=mpi_levels.get("intra"), inter_at=_smaller(levels),
+            mpi_inter_at=_smaller(mpi_levels), cpus_per_node=part.cpus_per_node,
             gpus_per_node=part.gpus_per_node or 0)
         for lib in found:
             for flag in pf.flags(lib):
@@ -525,32 +558,43 @@ def preflight(site: Site, partitions: list[str], sweep_dir: Path, *, how: str = 
     return out
 
 
+def _smaller(levels: dict[str, Level]) -> dict[int, Level]:
+    """The across-nodes levels measured at smaller counts (_levels' ``inter@<count>``)."""
+    return {lv.nodes: lv for key, lv in levels.items() if key.startswith("inter@")}
+
+
 def _levels(site: Site, partition: str, nodes: int, job: dict, *, how: str,
             store: Path | None, say: Callable[[str], None], now: float, max_age_s: float,
             mpi: bool) -> dict[str, Level]:
     """Every level of one partition measured with one library's benchmark (``mpi``: MPI's,
-    cached apart), from the cache when fresh (``auto``), else measured now."""
+    cached apart), from the cache when fresh (``auto``), else measured now; the across-nodes
+    level at a smaller count as ``inter@<count>`` (no compute probe: the largest's serves)."""
     bench = modes.network_benchmark(mpi).name
     levels: dict[str, Level] = {}
-    for level, (count, tasks) in layouts(site, partition, nodes).items():
+    shape = layouts(site, partition, nodes)
+    shape.update({f"inter@{k}": (k, 1)
+                  for k in smaller_counts(site, job["counts"], shape["inter"][0])})
+    job = {k: v for k, v in job.items() if k != "counts"}
+    for key, (count, tasks) in shape.items():
+        level = key.split("@")[0]
         path = cache_path(site.name, partition, level, count, tasks, store, mpi=mpi)
         cached = load_level(path) if path.exists() and how == "auto" else None
         where = {"site": site, "partition": partition, "level": level, "nodes": count,
-                 "tasks": tasks, **job, "bench": bench}
+                 "tasks": tasks, **job, "bench": bench, "probe": key == level}
         wanted = probe_of(site, partition, level, job["model"], job["dataset"],
-                          job["batch_size"], bench)
+                          job["batch_size"], bench) if key == level else None
         if (cached is not None and now - cached.measured_at <= max_age_s
-                and cached.probe == wanted):
+                and (cached.probe == wanted or key != level)):
             say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
                 f"{path}]")
-            levels[level] = _checked(cached, where, path, say)
+            levels[key] = _checked(cached, where, path, say)
             continue
         why = ("on request" if how == "always" else "not measured yet" if cached is None
                else "stale" if now - cached.measured_at > max_age_s
                else f"its compute probe ran {cached.probe or 'nothing'}, the sweep's {wanted}")
         say(f"pre-flight {site.name}/{partition} {'mpi ' if mpi else ''}{level}: measuring "
             f"({why}): {bench} on {count} node(s) x {tasks} task(s)")
-        levels[level] = _checked(_measured(where, path, say), where, path, say)
+        levels[key] = _checked(_measured(where, path, say), where, path, say)
     return levels
 
 

@@ -103,6 +103,7 @@ def sweep_preflight(runs: list, site: Site, sweep_dir: Path, how: str, *, wait: 
         networks = pre.preflight(site, partitions, sweep_dir, how=how, model=first.model,
                                  dataset=first.dataset, batch_size=first.batch_size, say=say,
                                  on_event=on_event, nodes=max(r.nodes for r in modelled or runs),
+                                 counts={r.nodes for r in modelled} if predict else (),
                                  mpi=any(modes.get(r.mode).mpi for r in modelled))
     except Exception as exc:  # a failed pre-flight costs the predictions only
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]

@@ -360,14 +360,12 @@ def compute_load(pre, top_ranks: int, done: pd.DataFrame):
     factor = contention_factor(done[done["ranks"] <= 2]) if cpus else None
     if not cpus and pre.colocated_slowdown(pre.inter.nodes) == 1.0:
         return None, ""
-    if not cpus:
-        return ((lambda n: compute_scale(pre, top_ranks, n)),
-                "; the pre-flight found the nodes on one machine: compute scales by its "
-                "compute probe")
-    return ((lambda n: compute_scale(pre, top_ranks, n, factor)),
-            f"; the pre-flight found the nodes on one machine of {cpus} cores: compute scales "
-            "with ranks per core" + (f" and x{factor:.2f} (measured from 1 to 2 ranks) per "
-                                     "doubling of the ranks running at once" if factor else ""))
+    said = ("; the pre-flight found the nodes on one machine: compute scales by its compute "
+            "probe") if not cpus else (
+        f"; the pre-flight found the nodes on one machine of {cpus} cores: compute scales "
+        "with ranks per core" + (f" and x{factor:.2f} (measured from 1 to 2 ranks) per "
+                                 "doubling of the ranks running at once" if factor else ""))
+    return (lambda n: compute_scale(pre, top_ranks, n, factor)), said
 
 
 def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path | None,
@@ -410,15 +408,13 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
                         measured)
     what_if = any(v is not None for v in (ask.bandwidth, ask.latency, ask.netbench_file,
                                           two.intra_bandwidth, two.intra_latency))
-    corners = pre.corner_networks(mpi) if pre is not None and not what_if else []
-
-    def comm_of(net):
-        return comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
+    corners = [comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
                              pattern=two.pattern, servers=two.servers)[1]
+               for net in (pre.corner_networks(mpi) if pre is not None and not what_if else [])]
 
     error = modelerror.model_error(str(first["site"]))  # the site's, as the ledger's
     for row in rows:
-        band = measured_interval(top, base, corners, comm_of,
+        band = measured_interval(top, base, corners,
                                  (row["workers"], row["nodes"], row["tasks_per_node"]), ov,
                                  row["compute_scale"], row["t_iter"], ask.prefetch, iters,
                                  model_error=error)
