@@ -92,12 +92,15 @@ def sweep(variant: str, a: argparse.Namespace, out: Path, store: Path) -> str | 
     return None
 
 
-def scored(out: Path) -> pd.DataFrame:
+def scored(out: Path) -> pd.DataFrame | None:
     """The sweep's runs scored against the latest prediction stated from at most SMALL ranks
-    before each run started (orchestrator.execute.ledger), with each run's model."""
+    before each run started (orchestrator.execute.ledger), with each run's model; None where
+    the sweep stated none (its pre-flight failed: its own log says why)."""
     from orchestrator.execute import ledger
     from orchestrator.report import scorecard
 
+    if not (out / ledger.FILE).exists():
+        return None
     preds = [p for p in ledger.load(out / ledger.FILE) if int(p.get("from_workers", 0)) <= SMALL]
     runs = pd.read_parquet(out / "results" / "runs.parquet")
     started = {p["run_id"]: scorecard.run_started_at(out / p["run_id"]) for p in preds}
@@ -237,6 +240,10 @@ def main() -> None:
             print(f"{variant}: failed: {why}", flush=True)
             continue
         frame = scored(a.out / dir_name(variant))
+        if frame is None:
+            failures.append(f"{variant}: no predictions stated (see its sweep.log)")
+            print(f"{variant}: failed: no predictions stated", flush=True)
+            continue
         frame["variant"] = variant
         frames.append(frame)
         level = frame["level"].dropna().iloc[0] if frame["level"].notna().any() else None

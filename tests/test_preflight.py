@@ -227,3 +227,30 @@ def test_check_busbw_names_the_partition_and_both_figures():
     assert preflight.check_busbw(slow, {"p": pf}) == [
         "s/p: all-reduce busbw across 2 nodes 8e-06 GB/s, site minimum 1kB/s (1e-06 GB/s), "
         "pre-flight run inter: ok"]
+
+
+def test_a_failed_second_measurement_keeps_the_first_flagged(tmp_path, monkeypatch):
+    """A level whose fit fails validity's thresholds is measured once more; when that job
+    fails (a slow link's job past its time limit) the first measurement stands, flagged and
+    cached as such, and the next sweep does not try again within the cache's age."""
+    from orchestrator import site as sitemod
+
+    site, _ = sitemod.load("testcluster")
+    path = tmp_path / "level.json"
+    poor = preflight_level("inter", 2, 1, None).model_copy(update={"max_rel_residual": 0.77})
+    assert poor.problem() is not None
+    tries = []
+
+    def slow_link(where, path, say, factor=1):
+        tries.append(factor)
+        raise UserError("the mpi-allreduce-bench run is TIMEOUT: time limit of 10 min reached")
+
+    monkeypatch.setattr(preflight, "_measured", slow_link)
+    said: list[str] = []
+    where = {"site": site, "partition": "eth"}
+    kept = preflight._checked(poor, where, path, said.append)
+    assert tries == [preflight.RETRY_FACTOR] and kept.retry_failed and kept.problem()
+    assert "measuring again failed (the mpi-allreduce-bench run is TIMEOUT" in said[-1]
+    cached = preflight.load_level(path)
+    assert cached.retry_failed and cached.alpha == poor.alpha
+    assert preflight._checked(cached, where, path, said.append) is cached and tries == [3]

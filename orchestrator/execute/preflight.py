@@ -58,8 +58,9 @@ MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
 SIZES = "65536:262144:1048576:4194304:16777216"
 ITERS, WARMUP, REPS = 5, 1, 3
 # A fit that fails validity's thresholds is measured once more with this many times the
-# repeats and iterations (noise averages out as 1/sqrt(samples)); if it still fails, every
-# prediction from it says so.
+# repeats (noise averages out as 1/sqrt(samples); the job takes about this many times as
+# long, so a slow link's retry still ends inside the job's time limit); if it still fails,
+# or the second job does, every prediction from the first says so.
 RETRY_FACTOR = 3
 PREFLIGHT_DIR = "preflight"
 # The compute probe of the across-nodes level: passes timed per count of ranks computing at
@@ -98,6 +99,9 @@ class Level(BaseModel):
     # ... and their physical cores (hyper-threads counted once; None: not recorded).
     machine_cores: int | None = None
     reps: int = REPS  # repeats of each size per iteration it was measured with
+    # Measured once more after its fit failed validity's thresholds, and that job failed:
+    # kept, flagged, not measured again until the cache's age runs out.
+    retry_failed: bool = False
     # The cores each node's ranks may use, read on the node (rankside.cpushare: a cgroup's CPU
     # quota or the affinity mask), the smallest over the job's nodes; None where a node runs
     # unconfined (its machine's cores are its own) or it was not recorded.
@@ -431,7 +435,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     spec = sweepmod.SweepSpec(
         nodes=(nodes,), modes=(bench,), models=(model,), dataset=dataset,
         batch_sizes=(batch_size,), partitions=(partition,), tasks_per_node=(tasks,),
-        iters=ITERS * factor, warmup=WARMUP, options=options)
+        iters=ITERS, warmup=WARMUP, options=options)
     runs = sweepmod.expand(spec, site)
     prepared = execute.prepare(runs, site, out, retry_failed=True)
     execute.execute(prepared, site, wait=True, on_event=on_event)
@@ -612,13 +616,22 @@ def _checked(got: Level, where: dict, path: Path, say: Callable[[str], None]) ->
     """``got``, or, when its fit fails validity's thresholds and it was not itself such a
     second measurement, the level measured once more with RETRY_FACTOR times the repeats
     (cached in its place: a second measurement that fails too is used, flagged, for the
-    cache's age; ``--preflight always`` measures again)."""
+    cache's age; ``--preflight always`` measures again). A second job that fails (its time
+    limit on a slow link, a node lost) costs nothing measured: ``got`` is kept, flagged."""
     problem = got.problem()
-    if problem is None or got.reps > REPS:
+    if problem is None or got.reps > REPS or got.retry_failed:
         return got
-    say(f"pre-flight {where['site'].name}/{where['partition']} {got.label}: {problem}: "
-        f"measuring again with {RETRY_FACTOR}x the repeats and iterations")
-    return _measured(where, path, say, factor=RETRY_FACTOR)
+    where_said = f"pre-flight {where['site'].name}/{where['partition']} {got.label}"
+    say(f"{where_said}: {problem}: measuring again with {RETRY_FACTOR}x the repeats")
+    try:
+        return _measured(where, path, say, factor=RETRY_FACTOR)
+    except Exception as exc:  # the first measurement stands, its flag with it
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+        say(f"{where_said}: measuring again failed ({first_line}); the first measurement "
+            "is kept and every prediction from it says it is unreliable")
+        kept = got.model_copy(update={"retry_failed": True})
+        rundir.write_json_atomic(path, kept.model_dump(mode="json"))
+        return kept
 
 
 def check_busbw(site: Site, networks: dict[str, Preflight]) -> list[str]:
