@@ -385,6 +385,7 @@ FOOTER_TYPES = {"status": _str, "error": _str, EXCEPTION: _str, "ended_at": _num
                 "peak_rss_bytes": _number, "peak_device_bytes": _number,
                 "param_checksum": _number, COMM_TOTAL_REASON: _str, "t_compile": _number,
                 "activation_dtype": _str,
+                "comm_bucket_bytes": lambda v: isinstance(v, list) and all(map(_int, v)),
                 "versions": lambda v: isinstance(v, dict),
                 DEVICE_METRICS: lambda v: isinstance(v, dict),
                 FABRIC: lambda v: isinstance(v, dict)}

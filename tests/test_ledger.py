@@ -129,3 +129,28 @@ def test_each_node_count_is_priced_on_the_fit_measured_at_it():
     one = predictions.predict_runs(
         runs, {"n4"}, {"p": pf.model_copy(update={"mpi_inter_at": {}})}, now=5.0)[0][0]
     assert one["t_iter"] == pytest.approx(0.5 + 4e-3 + 0.5 * grad / 1e6)
+
+
+def test_ddps_last_bucket_is_priced_after_backward():
+    """A torch-ddp prediction from a run that recorded its last bucket's bytes
+    (``comm_tail_bytes``): the whole gradient's all-reduce fits behind backward, the last
+    bucket's cannot, and the prediction says so; without the column it hides it all."""
+    ddp = {"mode": "torch-ddp", "model": "resnet18", "options": "{}", "t_b": 0.04,
+           "comm_tail_bytes": 16_000_000}
+    runs = _mpi_ssgd_runs(
+        {**ddp, "run_id": "n1", "nodes": 1, "ranks": 1, "state": "COMPLETED", "t_iter": 0.06,
+         "t_comm": 0.0},
+        {**ddp, "run_id": "n2", "nodes": 2, "ranks": 2, "state": "NEW", "t_iter": None,
+         "t_comm": None},
+    )
+    fast = preflight_level("inter", 2, 1, None).model_copy(update={"bandwidth": 1e9})
+    pf = preflight.Preflight(site="s", partition="p", inter=fast)
+    rec = predictions.predict_runs(runs, {"n2"}, {"p": pf}, now=5.0)[0][0]
+    grad = 44_695_848  # ring of 2: 2α + m/B; all of it fits behind 40 ms of backward
+    assert rec["grad_bytes"] == grad and 2e-3 + grad / 1e9 - 0.04 < 2e-3 + 16e6 / 1e9
+    assert rec["tail_bytes"] == 16_000_000 and "last bucket" in rec["model_text"]
+    assert rec["t_iter"] == pytest.approx(0.06 + 2e-3 + 16e6 / 1e9)
+    hidden = predictions.predict_runs(runs.drop(columns=["comm_tail_bytes"]), {"n2"},
+                                      {"p": pf}, now=5.0)[0][0]
+    assert hidden["tail_bytes"] is None
+    assert hidden["t_iter"] == pytest.approx(0.06 + 2e-3 + grad / 1e9 - 0.04)

@@ -335,3 +335,44 @@ def test_hidden_communication_takes_the_cpu_it_uses_from_backward():
     assert none["t_comm_cpu"] == 0.0 and none["t_iter"] == pytest.approx(1.8)
     with pytest.raises(ModelInputError, match="comm_cpu"):
         measured_point(phases, 1.2, 0.0, 0.6, comm_cpu=1.5)
+
+
+def test_the_gradient_sent_after_backward_is_never_hidden():
+    """measured_point with a tail (DDP's last bucket, all-reduced once backward has made its
+    gradients): wfbp exposes at least the tail, more where the rest does not fit behind
+    backward; the change between the sizes is what the prediction adds; overlap none is
+    unchanged; a negative tail is refused."""
+    from orchestrator.perfmodel.inputs import ModelInputError
+    from orchestrator.perfmodel.predict import measured_point
+
+    phases = {"t_io": 0.0, "t_h2d": 0.0, "t_f": 0.3, "t_b": 0.8, "t_comm": 0.0, "t_u": 0.1}
+    # 1 rank -> 2: total 0.6 s fits behind backward (0.8 s), its last 0.25 s cannot
+    tailed = measured_point(phases, 1.2, 0.0, 0.6, overlap="wfbp", tail_target=0.25)
+    assert tailed["t_comm_exposed"] == pytest.approx(0.25)
+    assert tailed["t_iter"] == pytest.approx(1.45)
+    # total 1.2 s: 0.4 s exceeds backward, more than the tail
+    assert measured_point(phases, 1.2, 0.0, 1.2, overlap="wfbp",
+                          tail_target=0.25)["t_comm_exposed"] == pytest.approx(0.4)
+    # 2 -> 4 from a measured exposed 0.25 s (its tail 0.25): the tail grows to 0.375
+    two = {**phases, "t_comm": 0.25}
+    four = measured_point(two, 1.45, 0.6, 0.9, overlap="wfbp", tail_base=0.25,
+                          tail_target=0.375)
+    assert four["t_comm_exposed"] == pytest.approx(0.375)
+    # a tail never exceeds the communication it is part of; overlap none: all exposed anyway
+    assert measured_point(phases, 1.2, 0.0, 0.1, overlap="wfbp",
+                          tail_target=0.5)["t_comm_exposed"] == pytest.approx(0.1)
+    assert measured_point(phases, 1.2, 0.0, 0.6, overlap="none",
+                          tail_target=0.25)["t_iter"] == pytest.approx(1.8)
+    with pytest.raises(ModelInputError, match="tail"):
+        measured_point(phases, 1.2, 0.0, 0.6, overlap="wfbp", tail_target=-1.0)
+
+
+def test_ddp_buckets_fill_in_reverse_until_the_cap():
+    """torch-ddp's footer buckets: parameters in reverse registration order, a bucket closed
+    once it reaches the cap, the rest in the last one (the first layers' gradients)."""
+    from orchestrator.modes.torch_ddp.rank import bucket_bytes
+
+    assert bucket_bytes([10, 20, 30, 40], 50) == [70, 30]
+    assert bucket_bytes([10, 20, 30, 40], 1000) == [100]
+    assert bucket_bytes([60, 5, 5], 10) == [10, 60]
+    assert bucket_bytes([], 10) == []

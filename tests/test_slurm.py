@@ -55,6 +55,7 @@ def test_sweep_runs_each_job_on_its_nodes(torch_cluster_sweep):
         assert all(h.startswith("node") for h in hosts)
         assert r["checksums_agree"] is True
         assert r["speedup"] is not None and r["efficiency"] is not None
+        assert r["comm_tail_bytes"] == 248_024  # LeNet-5's gradient: one DDP bucket, all of it
 
 
 def test_interconnect_reaches_the_ranks(torch_cluster_sweep):

@@ -107,6 +107,16 @@ def counted_comm(mode_name: str, options: dict, grad: int,
     return comm
 
 
+def tail_bytes(base: pd.DataFrame, overlap: str) -> int | None:
+    """The gradient bytes the measured runs all-reduce only once backward has ended
+    (``comm_tail_bytes``: DDP's last bucket), where their overlap would otherwise price it
+    hidden (``wfbp``); None where the mode does not say or nothing overlaps."""
+    if overlap != "wfbp" or "comm_tail_bytes" not in base.columns:
+        return None
+    found = pd.to_numeric(base["comm_tail_bytes"], errors="coerce").max()
+    return int(found) if pd.notna(found) and found > 0 else None
+
+
 def measured_base(base: pd.DataFrame, comm_total: float,
                   smallest: pd.DataFrame | None = None) -> Measured:
     """The :class:`Measured` source of the runs of one size (the mean of each phase and of
@@ -217,12 +227,19 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
     w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
     b = base.iloc[0]
     overlap = priced_overlap(str(run["mode"]), opts, grad)
-    source = measured_base(base, comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS])), first_done)
-    source = source.model_copy(update={"comm_cpu": pf.comm_cpu(mpi)})
+    tail = tail_bytes(base, overlap)
+    tail_comm = (counted_comm(str(run["mode"]), opts, tail, lambda n: pf.network_of(mpi, n))
+                 if tail else None)
+    at_base = (int(b[RANKS]), int(b[NODES]), int(b[TASKS]))
+    source = measured_base(base, comm(*at_base), first_done)
+    source = source.model_copy(update={"comm_cpu": pf.comm_cpu(mpi),
+                                       "comm_tail": tail_comm(*at_base) if tail_comm else 0.0})
     scale = compute_scale(pf, int(b[RANKS]), w, factor)
     pred = predict(source, [w], overlap=overlap, comm=lambda _n: comm(w, nodes, tasks),
-                   compute_scale=lambda _n: scale)[0]
-    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter, iters, error)
+                   compute_scale=lambda _n: scale,
+                   tail=(lambda _n: tail_comm(w, nodes, tasks)) if tail_comm else None)[0]
+    band = _interval(run, base, source, pf, grad, overlap, scale, pred.t_iter, iters, error,
+                     tail)
     return {
         "run_id": run["run_id"], "predicted_at": now, "mode": run["mode"],
         "site": run["site"], "partition": run["partition"], "model": run["model"],
@@ -230,7 +247,8 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         "from_run_id": str(b["run_id"]) if len(base) == 1 else ",".join(base["run_id"]),
         "from_workers": int(b[RANKS]), "pattern": pattern, "overlap": overlap,
         "servers": servers_of(str(run["mode"]), nodes, tasks, opts),
-        "grad_bytes": grad, "inputs": {**source.phases, T_ITER: source.t_iter},
+        "grad_bytes": grad, "tail_bytes": tail,
+        "inputs": {**source.phases, T_ITER: source.t_iter},
         "network": pf.as_record(mpi, nodes), "network_library": pf.library_of(mpi),
         "t_iter": pred.t_iter, "speedup": pred.speedup,
         "t_iter_low": band.low, "t_iter_high": band.high, "level": band.level,
@@ -248,7 +266,8 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
                       + (f", compute x{scale:.2f} ({_scale_text(pf, factor)})"
                          if scale != 1 else "")
                       + (f", hidden communication takes {source.comm_cpu:.0%} of a rank's CPU "
-                         "from backward" if source.comm_cpu else ""),
+                         "from backward" if source.comm_cpu else "")
+                      + (f", the last bucket's {tail:,} B sent after backward" if tail else ""),
         "orch_version": __version__,
     }
 
@@ -266,20 +285,24 @@ def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Prefligh
               overlap: str, scale: float, point: float,
               iters: pd.DataFrame | None = None,
               error: tuple[interval.ModelError | None, str] = (None, interval.NO_MODEL_ERROR),
-              ) -> interval.Interval:
+              tail: int | None = None) -> interval.Interval:
     """The prediction's interval on the pre-flight's fast and slow corner networks (each at
     the node count of the run it prices), with its site's model error (``error``:
-    modelerror.model_error)."""
+    modelerror.model_error); ``tail``: the bytes sent after backward (tail_bytes)."""
     opts = run_options(run.get("options"))
     mpi = bool(getattr(_mode_of(str(run["mode"])), "mpi", False))
     counts = (int(base[NODES].iloc[0]), int(run[NODES]))
     corners = {n: pf.corner_networks(mpi, n) for n in counts}
-    comms = [] if not all(corners.values()) else [
-        counted_comm(str(run["mode"]), opts, grad, lambda n, i=i: corners[n][i])
-        for i in (0, 1)]
+    comms, tails = [], []
+    if all(corners.values()):
+        for i in (0, 1):
+            comms.append(counted_comm(str(run["mode"]), opts, grad,
+                                      lambda n, i=i: corners[n][i]))
+            tails.append(counted_comm(str(run["mode"]), opts, tail,
+                                      lambda n, i=i: corners[n][i]) if tail else None)
     return measured_interval(base, source, comms,
                              (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
-                             scale, point, iterations=iters, model_error=error)
+                             scale, point, iterations=iters, model_error=error, tails=tails)
 
 
 def _error_fields(band: interval.Interval, error: interval.ModelError | None) -> dict:
@@ -295,22 +318,27 @@ def measured_interval(base: pd.DataFrame, source: Measured,
                       at: tuple[int, int, int], overlap: str, scale: float, point: float,
                       prefetch: bool = False, iterations: pd.DataFrame | None = None,
                       model_error: tuple[interval.ModelError | None, str] | None = None,
+                      tails: list[Callable[[int, int, int], float] | None] | None = None,
                       ) -> interval.Interval:
     """The interval (model.interval) of a prediction from the measured runs ``base`` at ``at``
     (workers, nodes, tasks per node): the same prediction with each of the ``corners`` (the
     pattern's cost on a corner network, ``f(workers, nodes, tasks)``), the measured runs'
     per-iteration spread (iteration_spread: quantiles of ``iterations`` where they hold the
     runs, as fractions of the point), the spread of their repeats and ``model_error``
-    (runs_interval)."""
+    (runs_interval); ``tails``: each corner's cost of the gradient sent after backward
+    (None: no tail)."""
     w, nodes, tasks = at
     b = base.iloc[0]
+    at_base = (int(b[RANKS]), int(b[NODES]), int(b[TASKS]))
     points = []
-    for comm in corners:
-        src = source.model_copy(update={
-            "comm_total": comm(int(b[RANKS]), int(b[NODES]), int(b[TASKS]))})
+    for comm, tail in zip(corners, tails or [None] * len(corners), strict=True):
+        src = source.model_copy(update={"comm_total": comm(*at_base),
+                                        "comm_tail": tail(*at_base) if tail else 0.0})
         points.append(predict(src, [w], overlap=overlap, prefetch=prefetch,
                               comm=lambda _n, c=comm: c(w, nodes, tasks),
-                              compute_scale=lambda _n: scale)[0].t_iter)
+                              compute_scale=lambda _n: scale,
+                              tail=(lambda _n, t=tail: t(w, nodes, tasks)) if tail else None,
+                              )[0].t_iter)
     return runs_interval(base, point, points, iterations, model_error)
 
 

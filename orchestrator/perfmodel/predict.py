@@ -88,7 +88,10 @@ class Measured(BaseModel):
     model's change is taken from); ``jitter``: the per-iteration standard deviation of a rank's
     compute there (synchronization wait); ``speedup_from``: (workers, t_iter) of the run the
     speedups are relative to (the smallest measured), or None for no speedup; ``comm_cpu``:
-    the share of a rank's CPU its communication takes while it runs (0: none of the compute's).
+    the share of a rank's CPU its communication takes while it runs (0: none of the compute's);
+    ``comm_tail``: the model's time at the measured size for the gradient that is all-reduced
+    only once backward has produced it all (DDP's last bucket), which no overlap hides (0:
+    none known).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -101,6 +104,7 @@ class Measured(BaseModel):
     speedup_from: tuple[int, float] | None = None
     # The share of a rank's CPU its communication takes while running (measured_point).
     comm_cpu: float = 0.0
+    comm_tail: float = 0.0
 
 
 def predict(
@@ -118,6 +122,7 @@ def predict(
     servers: int = 1,
     comm: Callable[[int], float] | None = None,
     compute_scale: Callable[[int], float] | None = None,
+    tail: Callable[[int], float] | None = None,
 ) -> list[Prediction]:
     """Predict iteration time and speedup for each worker count in ``workers``.
 
@@ -131,21 +136,24 @@ def predict(
       it for every N). Without one the trace's ``comm_us`` are used as measured for every
       N > 1. For N = 1 a trace has no communication (but a parameter server's push and pull);
     * a :class:`Measured` run with ``comm`` (the model's total communication at N workers)
-      and optionally ``compute_scale`` (N -> the compute phases' factor there).
+      and optionally ``compute_scale`` (N -> the compute phases' factor there) and ``tail``
+      (N -> the model's time for the gradient sent only after backward ends, which ``wfbp``
+      cannot hide: DDP's last bucket).
 
     ``overlap``: ``"none"`` — all communication is exposed. ``"wfbp"`` — with a trace, the WFBP
     schedule (:func:`schedule_wfbp`, optional ``bucket_bytes``); with a breakdown or a measured
     run, which have no layer detail, communication is assumed to overlap the whole backward
-    pass: ``exposed = max(0, t_comm − t_b)``. In that case a breakdown's ``t_comm`` is read as
-    the *total* communication time — a measured (already exposed) ``t_comm`` should be
-    predicted with ``overlap="none"`` or it would be hidden twice.
+    pass: ``exposed = max(0, t_comm − t_b)`` (a measured run's, at least its ``tail``). In
+    that case a breakdown's ``t_comm`` is read as the *total* communication time — a measured
+    (already exposed) ``t_comm`` should be predicted with ``overlap="none"`` or it would be
+    hidden twice.
 
     ``prefetch`` selects the pipelined-I/O rule (see :func:`phase_iteration_time`).
     ``speedup = N · t_iter(1) / t_iter(N)`` with the same options at N = 1.
     """
     counts = check_predict_options(workers, overlap, prefetch)
     if isinstance(source, Measured):
-        return _measured(source, counts, overlap, prefetch, comm, compute_scale)
+        return _measured(source, counts, overlap, prefetch, comm, compute_scale, tail)
     cost = _message_cost(alpha_beta, network, per_node, pattern, servers)
     if isinstance(source, Trace):
         at, kind = _trace_source(source, overlap, prefetch, cost, grad_bytes, bucket_bytes)
@@ -289,7 +297,8 @@ def _trace_point(trace: Trace, n: int, overlap: str, prefetch: bool, cost: Messa
 
 def _measured(base: Measured, counts: list[int], overlap: str, prefetch: bool,
               comm: Callable[[int], float] | None,
-              compute_scale: Callable[[int], float] | None) -> list[Prediction]:
+              compute_scale: Callable[[int], float] | None,
+              tail: Callable[[int], float] | None = None) -> list[Prediction]:
     if comm is None:
         raise ModelInputError("a measured run needs comm: the model's communication at N")
     out = []
@@ -298,7 +307,8 @@ def _measured(base: Measured, counts: list[int], overlap: str, prefetch: bool,
             base.phases, base.t_iter, base.comm_total, comm(n), overlap=overlap,
             prefetch=prefetch, jitter=base.jitter, base_workers=base.workers, workers=n,
             compute_scale=compute_scale(n) if compute_scale is not None else 1.0,
-            comm_cpu=base.comm_cpu)
+            comm_cpu=base.comm_cpu, tail_base=base.comm_tail,
+            tail_target=tail(n) if tail is not None else 0.0)
         s = efficiency = None
         if base.speedup_from is not None:
             smallest, t_smallest = base.speedup_from
@@ -322,6 +332,8 @@ def measured_point(
     workers: int = 1,
     compute_scale: float = 1.0,
     comm_cpu: float = 0.0,
+    tail_base: float = 0.0,
+    tail_target: float = 0.0,
 ) -> dict[str, float]:
     """One larger run from a measured smaller one: the point formula of a :class:`Measured`
     source (the predictions a staged sweep states before its runs).
@@ -351,7 +363,44 @@ def measured_point(
     backward by that share of its time; the change in hidden communication from the measured
     size to the predicted one is added (``t_comm_cpu``). With communication that is CPU-bound
     (``comm_cpu`` near 1) nothing is really hidden.
+
+    ``tail_base`` and ``tail_target`` (s): the part of ``comm_base`` and ``comm_target`` that
+    can start only when backward has ended (the all-reduce of DDP's last bucket, which holds
+    the first layers' gradients, made last): with ``wfbp`` at least that much is exposed,
+    ``exposed = max(total − t_b, tail)``. 0: all of it may hide.
     """
+    _check_measured(base_phases, overlap, compute_scale, comm_cpu, t_iter=base_t_iter,
+                    comm_base=comm_base, comm_target=comm_target, tail_base=tail_base,
+                    tail_target=tail_target, jitter=jitter)
+    compute = {p: float(base_phases[p]) for p in PHASES if p != "t_comm"}
+
+    def exposed(total: float, tail: float) -> float:
+        if overlap == "none":
+            return total
+        return max(0.0, total - compute["t_b"], min(tail, total))
+
+    total_base, total_n = float(comm_base), float(comm_target)
+    wait = float(jitter) * (expected_max_normal(check_workers(workers))
+                            - expected_max_normal(check_workers(base_workers, "base workers")))
+    exp_base, exp_target = exposed(total_base, tail_base), exposed(total_n, tail_target)
+    exp_n = max(0.0, float(base_phases["t_comm"]) + exp_target - exp_base + wait)
+    t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
+                                        prefetch=prefetch)
+    scaled = {p: v * float(compute_scale) for p, v in compute.items()}
+    stolen = float(comm_cpu) * ((total_n - exp_target) - (total_base - exp_base))
+    scaled["t_b"] = max(0.0, scaled["t_b"] + stolen)
+    t_n_model = phase_iteration_time(**scaled, t_comm_exposed=exp_n, prefetch=prefetch)
+    t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
+    return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
+            "t_comm_model_base": total_base, "t_sync_wait": wait,
+            "compute_scale": float(compute_scale), "t_comm_cpu": stolen, **scaled}
+
+
+def _check_measured(base_phases: Mapping[str, float], overlap: str, compute_scale: float,
+                    comm_cpu: float, **seconds: float) -> None:
+    """measured_point's inputs, or ModelInputError naming the first that is not one: every
+    phase measured and none negative, the ``seconds`` (t_iter, the model's totals and tails,
+    jitter) not negative, a positive compute scale and a CPU share from 0 to 1."""
     if overlap not in OVERLAPS:
         raise ModelInputError(f"overlap: expected one of {', '.join(OVERLAPS)}, got {overlap!r}")
     for name in (*PHASES,):
@@ -359,35 +408,17 @@ def measured_point(
             raise ModelInputError(f"breakdown: phase '{name}' is missing; every phase of "
                                   f"{', '.join(PHASES)} must be measured")
         _non_negative_or_error(base_phases[name], name)
-    _non_negative_or_error(base_t_iter, "t_iter")
-    _non_negative_or_error(comm_base, "t_comm (model, measured size)")
-    _non_negative_or_error(comm_target, "t_comm (model, predicted size)")
-    compute = {p: float(base_phases[p]) for p in PHASES if p != "t_comm"}
-
-    def exposed(total: float) -> float:
-        return total if overlap == "none" else max(0.0, total - compute["t_b"])
-
-    total_base, total_n = float(comm_base), float(comm_target)
-    _non_negative_or_error(jitter, "jitter")
-    wait = float(jitter) * (expected_max_normal(check_workers(workers))
-                            - expected_max_normal(check_workers(base_workers, "base workers")))
-    exp_n = max(0.0, float(base_phases["t_comm"]) + exposed(total_n) - exposed(total_base)
-                + wait)
-    t_base_model = phase_iteration_time(**compute, t_comm_exposed=float(base_phases["t_comm"]),
-                                        prefetch=prefetch)
+    names = {"comm_base": "t_comm (model, measured size)",
+             "comm_target": "t_comm (model, predicted size)",
+             "tail_base": "tail (model, measured size)",
+             "tail_target": "tail (model, predicted size)"}
+    for key, value in seconds.items():
+        _non_negative_or_error(value, names.get(key, key))
     if not is_number(compute_scale) or not math.isfinite(compute_scale) or compute_scale <= 0:
         raise ModelInputError(f"compute_scale: expected a positive number, got "
                               f"{compute_scale!r}")
-    scaled = {p: v * float(compute_scale) for p, v in compute.items()}
     if not is_number(comm_cpu) or not 0.0 <= float(comm_cpu) <= 1.0:
         raise ModelInputError(f"comm_cpu: expected a share from 0 to 1, got {comm_cpu!r}")
-    stolen = float(comm_cpu) * ((total_n - exposed(total_n)) - (total_base - exposed(total_base)))
-    scaled["t_b"] = max(0.0, scaled["t_b"] + stolen)
-    t_n_model = phase_iteration_time(**scaled, t_comm_exposed=exp_n, prefetch=prefetch)
-    t_iter = max(1e-12, float(base_t_iter) + t_n_model - t_base_model)
-    return {"t_iter": t_iter, "t_comm_exposed": exp_n, "t_comm_total": total_n,
-            "t_comm_model_base": total_base, "t_sync_wait": wait,
-            "compute_scale": float(compute_scale), "t_comm_cpu": stolen, **scaled}
 
 
 def _non_negative_or_error(value: object, field: str) -> float:

@@ -26,6 +26,7 @@ from ..execute.ledger import (
     measured_interval,
     run_flags,
     runs_interval,
+    tail_bytes,
     unmeasured_library,
 )
 from ..execute.network import alpha_beta_for, network_for
@@ -391,33 +392,43 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
         str(first["model"]), str(first["dataset"]))
     if grad is None:
         raise UserError(f"model '{first['model']}' is not in the zoo: give --grad-bytes N")
-    pat, comm = comm_function(str(first["mode"]), run_options(first.get("options")), grad,
-                              net, pattern=two.pattern, servers=two.servers)
+    def priced(size: int | None, on: Network):  # the pattern's cost of ``size`` bytes
+        return comm_function(str(first["mode"]), run_options(first.get("options")), size, on,
+                             pattern=two.pattern, servers=two.servers)[1] if size else None
+
+    pat = comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
+                        pattern=two.pattern, servers=two.servers)[0]
+    comm = priced(grad, net)
     tasks = two.tasks or int(top["tasks_per_node"].iloc[0])
-    base = measured_base(top, comm(int(top["ranks"].iloc[0]), int(top["nodes"].iloc[0]),
-                                   int(top["tasks_per_node"].iloc[0])), small)
+    at_top = (int(top["ranks"].iloc[0]), int(top["nodes"].iloc[0]),
+              int(top["tasks_per_node"].iloc[0]))
+    base = measured_base(top, comm(*at_top), small)
     if pre is not None and pre.comm_cpu(mpi):
         base = base.model_copy(update={"comm_cpu": pre.comm_cpu(mpi)})
         net_desc += (f"; hidden communication takes {pre.comm_cpu(mpi):.0%} of a rank's CPU from "
                      "backward (measured by the pre-flight)")
     ov = ask.overlap or priced_overlap(str(first["mode"]), first.get("options"), grad)
+    tail = tail_bytes(top, ov)  # DDP's last bucket: sent after backward, as the ledger prices
+    tail_comm = priced(tail, net)
+    if tail_comm is not None:
+        base = base.model_copy(update={"comm_tail": tail_comm(*at_top)})
+        net_desc += f"; the last bucket's {tail:,} B sent after backward"
     measured = {int(w): float(g["t_iter"].mean()) for w, g in done.groupby("ranks")}
     label = (f"{directory} '{first['mode']} {first['model']}': breakdown of run(s) "
              f"{', '.join(top['run_id'])} ({base.workers} rank(s))")
     rows = _extrapolate(base, comm, tasks, ask.counts(LARGE_COUNTS), ov, ask.prefetch, load,
-                        measured)
+                        measured, tail_comm)
     what_if = any(v is not None for v in (ask.bandwidth, ask.latency, ask.netbench_file,
                                           two.intra_bandwidth, two.intra_latency))
-    corners = [comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
-                             pattern=two.pattern, servers=two.servers)[1]
-               for net in (pre.corner_networks(mpi) if pre is not None and not what_if else [])]
+    nets = pre.corner_networks(mpi) if pre is not None and not what_if else []
+    corners, tails = [priced(grad, n) for n in nets], [priced(tail, n) for n in nets]
 
     error = modelerror.model_error(str(first["site"]))  # the site's, as the ledger's
     for row in rows:
         band = measured_interval(top, base, corners,
                                  (row["workers"], row["nodes"], row["tasks_per_node"]), ov,
                                  row["compute_scale"], row["t_iter"], ask.prefetch, iters,
-                                 model_error=error)
+                                 model_error=error, tails=tails)
         row.update(t_iter_low=band.low, t_iter_high=band.high, level=band.level,
                    interval_basis=band.basis, model_error_basis=band.error_basis,
                    flags=run_flags(pre, row["workers"], row["tasks_per_node"], top, mpi=mpi,
@@ -428,17 +439,20 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
 
 
 def _extrapolate(base: Measured, comm, tasks: int, counts: list[int], overlap: str,
-                 prefetch: bool, load, measured: dict[int, float]) -> list[dict]:
+                 prefetch: bool, load, measured: dict[int, float], tail=None) -> list[dict]:
     """One row per worker count: ``tasks`` ranks a node (fewer when there are fewer ranks),
-    the model's communication at that layout, compute scaled by ``load(N)`` (from the
-    measured size to N: ranks per core and contention, ledger.compute_scale)."""
+    the model's communication at that layout (``tail``: of the gradient sent after backward,
+    or None), compute scaled by ``load(N)`` (from the measured size to N: ranks per core and
+    contention, ledger.compute_scale)."""
     rows = []
     for w in counts:
         t = min(tasks, w)
         nodes = math.ceil(w / t)
         pred = predict(base, [w], overlap=overlap, prefetch=prefetch,
                        comm=lambda n, nodes=nodes, t=t: comm(n, nodes, t),
-                       compute_scale=load)[0]
+                       compute_scale=load,
+                       tail=(lambda n, nodes=nodes, t=t: tail(n, nodes, t)) if tail else None,
+                       )[0]
         rows.append({"workers": w, "nodes": nodes, "tasks_per_node": t,
                      **{f: getattr(pred, f) for f in _MEASURED_FIELDS},
                      "speedup": pred.speedup, "efficiency": pred.efficiency,

@@ -149,6 +149,9 @@ FOOTER_FACTS = (
            "(PyTorch's allocator; null without CUDA)"),
     Column("peak_device_bytes_mean", "double", "bytes", "peak GPU memory, mean over ranks"),
     Column("comm_total_reason", "string", "", "why the run has no `t_comm_total`"),
+    Column("comm_tail_bytes", "int64", "bytes", "gradient bytes all-reduced only once backward "
+           "has ended (DDP's last bucket, its first layers' gradients): communication no "
+           "overlap hides; null where the mode does not say"),
     Column("versions", "string", "", "Python and framework versions of the ranks, JSON"),
     Column("param_checksum", "double", "", "sum of the model's parameters after training "
            "(rank 0's)"),

@@ -65,6 +65,8 @@ def footer_facts(logs: list[RankLog]) -> dict:
         # Why the run has no t_comm_total (a mode that cannot see it), so a
         # missing total reads as a known limit, not a lost measurement.
         protocol.COMM_TOTAL_REASON: "; ".join(reasons) if reasons else None,
+        # The last bucket's bytes: the gradient sent after backward (torch-ddp's footer).
+        "comm_tail_bytes": (first.get("comm_bucket_bytes") or [None])[-1],
         "versions": json.dumps(first.get("versions") or {}, sort_keys=True),
         "param_checksum": sums[0] if sums else None,
         "checksums_agree": (all(math.isclose(s, sums[0], rel_tol=CHECKSUM_RTOL, abs_tol=1e-9)

@@ -26,6 +26,10 @@ stream is made to wait for the all-reduce (PyTorch's CUDA-aware futures), marks 
 Every DDP wrapper takes the run's ``--bucket-cap-mb`` (DDP's ``bucket_cap_mb``: gradients are
 all-reduced in buckets of that many MiB, the first bucket 1 MiB whatever it is).
 
+The footer's ``comm_bucket_bytes`` are DDP's buckets in the order their gradients become
+ready (:func:`bucket_bytes`); the last holds the first layers' gradients, made last, so its
+all-reduce starts only when backward has ended and nothing can hide it.
+
 World size 1: no hook is installed and nothing is counted as communication (DDP's all-reduce of
 a one-member group is a local copy): ``t_comm = t_comm_total = 0``, ``t_b`` = backward.
 
@@ -57,6 +61,20 @@ from orchestrator.rankside.torch.common import (
 )
 
 from .mode import MODE
+
+
+def bucket_bytes(param_bytes: list[int], cap: int) -> list[int]:
+    """DDP's buckets (bytes each), in the order backward fills them: the parameters in
+    reverse of registration order (roughly the order their gradients become ready), a bucket
+    closed once it holds at least ``cap`` bytes (``bucket_cap_mb``). This is the assignment
+    DDP rebuilds after its first iteration (its 1 MiB first bucket only lives until then)."""
+    out, current = [], 0
+    for size in reversed(param_bytes):
+        current += size
+        if current >= cap:
+            out.append(current)
+            current = 0
+    return out + ([current] if current else [])
 
 
 class BucketTimer:
@@ -202,6 +220,9 @@ def main(argv=None) -> None:
         if args.trace == "yes":  # after the checksum: tracing steps no optimizer
             write_trace(args, info, ddp, model, loss_fn, source)
         s.footer["comm_buckets"] = timer.buckets
+        s.footer["comm_bucket_bytes"] = bucket_bytes(
+            [p.numel() * p.element_size() for p in model.parameters() if p.requires_grad],
+            args.bucket_cap_mb << 20)
         s.footer["loss"] = float(loss.detach())
         leave_distributed()
 
