@@ -56,6 +56,12 @@ MAX_AGE_S = 24 * 3600.0  # an entry older than this is measured again (auto)
 # regime; 1-16 MiB pin B; the model's own gradient size is added by the benchmark): below them
 # an all-reduce's time says how fast processes wake up, not what a link does (netbench.FIT_FROM).
 SIZES = "65536:262144:1048576:4194304:16777216"
+# A fit over every size that fails validity's thresholds is fitted again from this size up,
+# the regime gradients travel in (DDP's 25 MiB buckets, Horovod's 64 MiB fusion buffer): below
+# it a shaped link's token bucket lets a burst through faster than its rate, and MPI's eager
+# protocol skips a handshake, so small all-reduces can beat the α–β line that holds for large
+# ones. The level then says which sizes its fit took.
+BANDWIDTH_FROM = 1 << 20
 ITERS, WARMUP, REPS = 5, 1, 3
 # A fit that fails validity's thresholds is measured once more with this many times the
 # repeats (noise averages out as 1/sqrt(samples); the job takes about this many times as
@@ -117,6 +123,7 @@ class Level(BaseModel):
     compute_probe: dict[int, float] | None = None
     compute_probe_cpu: dict[int, float] | None = None  # ... their CPU seconds
     probe: str | None = None  # what the probe ran (probe_of): a cached level serves only it
+    fit_from: int = 0  # the fit took the sizes of at least this many bytes (0: all)
 
     def compute_slowdown(self, ranks: int) -> float:
         """How much slower one rank computes with ``ranks`` of them computing at once than
@@ -203,7 +210,9 @@ class Level(BaseModel):
                 f"{units.format_bandwidth(self.bandwidth)}, "
                 f"{netbench.describe_busbw(self.sizes, self.seconds, self.ranks)}, "
                 f"R² = {self.r2:.3f}, worst "
-                f"residual {self.max_rel_residual:.0%} ({self.nodes} node(s) x "
+                f"residual {self.max_rel_residual:.0%}"
+                + (f" (sizes from {self.fit_from:,} B)" if self.fit_from else "")
+                + f" ({self.nodes} node(s) x "
                 f"{self.tasks_per_node}{shared}, measured {age} ago, run {self.run_id})")
 
 
@@ -442,7 +451,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     keys = results.recheck(out)  # the run records first: merge only reads
     results.merge(out, keys)
     rdir = out / runs[0].run_id
-    fit = netbench.fit_run(rdir)
+    fit = bandwidth_fit(rdir)
     r2, worst = fit.r2()
     sizes, seconds = fit.fitted()
     record = rundir.read_record(rdir)
@@ -456,13 +465,23 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  node_cpu_share=confined_share(logs), rank_cpu_cores=rank_cores(logs, tasks),
                  comm_cpu_cores=fit.cpu_cores, compute_probe=probe_seconds(footers),
                  compute_probe_cpu=probe_seconds(footers, "compute_probe_cpu"),
-                 probe=probe,
+                 probe=probe, fit_from=fit.fit_from,
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=sizes, seconds=seconds,
                  reps=REPS * factor,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir, backend=fit.backend)
+
+
+def bandwidth_fit(rdir: Path) -> netbench.NetbenchResult:
+    """A level's fit (netbench.fit_run): over every size, or, where that one fails validity's
+    thresholds and a fit from :data:`BANDWIDTH_FROM` up holds them, that one."""
+    fit = netbench.fit_run(rdir)
+    if validity.fit_problem("", *fit.r2()) is None:
+        return fit
+    wide = netbench.fit_run(rdir, fit_from=BANDWIDTH_FROM)
+    return wide if validity.fit_problem("", *wide.r2()) is None else fit
 
 
 def probe_of(site: Site, partition: str, level: str, model: str, dataset: str,
