@@ -36,6 +36,7 @@ from orchestrator.spec.api import Run
 
 from .conftest import run_orch
 from .test_history import table
+from .test_netbench import LOCAL_ITERS, SIZES
 
 approx = pytest.approx
 
@@ -402,9 +403,10 @@ def real_sweep(tmp_path_factory):
     env = {"ORCH_NETBENCH_DIR": str(store)}
     run_orch("sweep", "--nodes", "1,2", "--iters", 4, "--warmup", 1, "--out", out,
              check=True, env=env)
-    run_orch("netbench", "--site", "local", "--nodes", 2, "--iters", 3, "--warmup", 1,
-             "--sizes", "4,4K,256K,1M", "--reps", 2, "--out", out, "--no-save", check=True,
-             env=env)
+    # test_netbench's sizes and iterations: a span and a median that a loaded machine's
+    # noise cannot reorder (with 256 KiB and 1 MiB alone, 3 iterations, it once did)
+    run_orch("netbench", "--site", "local", "--nodes", 2, "--iters", LOCAL_ITERS, "--warmup",
+             1, "--sizes", SIZES, "--reps", 3, "--out", out, "--no-save", check=True, env=env)
     proc = run_orch("report", out, check=True, env=env)
     return out, proc, env
 
