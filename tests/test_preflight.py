@@ -289,3 +289,9 @@ def test_a_fit_the_small_sizes_break_is_taken_from_the_bandwidth_regime(monkeypa
     monkeypatch.setattr(netbench, "fit_run", lambda rdir, fit_from=netbench.FIT_FROM:
                         fit_run(rdir, fit_from, linear))
     assert preflight.bandwidth_fit(Path("r")).fit_from == 0
+    # from 1 MiB up the times fall with the size: no fit there, the poor one over all stands
+    falling = [1e-4, 2e-4, 1.0, 0.9, 0.8, 0.7]
+    monkeypatch.setattr(netbench, "fit_run", lambda rdir, fit_from=netbench.FIT_FROM:
+                        fit_run(rdir, fit_from, falling))
+    kept = preflight.bandwidth_fit(Path("r"))
+    assert kept.fit_from == 0 and kept.r2()[1] > 0.5

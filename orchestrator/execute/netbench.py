@@ -212,6 +212,16 @@ def fit_run(rdir: Path, fit_from: int = FIT_FROM) -> NetbenchResult:
     )
 
 
+def refitted(result: NetbenchResult, fit_from: int) -> NetbenchResult:
+    """The same measurements fitted again from ``fit_from`` bytes up (fit_run's fit, the rank
+    logs not read again); a UserError where that fit cannot be made."""
+    sizes, seconds = fit_range(result.sizes, result.seconds, fit_from)
+    ab = _fit(sizes, seconds, result.workers, Path(result.run_dir))
+    return result.model_copy(update={
+        "alpha": ab.alpha, "bandwidth": ab.bandwidth,
+        "fit_from": fit_from if len(sizes) < len(result.sizes) else 0})
+
+
 def fit_range(sizes: list[int], seconds: list[float], fit_from: int,
               ) -> tuple[list[int], list[float]]:
     """The sizes of at least ``fit_from`` bytes and their seconds; all of them where fewer

@@ -432,8 +432,8 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                   model: str, dataset: str,
                   on_event: Callable | None = None, batch_size: int = PROBE_BATCH,
                   factor: int = 1, bench: str = netbench.MODE, probe: bool = True) -> Level:
-    """Run the micro-benchmark job of one level (a real job) and fit it; ``factor`` times the
-    repeats and iterations; ``bench``: the benchmark mode (netbench.MODES). The across-nodes
+    """Run the micro-benchmark job of one level (a real job) and fit it (bandwidth_fit);
+    ``factor`` times the repeats; ``bench``: the benchmark mode (netbench.MODES). The across-nodes
     level of a CPU partition measured with torch.distributed also probes how the nodes'
     compute slows when they compute at once (``batch_size``: the sweep's; ``probe=False``: not,
     the level measured again at a smaller count)."""
@@ -480,7 +480,10 @@ def bandwidth_fit(rdir: Path) -> netbench.NetbenchResult:
     fit = netbench.fit_run(rdir)
     if validity.fit_problem("", *fit.r2()) is None:
         return fit
-    wide = netbench.fit_run(rdir, fit_from=BANDWIDTH_FROM)
+    try:
+        wide = netbench.refitted(fit, BANDWIDTH_FROM)
+    except UserError:  # those sizes cannot be fitted (times not growing): the first stands
+        return fit
     return wide if validity.fit_problem("", *wide.r2()) is None else fit
 
 
@@ -600,14 +603,15 @@ def _levels(site: Site, partition: str, nodes: int, job: dict, *, how: str,
     job = {k: v for k, v in job.items() if k != "counts"}
     for key, (count, tasks) in shape.items():
         level = key.split("@")[0]
+        probed = key == level  # a smaller count's level has no probe: any cached one serves
         path = cache_path(site.name, partition, level, count, tasks, store, mpi=mpi)
         cached = load_level(path) if path.exists() and how == "auto" else None
         where = {"site": site, "partition": partition, "level": level, "nodes": count,
-                 "tasks": tasks, **job, "bench": bench, "probe": key == level}
+                 "tasks": tasks, **job, "bench": bench, "probe": probed}
         wanted = probe_of(site, partition, level, job["model"], job["dataset"],
-                          job["batch_size"], bench) if key == level else None
+                          job["batch_size"], bench) if probed else None
         if (cached is not None and now - cached.measured_at <= max_age_s
-                and (cached.probe == wanted or key != level)):
+                and (cached.probe == wanted or not probed)):
             say(f"pre-flight {site.name}/{partition} {cached.describe(now)} [cached "
                 f"{path}]")
             levels[key] = _checked(cached, where, path, say)

@@ -396,9 +396,8 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
         return comm_function(str(first["mode"]), run_options(first.get("options")), size, on,
                              pattern=two.pattern, servers=two.servers)[1] if size else None
 
-    pat = comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
-                        pattern=two.pattern, servers=two.servers)[0]
-    comm = priced(grad, net)
+    pat, comm = comm_function(str(first["mode"]), run_options(first.get("options")), grad,
+                              net, pattern=two.pattern, servers=two.servers)
     tasks = two.tasks or int(top["tasks_per_node"].iloc[0])
     at_top = (int(top["ranks"].iloc[0]), int(top["nodes"].iloc[0]),
               int(top["tasks_per_node"].iloc[0]))
