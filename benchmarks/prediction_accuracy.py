@@ -78,10 +78,11 @@ def sweep(variant: str, a: argparse.Namespace, out: Path, store: Path) -> str | 
         return None  # kept from an earlier call
     mode, opts = variant_args(variant)
     where = ["--partition", a.partitions] if a.partitions else []
+    limit = ["--time-limit", str(a.time_limit)] if a.time_limit else []
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "sweep", "--site", a.site, "--mode", mode, *opts,
          "--model", a.models, "--batch-size", str(a.batch_size), "--nodes", a.nodes,
-         *where, "--iters", str(a.iters), "--warmup", str(a.warmup), "--out", str(out)],
+         *where, "--iters", str(a.iters), "--warmup", str(a.warmup), *limit, "--out", str(out)],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "ORCH_NETBENCH_DIR":
                                                        str(store)})
     for line in proc.stderr.splitlines():
@@ -209,6 +210,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--nodes", default=None)
     ap.add_argument("--iters", type=int, default=None, help="default 10 (Slurm), 30 local")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--time-limit", type=int, default=None,
+                    help="each run's time limit, minutes (orch sweep --time-limit); default the "
+                    "site's: AlexNet over the test cluster's eth at 4 nodes takes 23 s an "
+                    "iteration")
     ap.add_argument("--out", type=Path, default=Path("/tmp/prediction-accuracy"))
     ap.add_argument("--plot", type=Path, default=None,
                     help="the picture of predicted against measured; default "
