@@ -107,6 +107,17 @@ def counted_comm(mode_name: str, options: dict, grad: int,
     return comm
 
 
+def priced(mode_name: str, options: dict, grad: int, tail: int | None,
+           network_at: Callable[[int], Network],
+           ) -> tuple[Callable[[int, int, int], float], Callable[[int, int, int], float] | None]:
+    """(the gradient's cost, the last bucket's cost or None without a tail), each
+    ``f(workers, nodes, tasks_per_node)`` on the network of its call's node count
+    (counted_comm): one network choice prices both, so a corner never pairs the gradient on
+    one fit with the tail on another."""
+    comm = counted_comm(mode_name, options, grad, network_at)
+    return comm, (counted_comm(mode_name, options, tail, network_at) if tail else None)
+
+
 def tail_bytes(base: pd.DataFrame, overlap: str) -> int | None:
     """The gradient bytes the measured runs all-reduce only once backward has ended
     (``comm_tail_bytes``: DDP's last bucket), where their overlap would otherwise price it
@@ -223,13 +234,12 @@ def _predict_run(run: pd.Series, base: pd.DataFrame, first_done: pd.DataFrame,
         pattern = comm_function(str(run["mode"]), opts, grad, pf.network_of(mpi))[0]
     except ModelInputError as exc:
         raise _NotPredicted(str(exc)) from None
-    comm = counted_comm(str(run["mode"]), opts, grad, lambda n: pf.network_of(mpi, n))
     w, nodes, tasks = int(run[RANKS]), int(run[NODES]), int(run[TASKS])
     b = base.iloc[0]
     overlap = priced_overlap(str(run["mode"]), opts, grad)
     tail = tail_bytes(base, overlap)
-    tail_comm = (counted_comm(str(run["mode"]), opts, tail, lambda n: pf.network_of(mpi, n))
-                 if tail else None)
+    comm, tail_comm = priced(str(run["mode"]), opts, grad, tail,
+                             lambda n: pf.network_of(mpi, n))
     at_base = (int(b[RANKS]), int(b[NODES]), int(b[TASKS]))
     source = measured_base(base, comm(*at_base), first_done)
     source = source.model_copy(update={"comm_cpu": pf.comm_cpu(mpi),
@@ -293,13 +303,9 @@ def _interval(run: pd.Series, base: pd.DataFrame, source: Measured, pf: Prefligh
     mpi = bool(getattr(_mode_of(str(run["mode"])), "mpi", False))
     counts = (int(base[NODES].iloc[0]), int(run[NODES]))
     corners = {n: pf.corner_networks(mpi, n) for n in counts}
-    comms, tails = [], []
-    if all(corners.values()):
-        for i in (0, 1):
-            comms.append(counted_comm(str(run["mode"]), opts, grad,
-                                      lambda n, i=i: corners[n][i]))
-            tails.append(counted_comm(str(run["mode"]), opts, tail,
-                                      lambda n, i=i: corners[n][i]) if tail else None)
+    pairs = ([priced(str(run["mode"]), opts, grad, tail, lambda n, i=i: corners[n][i])
+              for i in (0, 1)] if all(corners.values()) else [])
+    comms, tails = [c for c, _ in pairs], [t for _, t in pairs]
     return measured_interval(base, source, comms,
                              (int(run[RANKS]), int(run[NODES]), int(run[TASKS])), overlap,
                              scale, point, iterations=iters, model_error=error, tails=tails)
