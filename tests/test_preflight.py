@@ -50,6 +50,8 @@ def test_sweep_states_predictions_before_the_runs(staged):
         # the ranks recorded their machine's physical cores beside its logical CPUs
         assert 1 <= level.machine_cores <= level.machine_cpus
         assert rundir.read_record(out / "preflight" / level.run_id).state == "COMPLETED"
+        # how long its job ran, in which limit: what a second measurement's limit comes from
+        assert 0 < level.job_seconds < 60 * level.time_limit_min and level.time_limit_min == 10
     # one prediction per larger run, stated before that run's job script started
     preds = predictions.load(out / predictions.FILE)
     assert len(preds) == 1
@@ -242,7 +244,7 @@ def test_a_failed_second_measurement_keeps_the_first_flagged(tmp_path, monkeypat
     assert poor.problem() is not None
     tries = []
 
-    def slow_link(where, path, say, factor=1):
+    def slow_link(where, path, say, factor=1, time_limit_min=None):
         tries.append(factor)
         raise UserError("the mpi-allreduce-bench run is TIMEOUT: time limit of 10 min reached")
 
@@ -255,6 +257,44 @@ def test_a_failed_second_measurement_keeps_the_first_flagged(tmp_path, monkeypat
     cached = preflight.load_level(path)
     assert cached.retry_failed and cached.alpha == poor.alpha
     assert preflight._checked(cached, where, path, said.append) is cached and tries == [3]
+
+
+def test_a_second_measurement_gets_the_time_its_repeats_need(tmp_path, monkeypatch):
+    """Recorded on the test cluster (pre-flight run mpi-allreduce-bench-alexnet-eth-n2-r0-
+    6216a6b3: Open MPI across 2 nodes of the 250 Mbit/s eth with AlexNet's 228 MB gradient, its
+    job script 233 s in the site's 10 minutes): measured again with 3x the repeats it needs
+    about 700 s, so its job gets 18 minutes (in the site's 10 it ran out of time and every
+    prediction from the level was flagged); a short first job keeps the first's limit, and a
+    level that did not record its job leaves the site's."""
+    from orchestrator import site as sitemod
+
+    site, _ = sitemod.load("testcluster")
+    job = tmp_path / "run"
+    job.mkdir()
+    (job / "job-times.json").write_text(json.dumps(
+        {"job_id": "3888", "script_started_at": 1795943656.2333987,
+         "script_ended_at": 1795943889.2732303}))
+    first = preflight_level("inter", 2, 1, None).model_copy(update={
+        "max_rel_residual": 0.77, "job_seconds": preflight.job_seconds(job),
+        "time_limit_min": 10})
+    assert first.job_seconds == pytest.approx(233.04, abs=0.01)
+    assert preflight.retry_time_limit(first) == 18
+    assert preflight.retry_time_limit(first.model_copy(update={"job_seconds": 40.0})) == 10
+    assert preflight.retry_time_limit(first.model_copy(update={"job_seconds": None})) is None
+    assert preflight.job_seconds(tmp_path) is None  # no job-times.json: not recorded
+    asked = []
+
+    def measured(where, path, say, factor=1, time_limit_min=None):
+        asked.append((factor, time_limit_min))
+        return first.model_copy(update={"reps": preflight.REPS * factor,
+                                        "max_rel_residual": 0.1})
+
+    monkeypatch.setattr(preflight, "_measured", measured)
+    said: list[str] = []
+    again = preflight._checked(first, {"site": site, "partition": "eth"}, tmp_path / "l.json",
+                               said.append)
+    assert asked == [(preflight.RETRY_FACTOR, 18)] and again.problem() is None
+    assert said[0].endswith("measuring again with 3x the repeats (time limit 18 min)")
 
 
 def test_a_fit_the_small_sizes_break_is_taken_from_the_bandwidth_regime(monkeypatch):

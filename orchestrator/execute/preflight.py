@@ -68,6 +68,11 @@ ITERS, WARMUP, REPS = 5, 1, 3
 # long, so a slow link's retry still ends inside the job's time limit); if it still fails,
 # or the second job does, every prediction from the first says so.
 RETRY_FACTOR = 3
+# ... and a time limit that fits it: the first job's script time, times RETRY_FACTOR, times
+# this margin (at least the first job's limit). With the site's default limit, Open MPI's
+# 2-node level over the test cluster's 250 Mbit/s eth, measured again for AlexNet's 228 MB
+# gradient (3:53 the first time), ran past its 10 minutes and its predictions were flagged.
+RETRY_MARGIN = 1.5
 PREFLIGHT_DIR = "preflight"
 # The compute probe of the across-nodes level: passes timed per count of ranks computing at
 # once, of the sweep's model at its batch size (this one where the sweep gives none).
@@ -124,6 +129,10 @@ class Level(BaseModel):
     compute_probe_cpu: dict[int, float] | None = None  # ... their CPU seconds
     probe: str | None = None  # what the probe ran (probe_of): a cached level serves only it
     fit_from: int = 0  # the fit took the sizes of at least this many bytes (0: all)
+    # Seconds its job script ran (job-times.json) and the job's time limit, minutes: what a
+    # second measurement's limit is sized from (retry_time_limit). None: not recorded.
+    job_seconds: float | None = None
+    time_limit_min: int | None = None
 
     def compute_slowdown(self, ranks: int) -> float:
         """How much slower one rank computes with ``ranks`` of them computing at once than
@@ -431,9 +440,11 @@ def load_level(path: Path) -> Level:
 def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int, out: Path,
                   model: str, dataset: str,
                   on_event: Callable | None = None, batch_size: int = PROBE_BATCH,
-                  factor: int = 1, bench: str = netbench.MODE, probe: bool = True) -> Level:
+                  factor: int = 1, bench: str = netbench.MODE, probe: bool = True,
+                  time_limit_min: int | None = None) -> Level:
     """Run the micro-benchmark job of one level (a real job) and fit it (bandwidth_fit);
-    ``factor`` times the repeats; ``bench``: the benchmark mode (netbench.MODES). The across-nodes
+    ``factor`` times the repeats; ``bench``: the benchmark mode (netbench.MODES);
+    ``time_limit_min``: the job's (None: the site's). The across-nodes
     level of a CPU partition measured with torch.distributed also probes how the nodes'
     compute slows when they compute at once (``batch_size``: the sweep's; ``probe=False``: not,
     the level measured again at a smaller count)."""
@@ -444,7 +455,7 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
     spec = sweepmod.SweepSpec(
         nodes=(nodes,), modes=(bench,), models=(model,), dataset=dataset,
         batch_sizes=(batch_size,), partitions=(partition,), tasks_per_node=(tasks,),
-        iters=ITERS, warmup=WARMUP, options=options)
+        iters=ITERS, warmup=WARMUP, options=options, time_limit_min=time_limit_min)
     runs = sweepmod.expand(spec, site)
     prepared = execute.prepare(runs, site, out, retry_failed=True)
     execute.execute(prepared, site, wait=True, on_event=on_event)
@@ -469,7 +480,8 @@ def measure_level(site: Site, partition: str, level: str, nodes: int, tasks: int
                  level=level, site=site.name, partition=partition, nodes=nodes,
                  tasks_per_node=tasks, alpha=fit.alpha, bandwidth=fit.bandwidth, r2=r2,
                  max_rel_residual=worst, sizes=sizes, seconds=seconds,
-                 reps=REPS * factor,
+                 reps=REPS * factor, job_seconds=job_seconds(rdir),
+                 time_limit_min=runs[0].time_limit_min,
                  measured_at=(record.ended_at if record and record.ended_at else time.time()),
                  run_id=fit.run_id, run_dir=fit.run_dir, backend=fit.backend)
 
@@ -485,6 +497,26 @@ def bandwidth_fit(rdir: Path) -> netbench.NetbenchResult:
     except UserError:  # those sizes cannot be fitted (times not growing): the first stands
         return fit
     return wide if validity.fit_problem("", *wide.r2()) is None else fit
+
+
+def job_seconds(rdir: Path) -> float | None:
+    """How long a run's job script ran (its job-times.json), or None where it did not say."""
+    try:
+        times = json.loads((rdir / protocol.JOB_TIMES_FILE).read_text())
+        seconds = float(times["script_ended_at"]) - float(times["script_started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return seconds if seconds > 0 else None
+
+
+def retry_time_limit(first: Level, factor: int = RETRY_FACTOR) -> int | None:
+    """The time limit, minutes, of a level's second measurement: its first job's script time
+    times ``factor`` (the repeats the second multiplies) times RETRY_MARGIN, at least the
+    first job's limit; None (the site's) where the first did not record them."""
+    if first.job_seconds is None or first.time_limit_min is None:
+        return None
+    return max(first.time_limit_min,
+               math.ceil(first.job_seconds * factor * RETRY_MARGIN / 60))
 
 
 def probe_of(site: Site, partition: str, level: str, model: str, dataset: str,
@@ -625,10 +657,11 @@ def _levels(site: Site, partition: str, nodes: int, job: dict, *, how: str,
     return levels
 
 
-def _measured(where: dict, path: Path, say: Callable[[str], None], factor: int = 1) -> Level:
+def _measured(where: dict, path: Path, say: Callable[[str], None], factor: int = 1,
+              time_limit_min: int | None = None) -> Level:
     """Measure one level (``where``: measure_level's arguments), cache it and say it."""
     site, partition = where["site"], where["partition"]
-    fresh = measure_level(**where, factor=factor)
+    fresh = measure_level(**where, factor=factor, time_limit_min=time_limit_min)
     path.parent.mkdir(parents=True, exist_ok=True)
     rundir.write_json_atomic(path, fresh.model_dump(mode="json"))
     say(f"pre-flight {site.name}/{partition} {fresh.describe()}")
@@ -637,17 +670,20 @@ def _measured(where: dict, path: Path, say: Callable[[str], None], factor: int =
 
 def _checked(got: Level, where: dict, path: Path, say: Callable[[str], None]) -> Level:
     """``got``, or, when its fit fails validity's thresholds and it was not itself such a
-    second measurement, the level measured once more with RETRY_FACTOR times the repeats
-    (cached in its place: a second measurement that fails too is used, flagged, for the
-    cache's age; ``--preflight always`` measures again). A second job that fails (its time
-    limit on a slow link, a node lost) costs nothing measured: ``got`` is kept, flagged."""
+    second measurement, the level measured once more with RETRY_FACTOR times the repeats, in
+    a time limit sized from the first job's (retry_time_limit), cached in its place: a second
+    measurement that fails too is used, flagged, for the cache's age (``--preflight always``
+    measures again). A second job that fails (a partition's maximum time below the limit, a
+    node lost) costs nothing measured: ``got`` is kept, flagged."""
     problem = got.problem()
     if problem is None or got.reps > REPS or got.retry_failed:
         return got
     where_said = f"pre-flight {where['site'].name}/{where['partition']} {got.label}"
-    say(f"{where_said}: {problem}: measuring again with {RETRY_FACTOR}x the repeats")
+    limit = retry_time_limit(got)
+    say(f"{where_said}: {problem}: measuring again with {RETRY_FACTOR}x the repeats"
+        + (f" (time limit {limit} min)" if limit is not None else ""))
     try:
-        return _measured(where, path, say, factor=RETRY_FACTOR)
+        return _measured(where, path, say, factor=RETRY_FACTOR, time_limit_min=limit)
     except Exception as exc:  # the first measurement stands, its flag with it
         first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
         say(f"{where_said}: measuring again failed ({first_line}); the first measurement "
