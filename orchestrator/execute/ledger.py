@@ -97,25 +97,28 @@ def comm_function(mode_name: str, options: dict, grad: int, net: Network,
 
 
 def counted_comm(mode_name: str, options: dict, grad: int,
-                 network_at: Callable[[int], Network]) -> Callable[[int, int, int], float]:
+                 network_at: Callable[[int], Network], pattern: str | None = None,
+                 servers: int | None = None) -> Callable[[int, int, int], float]:
     """comm_function's ``f(workers, nodes, tasks_per_node)`` on the network measured at each
     call's node count (``network_at(nodes)``: Preflight.network_of, corner_networks): the
     measured run and the predicted one may span different counts, each with its own fit."""
     def comm(workers: int, nodes: int, tasks: int) -> float:
-        return comm_function(mode_name, options, grad, network_at(nodes))[1](workers, nodes,
-                                                                              tasks)
+        return comm_function(mode_name, options, grad, network_at(nodes), pattern=pattern,
+                             servers=servers)[1](workers, nodes, tasks)
     return comm
 
 
 def priced(mode_name: str, options: dict, grad: int, tail: int | None,
-           network_at: Callable[[int], Network],
+           network_at: Callable[[int], Network], pattern: str | None = None,
+           servers: int | None = None,
            ) -> tuple[Callable[[int, int, int], float], Callable[[int, int, int], float] | None]:
     """(the gradient's cost, the last bucket's cost or None without a tail), each
     ``f(workers, nodes, tasks_per_node)`` on the network of its call's node count
-    (counted_comm): one network choice prices both, so a corner never pairs the gradient on
-    one fit with the tail on another."""
-    comm = counted_comm(mode_name, options, grad, network_at)
-    return comm, (counted_comm(mode_name, options, tail, network_at) if tail else None)
+    (counted_comm; ``pattern``/``servers`` as comm_function's what-if): one network choice
+    prices both, so a corner never pairs the gradient on one fit with the tail on another."""
+    def count(size: int) -> Callable[[int, int, int], float]:
+        return counted_comm(mode_name, options, size, network_at, pattern, servers)
+    return count(grad), (count(tail) if tail else None)
 
 
 def tail_bytes(base: pd.DataFrame, overlap: str) -> int | None:

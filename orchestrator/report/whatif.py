@@ -24,6 +24,7 @@ from ..execute.ledger import (
     contention_factor,
     measured_base,
     measured_interval,
+    priced,
     run_flags,
     runs_interval,
     tail_bytes,
@@ -392,12 +393,16 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
         str(first["model"]), str(first["dataset"]))
     if grad is None:
         raise UserError(f"model '{first['model']}' is not in the zoo: give --grad-bytes N")
-    def priced(size: int | None, on: Network):  # the pattern's cost of ``size`` bytes
-        return comm_function(str(first["mode"]), run_options(first.get("options")), size, on,
-                             pattern=two.pattern, servers=two.servers)[1] if size else None
+    ov = ask.overlap or priced_overlap(str(first["mode"]), first.get("options"), grad)
+    tail = tail_bytes(top, ov)  # DDP's last bucket: sent after backward, as the ledger prices
 
-    pat, comm = comm_function(str(first["mode"]), run_options(first.get("options")), grad,
-                              net, pattern=two.pattern, servers=two.servers)
+    def priced_on(on: Network):  # (the gradient's cost, the tail's) on one network, a what-if's
+        return priced(str(first["mode"]), run_options(first.get("options")), grad, tail,
+                      lambda _nodes: on, pattern=two.pattern, servers=two.servers)
+
+    pat = comm_function(str(first["mode"]), run_options(first.get("options")), grad, net,
+                        pattern=two.pattern, servers=two.servers)[0]
+    comm, tail_comm = priced_on(net)
     tasks = two.tasks or int(top["tasks_per_node"].iloc[0])
     at_top = (int(top["ranks"].iloc[0]), int(top["nodes"].iloc[0]),
               int(top["tasks_per_node"].iloc[0]))
@@ -406,9 +411,6 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
         base = base.model_copy(update={"comm_cpu": pre.comm_cpu(mpi)})
         net_desc += (f"; hidden communication takes {pre.comm_cpu(mpi):.0%} of a rank's CPU from "
                      "backward (measured by the pre-flight)")
-    ov = ask.overlap or priced_overlap(str(first["mode"]), first.get("options"), grad)
-    tail = tail_bytes(top, ov)  # DDP's last bucket: sent after backward, as the ledger prices
-    tail_comm = priced(tail, net)
     if tail_comm is not None:
         base = base.model_copy(update={"comm_tail": tail_comm(*at_top)})
         net_desc += f"; the last bucket's {tail:,} B sent after backward"
@@ -420,7 +422,8 @@ def two_level_results(two: TwoLevel, ask: Ask, runs: pd.DataFrame, sweep: Path |
     what_if = any(v is not None for v in (ask.bandwidth, ask.latency, ask.netbench_file,
                                           two.intra_bandwidth, two.intra_latency))
     nets = pre.corner_networks(mpi) if pre is not None and not what_if else []
-    corners, tails = [priced(grad, n) for n in nets], [priced(tail, n) for n in nets]
+    pairs = [priced_on(n) for n in nets]
+    corners, tails = [c for c, _ in pairs], [t for _, t in pairs]
 
     error = modelerror.model_error(str(first["site"]))  # the site's, as the ledger's
     for row in rows:
