@@ -126,6 +126,24 @@ def test_reason_of_a_rank_without_log_leads_with_the_exception_in_its_output(tmp
     assert first == f"rank 0: no log ({MISSING}); its output ends:"
 
 
+def test_a_rank_that_never_started_is_explained_by_the_job_output(tmp_path):
+    """No log and no output of its own: the job script or srun failed before the rank ran, and
+    the job's output says why; a retry's (the later job id) is read, not the first attempt's."""
+    from orchestrator.runs import verdict
+
+    run, rdir = _one_rank_run(tmp_path, None)
+    (rdir / "slurm-99.out").write_text("an earlier job's line\n")
+    (rdir / "slurm-100.out").write_text("srun: error: Unable to create step for job 100: "
+                                        "Invalid node name specified\n")
+    reason = verdict.failure_reason(rdir, run, verdict.read_run_logs(rdir))
+    assert reason.splitlines() == ["rank 0: no log; the job's output ends:",
+                                   "srun: error: Unable to create step for job 100: Invalid "
+                                   "node name specified"]
+    (rdir / "slurm-99.out").unlink()
+    (rdir / "slurm-100.out").unlink()
+    assert verdict.failure_reason(rdir, run, []) == "rank 0: no log"
+
+
 @pytest.mark.parametrize(("text", "line"), [
     (TRACEBACK, MISSING),
     # The last lines of a deep traceback (no header), as the footer's error keeps them.

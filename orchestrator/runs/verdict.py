@@ -195,12 +195,22 @@ def _excerpt(rdir: Path, rank: int) -> str:
 
 
 def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:
-    """Best explanation of a failed job: a rank's own error, else the job output's tail."""
+    """Best explanation of a failed job: a rank's own error, else the job output's tail. A
+    rank that left neither a log nor output never started (the job script or the launcher
+    failed first): the job output's tail follows, where the cause is."""
     ok, reason = verdict(run, rdir, logs)
+    job_output = tail(max(rdir.glob("slurm-*.out"), key=_job_number, default=rdir / "-"))
     if not ok and reason:
+        if reason.endswith(": no log") and job_output:
+            return f"{reason}; the job's output ends:\n{job_output}"
         return reason
-    outs = sorted(rdir.glob("slurm-*.out"))
-    return tail(outs[-1]) if outs else "job failed without output"
+    return job_output or "job failed without output"
+
+
+def _job_number(path: Path) -> int:
+    """slurm-<job id>.out's job id (a retry's output beside the first's: the later job)."""
+    digits = re.sub(r"\D", "", path.stem)
+    return int(digits) if digits else -1
 
 
 _SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:[-,]\d+)*: (.+)$", re.M)
