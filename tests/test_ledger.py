@@ -154,3 +154,29 @@ def test_ddps_last_bucket_is_priced_after_backward():
                                       {"p": pf}, now=5.0)[0][0]
     assert hidden["tail_bytes"] is None
     assert hidden["t_iter"] == pytest.approx(0.06 + 2e-3 + grad / 1e9 - 0.04)
+
+
+def test_a_run_predicted_past_its_time_limit_is_warned_before_it_is_submitted():
+    """Two windows of warm-up + measured iterations at the predicted t_iter, or at its
+    interval's upper end, against the run's time limit. The case that asked for it: AlexNet
+    across 4 Ethernet nodes of the test cluster, a 10-iteration Horovod run predicted at
+    20.35 s took 23 s an iteration and ended TIMEOUT at the site's 10 minutes."""
+    from orchestrator import site as sitemod
+    from orchestrator.plan.sweep import SweepSpec, expand
+
+    site = sitemod.load("testcluster")[0]
+    run = expand(SweepSpec(nodes=(4,), modes=("horovod",), models=("alexnet",), iters=10,
+                           warmup=2), site)[0]
+    assert run.time_limit_min == 10
+    assert predictions.past_time_limit({"t_iter": 20.35}, run) is None  # 8.1 min: inside
+    assert predictions.past_time_limit({"t_iter": 20.35, "t_iter_high": 26.0}, run) == (
+        f"{run.run_id}: its 24 iterations at the predicted 20.4 s take 8.1 min (10.4 min at "
+        "its interval's upper end), past its time limit of 10 min: it may end TIMEOUT "
+        "(--time-limit 16 gives it room)")
+    assert predictions.past_time_limit({"t_iter": 26.0, "t_iter_high": 20.0}, run) == (
+        f"{run.run_id}: its 24 iterations at the predicted 26 s take 10.4 min, past its time "
+        "limit of 10 min: it will likely end TIMEOUT (--time-limit 16 gives it room)")
+    longer = run.model_copy(update={"time_limit_min": 20})
+    assert predictions.past_time_limit({"t_iter": 26.0, "t_iter_high": 40.0}, longer) is None
+    epochs = run.model_copy(update={"epochs": 2})
+    assert predictions.past_time_limit({"t_iter": 260.0}, epochs) is None

@@ -451,6 +451,28 @@ def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame,
     return flags
 
 
+def past_time_limit(record: dict, run) -> str | None:
+    """A warning, or None: the iterations of ``run`` (a spec.api.Run) at its predicted
+    ``t_iter``, or at its interval's upper end (``t_iter_high``), take longer than its time
+    limit, so it will likely (or may) end TIMEOUT with its measurements lost. Each window runs
+    warm-up + measured iterations; a mode with phases runs two (native, then breakdown:
+    protocol). Start-up is not counted, so the warning never comes too early. An epochs run's
+    length is not its iterations': None."""
+    if run.epochs is not None or not record.get("t_iter"):
+        return None
+    iterations = (2 if modes.get(run.mode).phases else 1) * (run.warmup + run.iters)
+    t_iter = float(record["t_iter"])
+    point = t_iter * iterations
+    high = max(point, float(record.get("t_iter_high") or 0.0) * iterations)
+    if high <= run.time_limit_min * 60:
+        return None
+    upper = f" ({high / 60:.1f} min at its interval's upper end)" if high > point else ""
+    likely = "will likely" if point > run.time_limit_min * 60 else "may"
+    return (f"{run.run_id}: its {iterations} iterations at the predicted {t_iter:.3g} s take "
+            f"{point / 60:.1f} min{upper}, past its time limit of {run.time_limit_min} min: it "
+            f"{likely} end TIMEOUT (--time-limit {math.ceil(high * 1.5 / 60)} gives it room)")
+
+
 def append(sweep_dir: Path, records: list[dict]) -> None:
     """Append predictions to ``<sweep>/predictions.jsonl`` (never rewrites a line), flushed
     and synced before the next stage is submitted; a failed append leaves the file as it was

@@ -33,6 +33,7 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
     ``ranks`` ranks have finished, state the predictions of the ``later`` runs, before any of
     them is submitted."""
     from .. import results
+    from ..runs import rundir
     from . import ledger
 
     def between(ranks: int, later: set[str]) -> None:
@@ -50,6 +51,10 @@ def stating_predictions(networks: dict[str, Preflight], sweep_dir: Path,
             say(f"model error in their intervals: {basis}")
         for reason, flagged in flag_groups(records):
             say(f"flagged ({len(flagged)} run(s)): {reason}: {', '.join(flagged)}")
+        for rec in records:
+            late = ledger.past_time_limit(rec, rundir.read_run(sweep_dir / rec["run_id"]))
+            if late:
+                say(f"warning: {late}")
 
     return between
 
