@@ -139,8 +139,20 @@ def test_a_rank_that_never_started_is_explained_by_the_job_output(tmp_path):
     assert reason.splitlines() == ["rank 0: no log; the job's output ends:",
                                    "srun: error: Unable to create step for job 100: Invalid "
                                    "node name specified"]
+    # the job's controller failed before job.sbatch ran: submitit's log says why
     (rdir / "slurm-99.out").unlink()
     (rdir / "slurm-100.out").unlink()
+    (rdir / "submitit").mkdir()
+    (rdir / "submitit" / "100_0_log.out").write_text(
+        "submitit ERROR - Submitted job triggered an exception\nRuntimeError: job 100: "
+        "already holds an execution of this attempt\n")
+    (rdir / "submitit" / "99_0_log.out").write_text("an earlier job's line\n")
+    reason = verdict.failure_reason(rdir, run, [])
+    assert reason.splitlines()[0] == "rank 0: no log; the job's output ends:"
+    assert reason.splitlines()[-1] == ("RuntimeError: job 100: already holds an execution of "
+                                       "this attempt")
+    for log in (rdir / "submitit").iterdir():
+        log.unlink()
     assert verdict.failure_reason(rdir, run, []) == "rank 0: no log"
 
 

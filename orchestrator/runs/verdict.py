@@ -196,21 +196,37 @@ def _excerpt(rdir: Path, rank: int) -> str:
 
 def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:
     """Best explanation of a failed job: a rank's own error, else the job output's tail. A
-    rank that left neither a log nor output never started (the job script or the launcher
-    failed first): the job output's tail follows, where the cause is."""
+    rank that left neither a log nor output never started (the job script, the launcher or
+    the job's controller failed first): the job output's tail follows, where the cause is."""
     ok, reason = verdict(run, rdir, logs)
-    job_output = tail(max(rdir.glob("slurm-*.out"), key=_job_number, default=rdir / "-"))
+    output = job_output(rdir)
     if not ok and reason:
-        if reason.endswith(": no log") and job_output:
-            return f"{reason}; the job's output ends:\n{job_output}"
+        if reason.endswith(": no log") and output:
+            return f"{reason}; the job's output ends:\n{output}"
         return reason
-    return job_output or "job failed without output"
+    return output or "job failed without output"
+
+
+# A job's own output, newest job first: what job.sbatch printed (jobscript.job_function writes
+# it), then what the job's controller printed (submitit's log: an error before job.sbatch ran).
+JOB_OUTPUTS = ("slurm-*.out", "submitit/*_0_log.out")
+
+
+def job_output(rdir: Path) -> str:
+    """The tail of the latest job's first output of :data:`JOB_OUTPUTS` that holds any: a
+    retry's, never the first attempt's beside it."""
+    for pattern in JOB_OUTPUTS:
+        latest = max(rdir.glob(pattern), key=_job_number, default=None)
+        text = tail(latest) if latest is not None else ""
+        if text:
+            return text
+    return ""
 
 
 def _job_number(path: Path) -> int:
-    """slurm-<job id>.out's job id (a retry's output beside the first's: the later job)."""
-    digits = re.sub(r"\D", "", path.stem)
-    return int(digits) if digits else -1
+    """The job id in a job output's name (slurm-<id>.out, <id>_0_log.out)."""
+    found = re.search(r"\d+", path.name)
+    return int(found.group()) if found else -1
 
 
 _SRUN_TASK = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:[-,]\d+)*: (.+)$", re.M)
