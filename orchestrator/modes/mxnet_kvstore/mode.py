@@ -79,12 +79,13 @@ MODE = Mode(
         Option(name="servers", choices=(), default=None,
                help="KVStore servers in all, placed round-robin over the nodes (replaces "
                     "servers_per_node; a sweep dimension: servers=1,2)"),
-        # MXNet's AMP (rankside/mxnet/precision.py): bf16 on oneDNN builds (CPUs), fp16 on
-        # GPUs; a node or build without it stops the run in one line naming the mode.
+        # MXNet's AMP (rankside/mxnet/precision.py): bf16 on oneDNN builds (CPUs with
+        # AVX-512), fp16 on GPUs; a node or build without it stops the run in one line
+        # naming the mode.
         precision_option(exclude=("tf32",),
                          help="fp32; bf16 or fp16: MXNet AMP (mxnet.contrib.amp; fp16 with its "
                               "dynamic loss scaling, on GPUs and with update=worker; bf16 on "
-                              "oneDNN builds)"),
+                              "oneDNN builds, CPUs with AVX-512)"),
     ),
     placement=placement,
     resolve=resolve,
