@@ -23,6 +23,30 @@ def test_second_execution_of_an_attempt_is_refused(tmp_path):
     assert not mark.exists()
 
 
+def test_an_earlier_jobs_late_times_go_to_its_attempt_and_the_retry_runs(tmp_path,
+                                                                           monkeypatch):
+    """A retry's job starts while the cancelled first job is still dying: the first job's
+    job-times.json, written after orch moved its attempt to attempts/1/, is moved beside that
+    job's output there, and the retry runs; the same job id (a requeue) is still refused."""
+    import json
+
+    from orchestrator import jobscript
+
+    (tmp_path / "attempts" / "1").mkdir(parents=True)
+    (tmp_path / "attempts" / "1" / "slurm-4150.out").write_text("")
+    late = json.dumps({"job_id": "4150", "script_ended_at": 1.0})
+    (tmp_path / "job-times.json").write_text(late)
+    (tmp_path / "job.sbatch").write_text("echo ran\n")
+    monkeypatch.setenv("SLURM_JOB_ID", "4151")
+    assert jobscript.job_function(str(tmp_path), 30) == 0
+    assert (tmp_path / "attempts" / "1" / "job-times.json").read_text() == late
+    assert json.loads((tmp_path / "job-times.json").read_text())["job_id"] == "4151"
+    assert (tmp_path / "slurm-4151.out").read_text() == "ran\n"
+    monkeypatch.setenv("SLURM_JOB_ID", "4151")  # run again under the same id: a requeue
+    with pytest.raises(RuntimeError, match="already holds an execution"):
+        jobscript.job_function(str(tmp_path), 30)
+
+
 def test_job_function_waits_without_polling_and_still_times_out(tmp_path):
     """job_function waits for job.sbatch in a blocking wait (no 50 ms polls beside the ranks):
     a script within the limit returns at once with its status, one past it is stopped (its
