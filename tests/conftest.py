@@ -99,12 +99,16 @@ LOCAL = yaml.safe_load((ROOT / "site-configs" / "local.yaml").read_text())
 def _shipped_sites_only(tmp_path_factory):
     """A test's ``local`` or ``testcluster`` is the shipped one: neither the user's own sites
     (~/.config/orch/sites) nor $ORCH_SITE_PATH of the shell that runs the tests shadow it;
-    nor is the user's history (~/.local/share/orch/history, $ORCH_HISTORY) read or written."""
+    nor is the user's history (~/.local/share/orch/history, $ORCH_HISTORY) read or written;
+    nor the user's netbench store (~/.cache/orch/netbench: the pre-flight's cache and the
+    model errors that widen later predictions' intervals). A module's fixture, set up before
+    any test's own store (_own_netbench_store), shares the session's store with the others."""
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("ORCH_SITE_PATH", raising=False)
         mp.delenv("ORCH_HISTORY", raising=False)
         mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
         mp.setenv("XDG_DATA_HOME", str(tmp_path_factory.mktemp("xdg-data")))
+        mp.setenv("ORCH_NETBENCH_DIR", str(tmp_path_factory.mktemp("netbench-session")))
         yield
 
 
