@@ -34,7 +34,7 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
     """
     rdir = Path(run_dir)
     job_id = os.environ.get("SLURM_JOB_ID") or f"local-{os.getpid()}"
-    if (rdir / protocol.JOB_TIMES_FILE).exists() and not late_times_moved(rdir):
+    if (rdir / protocol.JOB_TIMES_FILE).exists() and not late_times_moved(rdir, job_id):
         # A second execution of this attempt (a requeue despite --no-requeue, or a job run by
         # hand twice): never append it to the first one's rank logs.
         raise RuntimeError(f"job {job_id}: {rdir} already holds an execution of this attempt "
@@ -81,17 +81,17 @@ def job_function(run_dir: str, time_limit_s: float) -> int:
     return code
 
 
-def late_times_moved(rdir: Path) -> bool:
+def late_times_moved(rdir: Path, job_id: str) -> bool:
     """Whether the job-times.json in ``rdir`` was a dying earlier job's, written after orch
     moved that job's attempt to attempts/<n>/ (the window attempt_dir narrows but cannot
     close), and is now moved there, beside that job's output: True; False where it is this
-    attempt's own (a requeue keeps its job id) or its job's output is not in an attempt."""
+    job's own (``job_id``: a requeue keeps its id) or its job's output is not in an attempt."""
     path = rdir / protocol.JOB_TIMES_FILE
     try:
         earlier = str(json.loads(path.read_text())["job_id"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    if earlier == os.environ.get("SLURM_JOB_ID"):
+    if earlier == job_id:
         return False
     homes = [p.parent for p in (rdir / protocol.ATTEMPTS_DIR).glob(f"*/slurm-{earlier}.out")
              if not (p.parent / protocol.JOB_TIMES_FILE).exists()]

@@ -33,6 +33,7 @@ from ..perfmodel.inputs import ModelInputError, gradient_bytes, priced_overlap, 
 from ..perfmodel.predict import Measured, predict
 from ..results import analyze, resultset
 from ..results.select import config_of, training_runs
+from ..spec.api import Run
 from . import modelerror
 from .preflight import Preflight
 
@@ -451,8 +452,8 @@ def run_flags(pf: Preflight, ranks: int, tasks: int, base: pd.DataFrame,
     return flags
 
 
-def past_time_limit(record: dict, run) -> str | None:
-    """A warning, or None: the iterations of ``run`` (a spec.api.Run) at its predicted
+def past_time_limit(record: dict, run: Run) -> str | None:
+    """A warning, or None: the iterations of ``run`` at its predicted
     ``t_iter``, or at its interval's upper end (``t_iter_high``), take longer than its time
     limit, so it will likely (or may) end TIMEOUT with its measurements lost. Each window runs
     warm-up + measured iterations; a mode with phases runs two (native, then breakdown:

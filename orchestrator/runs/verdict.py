@@ -199,12 +199,12 @@ def failure_reason(rdir: Path, run: Run, logs: list[RankLog]) -> str:
     rank that left neither a log nor output never started (the job script, the launcher or
     the job's controller failed first): the job output's tail follows, where the cause is."""
     ok, reason = verdict(run, rdir, logs)
-    output = job_output(rdir)
     if not ok and reason:
-        if reason.endswith(": no log") and output:
-            return f"{reason}; the job's output ends:\n{output}"
-        return reason
-    return output or "job failed without output"
+        if not reason.endswith(": no log"):
+            return reason
+        output = job_output(rdir)
+        return f"{reason}; the job's output ends:\n{output}" if output else reason
+    return job_output(rdir) or "job failed without output"
 
 
 # A job's own output, newest job first: what job.sbatch printed (jobscript.job_function writes
